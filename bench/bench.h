@@ -1,0 +1,48 @@
+// lowbit-bench: shared option and result types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lowbit/gemm.h"
+
+namespace lowbit::bench {
+
+// Ceilings behind every "% of floor" (shared/workloads.md): nominal dense FP8 tensor rate and
+// the device-to-device copy bandwidth measured on our H100 (bytes read + written).
+constexpr double kPeakFp8Tflops = 1979.0;
+constexpr double kCopyTBs = 3.0;
+
+struct Options {
+  std::string suite = "default";
+  std::vector<std::string> shapes;  // "MxNxK"
+  std::string config;               // forced lowbit config, empty = chooser
+  OutType out = OutType::kBF16;
+  bool bias = false;
+  bool baseline = true;
+  bool explain = false;
+  int samples = 50;
+  uint64_t seed = 0;
+  std::string json;
+};
+
+struct Shape {
+  std::string suite;
+  int64_t m, n, k;
+};
+
+struct Result {
+  Shape shape;
+  std::string config;
+  double us = 0, us_base = 0;          // medians per launch
+  double tflops = 0, gbs = 0, floor_us = 0, pct_floor = 0, speedup = 0;
+  double err = 0, err_base = 0;        // norm-wise relative error on sampled outputs
+  double max_err = 0, max_err_base = 0;
+  int batch = 0, samples = 0;
+  std::string status;                  // "ok" or an error message
+};
+
+Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
+
+}  // namespace lowbit::bench

@@ -1,0 +1,21 @@
+// Device-side input generation for the bench and the GPU tests: seeded, hash-based, so the
+// same seed gives the same tensor on any GPU without a host round trip.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lowbit::bench {
+
+// E4M3 codes of uniform values in [-range, range] (RNE, saturating); never NaN.
+cudaError_t fill_e4m3_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s);
+// E4M3 codes of small integers in [-lim, lim] (exact in E4M3 for lim <= 16).
+cudaError_t fill_e4m3_int(void* dst, size_t count, int lim, uint64_t seed, cudaStream_t s);
+// BF16 values uniform in [-range, range].
+cudaError_t fill_bf16_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s);
+// Poison: every 16-bit word set to `bits` (0xFFFF is a BF16 NaN and, twice, an FP32 NaN).
+cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s);
+
+}  // namespace lowbit::bench

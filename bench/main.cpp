@@ -1,0 +1,175 @@
+// lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
+//   lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK ...] [--config bn=128,splits=2]
+//                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
+//                [--no-baseline] [--list]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "lowbit/device.h"
+
+using namespace lowbit;
+using namespace lowbit::bench;
+
+namespace {
+
+std::vector<Shape> suite_shapes(const std::string& suite) {
+  std::vector<Shape> v;
+  if (suite == "W1-square" || suite == "default") {
+    v.push_back({"W1-square", 4096, 8192, 8192});
+    v.push_back({"W1-square", 8192, 8192, 8192});
+  }
+  if (suite == "W1-llm" || suite == "default") {
+    const int64_t ms[] = {64, 128, 4096};
+    const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
+    for (int64_t m : ms)
+      for (const auto& p : nk) v.push_back({"W1-llm", m, p[0], p[1]});
+  }
+  return v;
+}
+
+bool parse_shape(const std::string& s, Shape* out) {
+  long long m, n, k;
+  if (std::sscanf(s.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return false;
+  *out = {"custom", m, n, k};
+  return true;
+}
+
+void usage() {
+  std::printf(
+      "lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
+      "             [--no-baseline] [--list]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  opt.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000003;
+  bool list = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&](const char* what) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", what);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--suite") opt.suite = next("--suite");
+    else if (a == "--shape") opt.shapes.push_back(next("--shape"));
+    else if (a == "--config") opt.config = next("--config");
+    else if (a == "--out") {
+      const std::string o = next("--out");
+      if (o == "fp32") opt.out = OutType::kFP32;
+      else if (o == "bf16") opt.out = OutType::kBF16;
+      else { std::fprintf(stderr, "--out takes bf16 or fp32\n"); return 2; }
+    } else if (a == "--bias") opt.bias = true;
+    else if (a == "--samples") opt.samples = std::atoi(next("--samples").c_str());
+    else if (a == "--seed") opt.seed = std::strtoull(next("--seed").c_str(), nullptr, 10);
+    else if (a == "--json") opt.json = next("--json");
+    else if (a == "--explain") opt.explain = true;
+    else if (a == "--no-baseline") opt.baseline = false;
+    else if (a == "--list") list = true;
+    else if (a == "-h" || a == "--help") { usage(); return 0; }
+    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); usage(); return 2; }
+  }
+  if (opt.samples < 50) {
+    std::fprintf(stderr, "--samples must be >= 50 (got %d)\n", opt.samples);
+    return 2;
+  }
+
+  std::vector<Shape> shapes;
+  for (const auto& s : opt.shapes) {
+    Shape sh;
+    if (!parse_shape(s, &sh)) { std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", s.c_str()); return 2; }
+    shapes.push_back(sh);
+  }
+  if (opt.shapes.empty()) shapes = suite_shapes(opt.suite);
+  if (shapes.empty()) { std::fprintf(stderr, "unknown suite %s\n", opt.suite.c_str()); return 2; }
+  if (list) {
+    for (const auto& s : shapes) std::printf("%s %lldx%lldx%lld\n", s.suite.c_str(), (long long)s.m, (long long)s.n, (long long)s.k);
+    return 0;
+  }
+
+  DeviceInfo dev;
+  const Status hs = require_hopper(&dev);
+  if (!hs.ok()) {
+    std::fprintf(stderr, "lowbit-bench: cannot benchmark here: %s\n", hs.to_string().c_str());
+    std::fprintf(stderr, "lowbit-bench needs an NVIDIA Hopper (sm_90) GPU; nothing was measured.\n");
+    return 1;
+  }
+  std::printf("lowbit-bench on %s (%d SMs, L2 %zu MB, %zu KB smem/block), seed %llu, out %s%s\n", dev.name.c_str(),
+              dev.sm_count, dev.l2_bytes >> 20, dev.smem_per_block_optin >> 10, (unsigned long long)opt.seed,
+              opt.out == OutType::kFP32 ? "fp32" : "bf16", opt.bias ? ", +bias" : "");
+  std::printf("floors: max(FLOPs / %.0f TFLOPS, bytes / %.1f TB/s); times are medians of %d graph replays\n",
+              kPeakFp8Tflops, kCopyTBs, opt.samples);
+
+  std::vector<Result> results;
+  bool any_fail = false;
+  for (const auto& sh : shapes) {
+    Result r;
+    const Status st = run_fp8_shape(opt, sh, &r);
+    if (!st.ok()) {
+      r.shape = sh;
+      r.status = "ERROR: " + st.to_string();
+    }
+    if (r.status != "ok") any_fail = true;
+    results.push_back(r);
+    std::fflush(stdout);
+  }
+
+  std::printf("\n%-9s %5s %6s %6s | %9s %8s %8s %7s | %9s %7s | %8s %8s | %s\n", "suite", "M", "N", "K", "us", "TFLOPS",
+              "GB/s", "%floor", "cuBLASLt", "x base", "err", "err_base", "config / status");
+  std::string last_suite;
+  double log_sum = 0.0;
+  int log_n = 0;
+  auto flush_geomean = [&](const std::string& suite) {
+    if (log_n > 0) std::printf("%-9s geomean x cuBLASLt over %d shapes: %.3f\n", suite.c_str(), log_n, std::exp(log_sum / log_n));
+    log_sum = 0.0;
+    log_n = 0;
+  };
+  for (const auto& r : results) {
+    if (r.shape.suite != last_suite) {
+      flush_geomean(last_suite);
+      last_suite = r.shape.suite;
+    }
+    if (r.status.rfind("ERROR", 0) == 0) {
+      std::printf("%-9s %5lld %6lld %6lld | %s\n", r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n,
+                  (long long)r.shape.k, r.status.c_str());
+      continue;
+    }
+    std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | %8.2e %8.2e | %s %s\n",
+                r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops,
+                r.gbs, r.pct_floor, r.us_base, r.speedup, r.err, r.err_base, r.config.c_str(),
+                r.status == "ok" ? "" : r.status.c_str());
+    if (r.speedup > 0) {
+      log_sum += std::log(r.speedup);
+      ++log_n;
+    }
+  }
+  flush_geomean(last_suite);
+
+  if (!opt.json.empty()) {
+    std::ofstream f(opt.json);
+    f << "{\"device\":\"" << dev.name << "\",\"sms\":" << dev.sm_count << ",\"seed\":" << opt.seed << ",\"results\":[";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
+        << ",\"k\":" << r.shape.k << ",\"us\":" << r.us << ",\"us_cublaslt\":" << r.us_base << ",\"tflops\":" << r.tflops
+        << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
+        << ",\"x_cublaslt\":" << r.speedup << ",\"err\":" << r.err << ",\"err_cublaslt\":" << r.err_base
+        << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
+        << "\",\"status\":\"" << r.status << "\"}";
+    }
+    f << "]}\n";
+  }
+  return any_fail ? 3 : 0;
+}

@@ -1,0 +1,69 @@
+// Dense FP8 (E4M3) GEMM on Hopper:
+//   D[M,N] = alpha * a_scale * b_scale * A[M,K] . B[N,K]^T (+ bias[N])
+// A and B are row-major and K-major (each row holds K contiguous E4M3 bytes); D is row-major
+// BF16 or FP32. Accumulation is FP32 (each 128-wide K block is promoted from the tensor
+// cores' accumulator into FP32 registers, as cuBLASLt does without fast accumulation).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lowbit/status.h"
+
+namespace lowbit {
+
+enum class OutType { kBF16, kFP32 };
+
+struct Fp8GemmArgs {
+  int64_t m = 0;  // any M >= 1
+  int64_t n = 0;  // multiple of 16 (TMA needs 16-byte row strides)
+  int64_t k = 0;  // multiple of 16
+  const void* a = nullptr;  // E4M3 [m, k], 16-byte aligned
+  const void* b = nullptr;  // E4M3 [n, k], 16-byte aligned
+  void* d = nullptr;        // [m, n] of out_type, 16-byte aligned
+  OutType out_type = OutType::kBF16;
+  float alpha = 1.0f;
+  const float* a_scale = nullptr;  // optional device scalar (per-tensor dequant scale of A)
+  const float* b_scale = nullptr;  // optional device scalar (per-tensor dequant scale of B)
+  const void* bias = nullptr;      // optional BF16 [n] on the device, 16-byte aligned
+  // Caller-owned scratch for split-K partial sums and tile counters. Required only when the
+  // chosen config splits K (fp8_gemm_workspace_size says how much). It must be zero-filled once
+  // before its first use (workspace_init); every call leaves its counters at zero again.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// One kernel configuration. Every field is visible and can be forced (lowbit-bench --config).
+struct Fp8GemmConfig {
+  int block_n = 128;     // tile width; the tile is 128 rows (two consumer warpgroups of 64)
+  int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
+  int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
+  int raster_group = 8;  // tiles walked in groups of this many M-blocks for L2 reuse
+  int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
+  std::string reason;    // why the chooser picked it (empty when forced)
+  std::string to_string() const;
+};
+
+// Parses "bn=128,splits=2,group=8,grid=132" (any subset); unknown keys are an error.
+Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
+
+// The configuration lowbit would pick for this shape on this device, with its reason.
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out);
+
+// A printable table of every candidate the chooser scored for this shape (the cost model).
+std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);
+
+// Bytes of workspace a config needs for this shape (0 when it does not split K).
+size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config);
+
+// Zero-fills a workspace on the stream (once, before first use).
+Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream);
+
+// Runs the GEMM on `stream`. With config == nullptr lowbit chooses; a forced config is checked.
+// No allocation, no device synchronization.
+Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfig* config = nullptr);
+
+}  // namespace lowbit

@@ -1,0 +1,6 @@
+// lowbit: low-precision GEMM kernels for NVIDIA Hopper (sm_90a).
+#pragma once
+
+#include "lowbit/device.h"
+#include "lowbit/gemm.h"
+#include "lowbit/status.h"

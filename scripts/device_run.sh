@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device session: build, GPU tests, sanitizers, benchmark. Logs under $OUT; short table last.
+# Usage (device tool): bash scripts/device_run.sh [tests|sanitize|bench|all] [bench args...]
+set -uo pipefail
+OUT=${OUT:-/tmp/lowbit-out}
+mkdir -p "$OUT"
+what=${1:-all}
+shift || true
+export BUILD_DIR=build-dev JOBS=16
+{
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
+  nvcc --version | tail -1
+  cmake --version | head -1
+} 2>&1 | tee "$OUT/env.log"
+extra=()
+[ -d .deps/googletest ] && extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest")
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+ninja -C build-dev -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
+grep -iE "spill|warning" "$OUT/build.log" | head -20
+rc=0
+if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
+  timeout 300 ctest --test-dir build-dev --output-on-failure --timeout 240 > "$OUT/ctest.log" 2>&1 || rc=1
+  tail -25 "$OUT/ctest.log"
+fi
+if [ "$what" = all ] || [ "$what" = sanitize ]; then
+  for tool in memcheck racecheck; do
+    timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
+      --gtest_filter='*SmallIntegers*:*EdgeShapes*:*SplitK*:*Graph*' > "$OUT/$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1))"
+  done
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  timeout 400 build-dev/lowbit-bench --json "$OUT/bench.json" "$@" > "$OUT/bench.log" 2>&1 || rc=1
+  sed -n '/^suite/,$p' "$OUT/bench.log"
+  grep -E "ERROR|FAIL" "$OUT/bench.log" | head
+fi
+exit $rc

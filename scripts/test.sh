@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds lowbit and runs the whole test suite: CPU tests always; GPU tests (label gpu) run on a
+# Hopper GPU and are reported as skipped, with the reason, anywhere else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+extra=()
+# Without an installed GoogleTest, build it from a source copy (the GPU machine has none).
+if [ -d .deps/googletest ]; then extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest"); fi
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${extra[@]}"
+cmake --build "$BUILD" -j "$JOBS"
+ctest --test-dir "$BUILD" --output-on-failure --timeout 600 "$@"

@@ -1,0 +1,175 @@
+#include "gemm/fp8/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "gemm/fp8/variants.h"
+
+namespace lowbit {
+namespace fp8 {
+
+// Model parameters, calibrated on an H100 SXM (docs/perf.md): sustained dense FP8 tensor rate,
+// DRAM bandwidth, and the fraction of the tensor rate a tile width sustains (narrow tiles read
+// more shared memory per FLOP and amortize the promotion adds over fewer MMAs).
+namespace model {
+constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
+constexpr double kDramTBs = 3.0;
+constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
+double tile_efficiency(int block_n) {
+  switch (block_n) {
+    case 64: return 0.50;
+    case 128: return 0.72;
+    default: return 0.78;
+  }
+}
+}  // namespace model
+
+int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
+
+int fp8_tiles(int64_t m, int64_t n, int block_n) {
+  return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
+}
+
+bool fp8_variant_exists(int block_n, int* stages) {
+  for (const auto& v : kFp8Variants)
+    if (v.block_n == block_n) {
+      if (stages) *stages = v.stages;
+      return true;
+    }
+  return false;
+}
+
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {
+  std::vector<Fp8Candidate> out;
+  const int kb = fp8_k_blocks(k);
+  for (const auto& v : kFp8Variants) {
+    const int tiles = fp8_tiles(m, n, v.block_n);
+    for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
+      const int units = tiles * splits;
+      // Splitting only helps while it fills idle SMs.
+      if (splits > 1 && units > 2 * sm_count) break;
+      Fp8Candidate c;
+      c.config.block_n = v.block_n;
+      c.config.stages = v.stages;
+      c.config.splits = splits;
+      c.config.raster_group = 8;
+      c.units = units;
+      c.waves = static_cast<double>(units) / sm_count;
+      const double rounds = std::ceil(c.waves);
+      const int unit_kb = (kb + splits - 1) / splits;
+      const double unit_flops = 2.0 * 128 * v.block_n * 128.0 * unit_kb;
+      const double unit_us = unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_n) * 1e6);
+      c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
+      const double out_bytes = static_cast<double>(m) * n * 2.0;
+      const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * 128.0 * v.block_n * 4.0 : 0.0;
+      // SMs that have no unit pull no bytes: a half-empty grid cannot reach full bandwidth.
+      const double active = std::min(1.0, static_cast<double>(units) / sm_count);
+      const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
+      c.t_memory_us = bytes / (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7));
+      c.t_total_us = std::max(c.t_compute_us, c.t_memory_us);
+      c.bound = c.t_compute_us >= c.t_memory_us ? "tensor" : "memory";
+      char reason[160];
+      std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
+                    units, sm_count, c.waves, c.bound, c.t_total_us);
+      c.config.reason = reason;
+      out.push_back(c);
+    }
+  }
+  // Ties (within 3%) go to fewer splits, then to the wider tile.
+  std::stable_sort(out.begin(), out.end(), [](const Fp8Candidate& a, const Fp8Candidate& b) {
+    if (std::fabs(a.t_total_us - b.t_total_us) > 0.03 * std::min(a.t_total_us, b.t_total_us))
+      return a.t_total_us < b.t_total_us;
+    if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
+    return a.config.block_n > b.config.block_n;
+  });
+  return out;
+}
+
+}  // namespace fp8
+
+std::string Fp8GemmConfig::to_string() const {
+  std::ostringstream os;
+  os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
+     << ",grid=" << grid;
+  return os.str();
+}
+
+Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
+  Fp8GemmConfig c;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) return Status::Invalid("config item '" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq);
+    int value = 0;
+    try {
+      size_t used = 0;
+      value = std::stoi(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1) throw std::invalid_argument("trailing");
+    } catch (...) {
+      return Status::Invalid("config item '" + item + "' has no integer value");
+    }
+    if (key == "bn") c.block_n = value;
+    else if (key == "splits") c.splits = value;
+    else if (key == "group") c.raster_group = value;
+    else if (key == "grid") c.grid = value;
+    else if (key == "stages") c.stages = value;
+    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages)");
+  }
+  int stages = 0;
+  if (!fp8::fp8_variant_exists(c.block_n, &stages))
+    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 192)");
+  if (text.find("stages=") != std::string::npos && c.stages != stages)
+    return Status::Invalid("bn=" + std::to_string(c.block_n) + " is compiled with stages=" + std::to_string(stages));
+  c.stages = stages;
+  c.reason = "forced";
+  *out = c;
+  return Status::Ok();
+}
+
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out) {
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const auto cands = fp8::score_fp8_candidates(m, n, k, dev.sm_count);
+  if (cands.empty()) return Status::Invalid("no FP8 GEMM candidate for this shape");
+  *out = cands.front().config;
+  return Status::Ok();
+}
+
+std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
+  DeviceInfo dev;
+  int sms = 0;
+  std::ostringstream os;
+  if (query_device(&dev).ok()) {
+    sms = dev.sm_count;
+    os << "device " << dev.name << ": " << sms << " SMs\n";
+  } else {
+    sms = 132;
+    os << "no CUDA device: scoring for a 132-SM H100 SXM\n";
+  }
+  const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
+  os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
+  os << "   bn stages splits  units  waves  compute_us  memory_us  est_us  bound\n";
+  char line[160];
+  for (size_t i = 0; i < cands.size() && i < 12; ++i) {
+    const auto& c = cands[i];
+    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
+                  c.config.block_n, c.config.stages, c.config.splits, c.units, c.waves, c.t_compute_us,
+                  c.t_memory_us, c.t_total_us, c.bound);
+    os << line;
+  }
+  return os.str();
+}
+
+size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
+  if (config.splits <= 1) return 0;
+  const size_t tiles = static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n));
+  const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
+  return counters + tiles * config.splits * 128 * config.block_n * sizeof(float);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,31 @@
+// FP8 GEMM configuration choice: a small cost model over the compiled variants and split-K
+// factors. Internal; the public entry points are in lowbit/gemm.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lowbit/device.h"
+#include "lowbit/gemm.h"
+
+namespace lowbit::fp8 {
+
+struct Fp8Candidate {
+  Fp8GemmConfig config;
+  int units = 0;
+  double waves = 0.0;
+  double t_compute_us = 0.0;  // waves x per-unit tensor time
+  double t_memory_us = 0.0;   // DRAM bytes / bandwidth
+  double t_total_us = 0.0;
+  const char* bound = "";
+};
+
+// Every candidate scored for the shape on a device with `sm_count` SMs, best first.
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
+
+int fp8_k_blocks(int64_t k);
+int fp8_tiles(int64_t m, int64_t n, int block_n);
+bool fp8_variant_exists(int block_n, int* stages);
+
+}  // namespace lowbit::fp8

@@ -1,0 +1,84 @@
+// Dense FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
+// consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
+// into FP32 registers, optional split-K fix-up, TMA-store epilogue.
+// Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
+// mainloop -> epilogue.
+#pragma once
+
+#include <cuda.h>
+
+#include "gemm/fp8/epilogue.cuh"
+#include "gemm/fp8/mainloop.cuh"
+#include "gemm/fp8/traits.cuh"
+#include "gemm/split_k.cuh"
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/registers.cuh"
+#include "hopper/tma.cuh"
+
+namespace lowbit::fp8 {
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                    const __grid_constant__ CUtensorMap tm_d, const Fp8KernelParams p) {
+  // Static checks.
+  static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
+  static_assert(T::kBlockK == 128, "one 128-byte swizzle row of E4M3 per K block");
+  static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
+  static_assert((T::kBlockN / 2) % 4 == 0, "split-K stores fragments as float4");
+
+  // Shared-memory budget.
+  static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
+  extern __shared__ uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  const int warpgroup = threadIdx.x / 128;
+
+  // Barrier init: every consumer warp releases a stage once (8 arrivals per phase).
+  if (threadIdx.x == 0) {
+    ss.bars.init(T::kConsumerWarpgroups * 4);
+    hopper::mbarrier_init_fence();
+    hopper::tma_prefetch_descriptor(&tm_a);
+    hopper::tma_prefetch_descriptor(&tm_b);
+    hopper::tma_prefetch_descriptor(&tm_d);
+  }
+  __syncthreads();
+
+  const int num_units = p.sched.num_units();
+
+  // Role split.
+  if (warpgroup == 0) {
+    // Producer: one thread issues every TMA load; the rest of the warpgroup idles on few registers.
+    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      hopper::RingPosition<T::kStages> pos;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x)
+        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), pos);
+    }
+  } else {
+    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int consumer_wg = warpgroup - 1;
+    const float alpha = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+    hopper::RingPosition<T::kStages> pos;
+    Fp8Epilogue<T> epilogue;
+    float acc[T::kBlockN / 2];
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      const gemm::WorkUnit w = p.sched.unit(u);
+      // Mainloop.
+      consume_unit<T>(ss, consumer_wg, w, pos, acc);
+      // Epilogue (after the split-K fix-up when K is split).
+      if (p.sched.splits > 1 &&
+          !gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters, &ss.fixup_is_last,
+                               static_cast<int>(threadIdx.x) - 128, 128 * T::kConsumerWarpgroups))
+        continue;
+      epilogue.store(ss, consumer_wg, &tm_d, p, w, alpha, acc);
+    }
+    epilogue.drain();
+  }
+#endif
+}
+
+}  // namespace lowbit::fp8

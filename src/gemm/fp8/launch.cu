@@ -1,0 +1,212 @@
+// Host side of the FP8 GEMM: argument checks, config choice, tensor maps, launch.
+// Stream-ordered; no allocation and no synchronization.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "gemm/fp8/config.h"
+#include "gemm/fp8/kernel.cuh"
+#include "gemm/fp8/variants.h"
+#include "hopper/tensor_map.h"
+#include "lowbit/device.h"
+#include "lowbit/gemm.h"
+
+namespace lowbit {
+namespace {
+
+using fp8::Fp8KernelParams;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status validate(const Fp8GemmArgs& a) {
+  if (a.m <= 0) return Status::Invalid("fp8_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
+  if (a.n <= 0 || a.n % 16 != 0)
+    return Status::Invalid("fp8_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
+  if (a.k <= 0 || a.k % 16 != 0)
+    return Status::Invalid("fp8_gemm: K must be a positive multiple of 16 (got " + std::to_string(a.k) + ")");
+  if (a.m > INT_MAX - 256 || a.n > INT_MAX - 256 || a.k > INT_MAX - 256)
+    return Status::Invalid("fp8_gemm: M, N and K must each be below 2^31");
+  if (!a.a || !a.b || !a.d) return Status::Invalid("fp8_gemm: A, B and D must be non-null");
+  if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d))
+    return Status::Invalid("fp8_gemm: A, B and D must be 16-byte aligned");
+  if (a.bias && !aligned16(a.bias)) return Status::Invalid("fp8_gemm: bias must be 16-byte aligned");
+  if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
+      (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
+    return Status::Invalid("fp8_gemm: scale pointers must be 4-byte aligned");
+  if (a.workspace_bytes > 0 && !a.workspace)
+    return Status::Invalid("fp8_gemm: workspace_bytes > 0 with a null workspace");
+  if (a.workspace && !aligned16(a.workspace)) return Status::Invalid("fp8_gemm: workspace must be 16-byte aligned");
+  return Status::Ok();
+}
+
+Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
+  int stages = 0;
+  if (!fp8::fp8_variant_exists(c.block_n, &stages))
+    return Status::Invalid("fp8_gemm: no compiled variant with block_n=" + std::to_string(c.block_n));
+  if (c.stages != stages)
+    return Status::Invalid("fp8_gemm: block_n=" + std::to_string(c.block_n) + " runs with stages=" +
+                           std::to_string(stages));
+  const int kb = fp8::fp8_k_blocks(a.k);
+  if (c.splits < 1 || c.splits > kb)
+    return Status::Invalid("fp8_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(kb) + "]");
+  if (c.raster_group < 1) return Status::Invalid("fp8_gemm: raster_group must be >= 1");
+  if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
+  return Status::Ok();
+}
+
+using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                 const CUtensorMap&, const Fp8KernelParams&, int device);
+
+template <int kBlockN, bool kOutFp32>
+struct Variant {
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN), kOutFp32>;
+
+  static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const Fp8KernelParams& p, int device) {
+    // The dynamic shared-memory opt-in is per device; set it once for each.
+    static std::atomic<uint64_t> configured{0};
+    const uint64_t bit = device < 64 ? (1ull << device) : 0;
+    if (!bit || !(configured.load() & bit)) {
+      const cudaError_t e = cudaFuncSetAttribute(fp8::fp8_gemm_kernel<T>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      if (e != cudaSuccess) return e;
+      configured.fetch_or(bit);
+    }
+    fp8::fp8_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
+    return cudaGetLastError();
+  }
+  static int smem_bytes() { return T::kSmemBytes; }
+};
+
+struct VariantEntry {
+  int block_n;
+  bool out_fp32;
+  LaunchFn launch;
+  int (*smem_bytes)();
+};
+
+template <int BN>
+constexpr VariantEntry entry(bool f32) {
+  return f32 ? VariantEntry{BN, true, &Variant<BN, true>::launch, &Variant<BN, true>::smem_bytes}
+             : VariantEntry{BN, false, &Variant<BN, false>::launch, &Variant<BN, false>::smem_bytes};
+}
+
+// Must list exactly fp8::kFp8Variants (checked below).
+const VariantEntry kEntries[] = {
+    entry<64>(false), entry<64>(true), entry<128>(false), entry<128>(true), entry<192>(false), entry<192>(true),
+};
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * fp8::kNumFp8Variants,
+              "launch.cu instantiates every variant of variants.h for BF16 and FP32 output");
+
+const VariantEntry* find_entry(int block_n, bool out_fp32) {
+  for (const auto& e : kEntries)
+    if (e.block_n == block_n && e.out_fp32 == out_fp32) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return Status::Ok();
+  if (!workspace) return Status::Invalid("workspace_init: null workspace");
+  const cudaError_t e = cudaMemsetAsync(workspace, 0, bytes, stream);
+  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfig* forced) {
+  LOWBIT_RETURN_IF_ERROR(validate(args));
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+
+  Fp8GemmConfig cfg;
+  if (forced) {
+    cfg = *forced;
+    LOWBIT_RETURN_IF_ERROR(validate_config(args, cfg));
+    const size_t need = fp8_gemm_workspace_size(args.m, args.n, args.k, cfg);
+    if (need > args.workspace_bytes)
+      return Status::Error(StatusCode::kWorkspaceTooSmall,
+                           "fp8_gemm: config " + cfg.to_string() + " needs " + std::to_string(need) +
+                               " bytes of workspace, got " + std::to_string(args.workspace_bytes));
+  } else {
+    // Best candidate whose workspace the caller can hold (splits = 1 needs none).
+    const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
+    bool found = false;
+    for (const auto& c : cands)
+      if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes) {
+        cfg = c.config;
+        found = true;
+        break;
+      }
+    if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
+  }
+
+  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32);
+  if (!entry) return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
+  if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice,
+                         "fp8_gemm: kernel needs " + std::to_string(entry->smem_bytes()) +
+                             " bytes of shared memory per block; the device allows " +
+                             std::to_string(dev.smem_per_block_optin));
+
+  const bool f32 = args.out_type == OutType::kFP32;
+  CUtensorMap tm_a, tm_b, tm_d;
+  hopper::TensorMap2dSpec sa;
+  sa.base = args.a;
+  sa.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  sa.elem_bytes = 1;
+  sa.rows = static_cast<uint64_t>(args.m);
+  sa.cols = static_cast<uint64_t>(args.k);
+  sa.row_stride_bytes = static_cast<uint64_t>(args.k);
+  sa.box_rows = 128;
+  sa.box_cols = 128;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
+  hopper::TensorMap2dSpec sb = sa;
+  sb.base = args.b;
+  sb.rows = static_cast<uint64_t>(args.n);
+  sb.box_rows = static_cast<uint32_t>(cfg.block_n);
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
+  hopper::TensorMap2dSpec sd;
+  sd.base = args.d;
+  sd.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  sd.elem_bytes = f32 ? 4 : 2;
+  sd.rows = static_cast<uint64_t>(args.m);
+  sd.cols = static_cast<uint64_t>(args.n);
+  sd.row_stride_bytes = static_cast<uint64_t>(args.n) * sd.elem_bytes;
+  sd.box_rows = 64;
+  sd.box_cols = 128 / sd.elem_bytes;
+  sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
+
+  Fp8KernelParams p{};
+  p.sched.tiles_m = static_cast<int>((args.m + 127) / 128);
+  p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
+  p.sched.k_blocks = fp8::fp8_k_blocks(args.k);
+  p.sched.splits = cfg.splits;
+  p.sched.group_m = cfg.raster_group;
+  p.m = static_cast<int>(args.m);
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.alpha = args.alpha;
+  p.a_scale = args.a_scale;
+  p.b_scale = args.b_scale;
+  p.bias = static_cast<const __nv_bfloat16*>(args.bias);
+  if (cfg.splits > 1) {
+    const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
+    p.tile_counters = static_cast<int*>(args.workspace);
+    p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
+  }
+  const int units = p.sched.num_units();
+  int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
+  if (grid > units) grid = units;
+
+  const cudaError_t e = entry->launch(grid, stream, tm_a, tm_b, tm_d, p, dev.device);
+  if (e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError, std::string("fp8_gemm launch: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace lowbit

@@ -1,0 +1,66 @@
+// Compile-time shape of one FP8 GEMM kernel variant and its shared-memory layout.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/mbarrier.cuh"
+
+namespace lowbit::fp8 {
+
+// The largest dynamic shared memory an sm_90 block may opt into (227 KiB). Kernels assert
+// their layout against it at compile time; the launcher also checks the device's own limit.
+constexpr int kSm90MaxSmemPerBlock = 232448;
+
+template <int kBlockN_, int kStages_, bool kOutFp32_>
+struct Fp8Traits {
+  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
+  static constexpr int kStages = kStages_;
+  static constexpr bool kOutFp32 = kOutFp32_;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kWgmmaK = 32;
+
+  static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
+  static constexpr int kSmemB = kBlockN * kBlockK;
+  static constexpr uint32_t kStageTxBytes = kSmemA + kSmemB;
+
+  // Epilogue staging: 64 rows x 128 bytes per chunk (the TMA store box with 128B swizzle),
+  // two slots per consumer warpgroup so one chunk is written while the previous is stored.
+  static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
+  static constexpr int kEpiChunkCols = 128 / kOutBytes;
+  static constexpr int kEpiChunkBytes = 64 * 128;
+  static constexpr int kEpiSlots = 2;
+  static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
+
+  // Register budget after setmaxnreg: 40 for the producer warpgroup, the rest split between
+  // the consumers (128 * (40 + 2 * 232) = 64512 <= 65536).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  struct alignas(1024) SharedStorage {
+    uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
+    uint8_t b[kStages][kSmemB];
+    uint8_t epi[kConsumerWarpgroups][kEpiSlots][kEpiChunkBytes];
+    hopper::StageBarriers<kStages> bars;
+    int fixup_is_last;
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
+};
+
+struct Fp8KernelParams {
+  gemm::TileSchedule sched;
+  int m, n, k;
+  float alpha;
+  const float* a_scale;          // may be null
+  const float* b_scale;          // may be null
+  const __nv_bfloat16* bias;     // may be null
+  float* partials;               // split-K partial tiles (null when splits == 1)
+  int* tile_counters;            // split-K arrival counters, one per tile
+};
+
+}  // namespace lowbit::fp8

@@ -1,0 +1,75 @@
+// mbarrier: the single home for mbarrier use in lowbit, built on CCCL's cuda::ptx.
+// A Stage ring (full/empty barrier per stage, phase tracked by the caller) connects one TMA
+// producer to consumer warpgroups.
+#pragma once
+
+#include <cuda/ptx>
+#include <cstdint>
+
+namespace lowbit::hopper {
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  cuda::ptx::mbarrier_init(bar, count);
+}
+
+// Makes mbarrier.init visible to the async proxy (TMA) and, with clusters, to peer CTAs.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+
+// Spins until the phase with the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  (void)cuda::ptx::mbarrier_arrive(bar);
+}
+
+// The producer's arrival: one arrive plus the number of bytes TMA will complete on it.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                             cuda::ptx::space_shared, bar, bytes);
+}
+
+// Position in a ring of kStages buffers; the phase bit flips each time the ring wraps.
+// Producer and consumers each keep one and advance it in the same order.
+template <int kStages>
+struct RingPosition {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// full[s]: the producer arms it with the tile's byte count and TMA completes it.
+// empty[s]: every consumer warp arrives once it no longer reads stage s.
+template <int kStages>
+struct StageBarriers {
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
+
+  __device__ __forceinline__ void init(uint32_t consumer_arrivals) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], consumer_arrivals);
+    }
+  }
+  // A fresh barrier reports its preceding (parity 1) phase complete, so the producer's first
+  // pass over the ring does not wait.
+  __device__ __forceinline__ void producer_acquire(const RingPosition<kStages>& p) {
+    mbarrier_wait(&empty[p.stage], p.phase ^ 1u);
+  }
+  __device__ __forceinline__ void consumer_wait(const RingPosition<kStages>& p) {
+    mbarrier_wait(&full[p.stage], p.phase);
+  }
+  __device__ __forceinline__ void consumer_release(int stage) { mbarrier_arrive(&empty[stage]); }
+};
+
+}  // namespace lowbit::hopper

@@ -1,0 +1,69 @@
+#include "hopper/tensor_map.h"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+#include <string>
+
+namespace lowbit::hopper {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn(Status* status) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static Status init_status = Status::Ok();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q);
+    if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || ptr == nullptr) {
+      init_status = Status::Error(StatusCode::kCudaError,
+                                  std::string("cuTensorMapEncodeTiled not available from the driver: ") +
+                                      cudaGetErrorString(err));
+      return;
+    }
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  });
+  *status = init_status;
+  return fn;
+}
+
+CUtensorMapSwizzle to_cu(TmaSwizzle s) {
+  switch (s) {
+    case TmaSwizzle::kNone: return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case TmaSwizzle::k32B: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case TmaSwizzle::k64B: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case TmaSwizzle::k128B: return CU_TENSOR_MAP_SWIZZLE_128B;
+  }
+  return CU_TENSOR_MAP_SWIZZLE_NONE;
+}
+
+}  // namespace
+
+Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out) {
+  Status st;
+  auto fn = encode_fn(&st);
+  if (!st.ok()) return st;
+  if (spec.base == nullptr) return Status::Invalid("tensor map: null base pointer");
+  if (reinterpret_cast<uintptr_t>(spec.base) % 16 != 0)
+    return Status::Invalid("tensor map: base pointer must be 16-byte aligned");
+  if (spec.row_stride_bytes % 16 != 0)
+    return Status::Invalid("tensor map: row stride must be a multiple of 16 bytes");
+  const cuuint64_t dims[2] = {spec.cols, spec.rows};
+  const cuuint64_t strides[1] = {spec.row_stride_bytes};
+  const cuuint32_t box[2] = {spec.box_cols, spec.box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = fn(out, spec.dtype, 2, const_cast<void*>(spec.base), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, to_cu(spec.swizzle),
+                        spec.l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Error(StatusCode::kCudaError,
+                         "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r)) +
+                             " (rows=" + std::to_string(spec.rows) + ", cols=" + std::to_string(spec.cols) +
+                             ", box=" + std::to_string(spec.box_rows) + "x" + std::to_string(spec.box_cols) + ")");
+  return Status::Ok();
+}
+
+}  // namespace lowbit::hopper

@@ -1,0 +1,67 @@
+// WGMMA (warpgroup matrix multiply-accumulate, sm_90a): the single home for the wgmma PTX
+// family in lowbit. CCCL's cuda::ptx does not cover wgmma, so the instructions live here and
+// in the generated wgmma_ops.inc; kernels call these wrappers and never write wgmma asm.
+#pragma once
+
+#include <cstdint>
+
+namespace lowbit::hopper {
+
+// Shared-memory swizzle modes as the wgmma descriptor encodes them (bits 62..63).
+enum class SmemSwizzle : uint32_t { kNone = 0, k128B = 1, k64B = 2, k32B = 3 };
+
+// A wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format").
+// For the K-major, 128-byte-swizzled tiles that TMA writes (rows of 128 bytes, 8-row atoms of
+// 1024 bytes), the stride byte offset is the distance between 8-row atoms and the leading byte
+// offset is unused. Advancing along K inside the 128-byte row is a plain add to the start
+// address, which is why descriptors are built once per stage and bumped per k-step.
+__device__ __forceinline__ uint64_t make_smem_desc(const void* smem_ptr, uint32_t leading_bytes,
+                                                   uint32_t stride_bytes, SmemSwizzle swizzle) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>((leading_bytes & 0x3FFFF) >> 4) << 16;
+  desc |= static_cast<uint64_t>((stride_bytes & 0x3FFFF) >> 4) << 32;
+  desc |= static_cast<uint64_t>(swizzle) << 62;
+  return desc;
+}
+
+// The descriptor's start address is in 16-byte units in its low bits.
+__device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
+// Orders prior register writes (accumulators, A fragments) before the next wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most N committed wgmma groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+  static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0..7");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulator registers across a
+// wgmma issue or wait: the asynchronous unit writes them behind the compiler's back.
+template <int R>
+__device__ __forceinline__ void fence_operands(float (&regs)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(regs[i])::"memory");
+}
+
+enum class WgmmaKind { kE4M3, kBF16, kF16 };
+
+// m64nNkK, A and B from shared memory (K-major), FP32 accumulators in registers.
+// Specializations for each (kind, N) are generated into wgmma_ops.inc.
+template <WgmmaKind Kind, int N>
+struct WgmmaOp;
+
+#include "wgmma_ops.inc"
+
+}  // namespace lowbit::hopper

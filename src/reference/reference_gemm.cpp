@@ -1,0 +1,56 @@
+#include "reference/reference_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+namespace lowbit::reference {
+
+double gemm_element(const GemmProblem& p, int64_t row, int64_t col) {
+  const float* a = p.a + row * p.k;
+  const float* b = p.b + col * p.k;
+  double s = 0.0;
+  for (int64_t i = 0; i < p.k; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  s *= p.alpha;
+  if (p.bias) s += static_cast<double>(p.bias[col]);
+  return s;
+}
+
+std::vector<double> gemm_full(const GemmProblem& p) {
+  std::vector<double> out(static_cast<size_t>(p.m * p.n));
+  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t r = t; r < p.m; r += threads)
+        for (int64_t c = 0; c < p.n; ++c) out[static_cast<size_t>(r * p.n + c)] = gemm_element(p, r, c);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+ErrorStats compare(const std::vector<double>& ref, const std::vector<double>& got) {
+  ErrorStats e;
+  double num = 0.0, den = 0.0, ref_max = 0.0, err_max = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) ref_max = std::max(ref_max, std::fabs(ref[i]));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++e.nonfinite;
+      if (e.worst_index < 0) e.worst_index = static_cast<int64_t>(i);
+      continue;
+    }
+    const double d = got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    if (std::fabs(d) > err_max) {
+      err_max = std::fabs(d);
+      if (e.nonfinite == 0) e.worst_index = static_cast<int64_t>(i);
+    }
+  }
+  e.rel_fro = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  e.max_rel = ref_max > 0.0 ? err_max / ref_max : err_max;
+  return e;
+}
+
+}  // namespace lowbit::reference

@@ -1,0 +1,35 @@
+// The oracle for every GEMM test: a CPU GEMM over the same quantized inputs with FP64
+// accumulation. Inputs are given already decoded to float (exact for E4M3, BF16 and FP16).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace lowbit::reference {
+
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;     // [m, k] row-major
+  const float* b = nullptr;     // [n, k] row-major
+  double alpha = 1.0;
+  const float* bias = nullptr;  // [n] or null
+};
+
+// One output element: alpha * sum_k a[r,k] * b[c,k] + bias[c], in FP64.
+double gemm_element(const GemmProblem& p, int64_t row, int64_t col);
+
+// The whole [m, n] output in FP64 (threads over rows).
+std::vector<double> gemm_full(const GemmProblem& p);
+
+// Error of `got` (m*n values read through `get`) against `ref`: the norm-wise relative error
+// ||got - ref|| / ||ref|| and the largest element error relative to max|ref|.
+struct ErrorStats {
+  double rel_fro = 0.0;
+  double max_rel = 0.0;
+  int64_t nonfinite = 0;
+  int64_t worst_index = -1;
+};
+ErrorStats compare(const std::vector<double>& ref, const std::vector<double>& got);
+
+}  // namespace lowbit::reference

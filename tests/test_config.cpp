@@ -1,0 +1,56 @@
+#include <gtest/gtest.h>
+
+#include "gemm/fp8/config.h"
+#include "gemm/fp8/variants.h"
+#include "lowbit/gemm.h"
+
+using namespace lowbit;
+
+TEST(Fp8Config, ParsesAndRejects) {
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=64,splits=3,group=4,grid=100", &c).ok());
+  EXPECT_EQ(c.block_n, 64);
+  EXPECT_EQ(c.splits, 3);
+  EXPECT_EQ(c.raster_group, 4);
+  EXPECT_EQ(c.grid, 100);
+  EXPECT_EQ(c.stages, fp8::fp8_stages_for(64));
+  EXPECT_FALSE(parse_fp8_config("bn=96", &c).ok());
+  EXPECT_FALSE(parse_fp8_config("bn=128,foo=1", &c).ok());
+  EXPECT_FALSE(parse_fp8_config("bn=abc", &c).ok());
+  EXPECT_FALSE(parse_fp8_config("bn=128,stages=3", &c).ok());
+}
+
+TEST(Fp8Config, StagesFitSharedMemory) {
+  for (const auto& v : fp8::kFp8Variants) {
+    EXPECT_GE(v.stages, 4) << v.block_n;
+    EXPECT_LE(v.stages * (16384 + v.block_n * 128) + 32768 + 2048, 232448) << v.block_n;
+  }
+}
+
+TEST(Fp8Config, ChooserCoversEveryBenchShape) {
+  const int64_t shapes[][3] = {{4096, 8192, 8192}, {8192, 8192, 8192}, {64, 2112, 7168}, {128, 7168, 16384},
+                               {4096, 32768, 512}, {1, 16, 16}, {3, 48, 144}};
+  for (const auto& s : shapes) {
+    const auto cands = fp8::score_fp8_candidates(s[0], s[1], s[2], 132);
+    ASSERT_FALSE(cands.empty());
+    const auto& best = cands.front().config;
+    EXPECT_GE(best.splits, 1);
+    EXPECT_LE(best.splits, fp8::fp8_k_blocks(s[2]));
+    EXPECT_FALSE(best.reason.empty());
+    for (size_t i = 1; i < cands.size(); ++i) EXPECT_GT(cands[i].t_total_us, 0.0);
+  }
+  // Small M with few tiles should split K to occupy the SMs.
+  const auto small = fp8::score_fp8_candidates(128, 4096, 7168, 132);
+  EXPECT_GT(small.front().config.splits * fp8::fp8_tiles(128, 4096, small.front().config.block_n), 64);
+  EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
+}
+
+TEST(Fp8Config, WorkspaceSize) {
+  Fp8GemmConfig c;
+  c.block_n = 128;
+  c.splits = 1;
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 0u);
+  c.splits = 4;
+  // 32 tiles: 256 bytes of counters + 32 * 4 * 128 * 128 floats.
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 256u + 32u * 4 * 128 * 128 * 4);
+}

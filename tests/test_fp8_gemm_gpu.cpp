@@ -1,0 +1,300 @@
+// FP8 GEMM on the GPU against the FP64 CPU reference on the same E4M3 inputs.
+// Skips (with the reason) when there is no Hopper GPU. Label: gpu.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cublaslt_fp8.h"
+#include "device_fill.h"
+#include "formats/bf16.h"
+#include "formats/e4m3.h"
+#include "lowbit/device.h"
+#include "lowbit/gemm.h"
+#include "reference/reference_gemm.h"
+#include "test_seed.h"
+
+using namespace lowbit;
+
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class Fp8GemmGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status st = require_hopper();
+    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
+  }
+};
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 16), cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+};
+
+enum class Inputs { kSmallInts, kUniform };
+
+struct Case {
+  int64_t m, n, k;
+  OutType out = OutType::kBF16;
+  bool bias = false;
+  Inputs inputs = Inputs::kUniform;
+  const char* config = nullptr;  // forced, or null for the chooser
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         (c.out == OutType::kFP32 ? " fp32" : " bf16") + (c.bias ? " +bias" : "") +
+         (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto");
+}
+
+double out_at(const std::vector<uint8_t>& raw, OutType t, size_t i) {
+  if (t == OutType::kFP32) {
+    float f;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  return formats::bf16_to_float(h);
+}
+
+struct Outcome {
+  reference::ErrorStats ours, cublas;
+  int64_t mismatches = 0;  // exact-mode element mismatches
+  std::vector<uint8_t> raw;
+};
+
+// Runs lowbit (and cuBLASLt on the same inputs) and checks every output element against the
+// FP64 reference. Exact mode (small integers, unit scales) requires bit equality with the
+// reference rounded to the output type.
+void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
+  const uint64_t seed = lowbit_test::seed() * 7919 + seed_offset + static_cast<uint64_t>(c.m * 31 + c.n * 17 + c.k);
+  const size_t ob = c.out == OutType::kFP32 ? 4 : 2;
+  Buf A(c.m * c.k), B(c.n * c.k), D(c.m * c.n * ob), Dl(c.m * c.n * ob), bias(c.n * 2), scales(8);
+  const bool ints = c.inputs == Inputs::kSmallInts;
+  if (ints) {
+    ASSERT_EQ(bench::fill_e4m3_int(A.p, c.m * c.k, 4, seed, nullptr), cudaSuccess);
+    ASSERT_EQ(bench::fill_e4m3_int(B.p, c.n * c.k, 4, seed + 1, nullptr), cudaSuccess);
+  } else {
+    ASSERT_EQ(bench::fill_e4m3_uniform(A.p, c.m * c.k, 8.0f, seed, nullptr), cudaSuccess);
+    ASSERT_EQ(bench::fill_e4m3_uniform(B.p, c.n * c.k, 8.0f, seed + 1, nullptr), cudaSuccess);
+  }
+  std::vector<uint16_t> hbias(c.n);
+  for (int64_t j = 0; j < c.n; ++j)
+    hbias[j] = formats::float_to_bf16(ints ? static_cast<float>((j * 7 + seed) % 9) - 4.0f
+                                           : 0.25f * static_cast<float>((j * 13 + seed) % 17) - 2.0f);
+  CUDA_OK(cudaMemcpy(bias.p, hbias.data(), c.n * 2, cudaMemcpyHostToDevice));
+  const float hs[2] = {ints ? 1.0f : 0.125f, ints ? 1.0f : 0.0625f};
+  const float alpha = ints ? 1.0f : 0.5f;
+  CUDA_OK(cudaMemcpy(scales.p, hs, sizeof(hs), cudaMemcpyHostToDevice));
+  ASSERT_EQ(bench::fill_u16(D.p, c.m * c.n * ob / 2, 0xFFFF, nullptr), cudaSuccess);  // poison: NaN
+
+  Fp8GemmConfig cfg;
+  const Fp8GemmConfig* forced = nullptr;
+  if (c.config) {
+    const Status ps = parse_fp8_config(c.config, &cfg);
+    ASSERT_TRUE(ps.ok()) << ps.to_string();
+    forced = &cfg;
+  }
+  const size_t wsb = forced ? fp8_gemm_workspace_size(c.m, c.n, c.k, cfg) : (size_t(64) << 20);
+  Buf ws(wsb);
+  ASSERT_TRUE(workspace_init(ws.p, wsb, nullptr).ok());
+
+  Fp8GemmArgs a;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.out_type = c.out;
+  a.alpha = alpha;
+  a.a_scale = static_cast<float*>(scales.p);
+  a.b_scale = static_cast<float*>(scales.p) + 1;
+  a.bias = c.bias ? bias.p : nullptr;
+  a.workspace = ws.p;
+  a.workspace_bytes = wsb;
+  const Status st = fp8_gemm(a, nullptr, forced);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+
+  bench::CublasLtFp8 lt;
+  const Status lp = lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale);
+  ASSERT_TRUE(lp.ok()) << lp.to_string();
+  ASSERT_TRUE(lt.run(A.p, B.p, Dl.p, a.bias, alpha, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<uint8_t> ha(c.m * c.k), hb(c.n * c.k), hl(c.m * c.n * ob);
+  o->raw.resize(c.m * c.n * ob);
+  CUDA_OK(cudaMemcpy(ha.data(), A.p, ha.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hb.data(), B.p, hb.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(o->raw.data(), D.p, o->raw.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hl.data(), Dl.p, hl.size(), cudaMemcpyDeviceToHost));
+
+  std::vector<float> fa(ha.size()), fb(hb.size()), fbias(c.n);
+  for (size_t i = 0; i < ha.size(); ++i) fa[i] = formats::e4m3_to_float(ha[i]);
+  for (size_t i = 0; i < hb.size(); ++i) fb[i] = formats::e4m3_to_float(hb[i]);
+  for (int64_t j = 0; j < c.n; ++j) fbias[j] = formats::bf16_to_float(hbias[j]);
+  reference::GemmProblem p;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.a = fa.data();
+  p.b = fb.data();
+  p.alpha = static_cast<double>(alpha) * hs[0] * hs[1];
+  p.bias = c.bias ? fbias.data() : nullptr;
+  const auto ref = reference::gemm_full(p);
+  std::vector<double> got(ref.size()), gotl(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    got[i] = out_at(o->raw, c.out, i);
+    gotl[i] = out_at(hl, c.out, i);
+  }
+  o->ours = reference::compare(ref, got);
+  o->cublas = reference::compare(ref, gotl);
+  if (ints) {
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double want = c.out == OutType::kFP32 ? static_cast<double>(static_cast<float>(ref[i]))
+                                                  : formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref[i])));
+      if (!(got[i] == want)) {
+        if (o->mismatches < 5)
+          ADD_FAILURE() << describe(c) << ": element (" << i / c.n << ", " << i % c.n << ") = " << got[i]
+                        << ", want " << want;
+        ++o->mismatches;
+      }
+    }
+  }
+}
+
+void expect_exact(const Case& c) {
+  Outcome o;
+  run_case(c, &o);
+  EXPECT_EQ(o.mismatches, 0) << describe(c);
+  EXPECT_EQ(o.ours.nonfinite, 0) << describe(c);
+}
+
+void expect_close(const Case& c) {
+  Outcome o;
+  run_case(c, &o);
+  EXPECT_EQ(o.ours.nonfinite, 0) << describe(c) << ": unwritten (poisoned) or non-finite outputs";
+  EXPECT_LE(o.ours.rel_fro, 2.0 * o.cublas.rel_fro)
+      << describe(c) << ": lowbit " << o.ours.rel_fro << " vs cuBLASLt " << o.cublas.rel_fro;
+  std::printf("[lowbit] %s: rel err %.3e (cuBLASLt %.3e), max %.3e (cuBLASLt %.3e)\n", describe(c).c_str(),
+              o.ours.rel_fro, o.cublas.rel_fro, o.ours.max_rel, o.cublas.max_rel);
+}
+
+}  // namespace
+
+TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
+  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=64,splits=3", "bn=128,splits=2", "bn=192,splits=4"}) {
+    for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
+      expect_exact(c);
+    }
+  }
+}
+
+TEST_F(Fp8GemmGpu, EdgeShapesExact) {
+  const int64_t ms[] = {1, 3, 127, 129, 1000};
+  const int64_t ns[] = {16, 208};
+  const int64_t ks[] = {16, 400};
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int64_t k : ks)
+        for (const char* cfg : {"bn=64", "bn=192,splits=2"}) {
+          if (std::string(cfg).find("splits=2") != std::string::npos && k < 256) continue;
+          expect_exact({m, n, k, OutType::kBF16, true, Inputs::kSmallInts, cfg});
+        }
+  expect_exact({1000, 208, 400, OutType::kFP32, false, Inputs::kSmallInts, nullptr});
+}
+
+TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
+  expect_close({256, 512, 4096, OutType::kBF16, false, Inputs::kUniform, nullptr});
+  expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, nullptr});
+  expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128"});
+  expect_close({128, 1024, 8192, OutType::kBF16, false, Inputs::kUniform, "bn=128,splits=8"});
+  expect_close({64, 768, 1536, OutType::kFP32, true, Inputs::kUniform, "bn=64,splits=4"});
+}
+
+TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
+  Case c{200, 640, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=64,splits=7"};
+  Outcome first;
+  run_case(c, &first);
+  for (int rep = 0; rep < 3; ++rep) {
+    Outcome again;
+    run_case(c, &again);
+    EXPECT_EQ(first.raw, again.raw) << "split-K result changed between identical runs (rep " << rep << ")";
+  }
+}
+
+TEST_F(Fp8GemmGpu, RejectsBadInputOnDevice) {
+  Buf A(256 * 256), B(256 * 256), D(256 * 256 * 2);
+  Fp8GemmArgs a;
+  a.m = 256;
+  a.n = 256;
+  a.k = 256;
+  a.a = static_cast<char*>(A.p) + 1;
+  a.b = B.p;
+  a.d = D.p;
+  EXPECT_EQ(fp8_gemm(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a.a = A.p;
+  Fp8GemmConfig cfg;
+  ASSERT_TRUE(parse_fp8_config("bn=128,splits=2", &cfg).ok());
+  EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kWorkspaceTooSmall);
+  cfg.splits = 3;  // K = 256 has only 2 K blocks
+  EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
+  cfg.splits = 1;
+  cfg.block_n = 96;
+  EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(Fp8GemmGpu, CapturedGraphReplaysWithNewInputs) {
+  const int64_t m = 192, n = 256, k = 512;
+  Buf A(m * k), B(n * k), D(m * n * 4);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  Fp8GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.out_type = OutType::kFP32;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  ASSERT_TRUE(fp8_gemm(a, s).ok());
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    const uint64_t seed = lowbit_test::seed() + 100 + rep;
+    ASSERT_EQ(bench::fill_e4m3_int(A.p, m * k, 3, seed, s), cudaSuccess);
+    ASSERT_EQ(bench::fill_e4m3_int(B.p, n * k, 3, seed + 1, s), cudaSuccess);
+    ASSERT_EQ(bench::fill_u16(D.p, m * n * 2, 0xFFFF, s), cudaSuccess);
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<uint8_t> ha(m * k), hb(n * k);
+    std::vector<float> hd(m * n);
+    CUDA_OK(cudaMemcpy(ha.data(), A.p, ha.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hb.data(), B.p, hb.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hd.data(), D.p, hd.size() * 4, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double r = 0;
+        for (int64_t q = 0; q < k; ++q) r += formats::e4m3_to_float(ha[i * k + q]) * formats::e4m3_to_float(hb[j * k + q]);
+        if (hd[i * n + j] != static_cast<float>(r)) ++bad;
+      }
+    EXPECT_EQ(bad, 0) << "replay " << rep;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
