@@ -67,6 +67,7 @@ double out_at(const std::vector<uint8_t>& raw, OutType t, size_t i) {
 struct Outcome {
   reference::ErrorStats ours, cublas;
   int64_t mismatches = 0;  // exact-mode element mismatches
+  bool cublas_ok = false;
   std::vector<uint8_t> raw;
 };
 
@@ -124,10 +125,13 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
 
+  // cuBLASLt on the same inputs: its error is the bar for ours. A failure here fails the test
+  // but does not hide lowbit's own element checks below.
   bench::CublasLtFp8 lt;
-  const Status lp = lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale);
-  ASSERT_TRUE(lp.ok()) << lp.to_string();
-  ASSERT_TRUE(lt.run(A.p, B.p, Dl.p, a.bias, alpha, nullptr).ok());
+  Status lst = lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale);
+  if (lst.ok()) lst = lt.run(A.p, B.p, Dl.p, a.bias, alpha, nullptr);
+  o->cublas_ok = lst.ok();
+  if (!lst.ok()) ADD_FAILURE() << describe(c) << ": cuBLASLt baseline failed: " << lst.to_string();
   CUDA_OK(cudaDeviceSynchronize());
 
   std::vector<uint8_t> ha(c.m * c.k), hb(c.n * c.k), hl(c.m * c.n * ob);
@@ -182,8 +186,10 @@ void expect_close(const Case& c) {
   Outcome o;
   run_case(c, &o);
   EXPECT_EQ(o.ours.nonfinite, 0) << describe(c) << ": unwritten (poisoned) or non-finite outputs";
-  EXPECT_LE(o.ours.rel_fro, 2.0 * o.cublas.rel_fro)
-      << describe(c) << ": lowbit " << o.ours.rel_fro << " vs cuBLASLt " << o.cublas.rel_fro;
+  if (o.cublas_ok) {
+    EXPECT_LE(o.ours.rel_fro, 2.0 * o.cublas.rel_fro)
+        << describe(c) << ": lowbit " << o.ours.rel_fro << " vs cuBLASLt " << o.cublas.rel_fro;
+  }
   std::printf("[lowbit] %s: rel err %.3e (cuBLASLt %.3e), max %.3e (cuBLASLt %.3e)\n", describe(c).c_str(),
               o.ours.rel_fro, o.cublas.rel_fro, o.ours.max_rel, o.cublas.max_rel);
 }
