@@ -75,11 +75,13 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(Dbase.alloc(static_cast<size_t>(m * n) * out_bytes));
   LOWBIT_RETURN_IF_ERROR(bias.alloc(static_cast<size_t>(n) * 2));
   LOWBIT_RETURN_IF_ERROR(cuda(fill_bf16_uniform(bias.p, n, 1.0f, seed * 1000 + 999, s), "fill bias"));
-  LOWBIT_RETURN_IF_ERROR(scales.alloc(2 * sizeof(float)));
+  // Each scale in its own 256-byte line, as separate framework tensors would be.
+  LOWBIT_RETURN_IF_ERROR(scales.alloc(512));
   const float h_scales[2] = {0.0625f, 0.03125f};
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(scales.p, h_scales, sizeof(h_scales), cudaMemcpyHostToDevice, s), "scales"));
-  const float* d_sa = static_cast<float*>(scales.p);
-  const float* d_sb = d_sa + 1;
+  float* d_sa = static_cast<float*>(scales.p);
+  float* d_sb = d_sa + 64;
+  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
   const float alpha = 1.0f;
 
   Fp8GemmConfig cfg;
@@ -182,6 +184,8 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     }
   }
 
+  std::printf("  %lldx%lldx%lld: lowbit %s | %s\n", (long long)m, (long long)n, (long long)k, cfg.to_string().c_str(),
+              baseline ? lt.algo_note().c_str() : baseline_note.c_str());
   // Timing: batches long enough that each graph replay runs >= ~2 ms.
   double rough = 0.0;
   LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, s, &rough));

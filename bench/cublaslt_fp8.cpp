@@ -72,13 +72,14 @@ Status CublasLtFp8::plan(int64_t m, int64_t n, int64_t k, OutType out, bool with
   LT_CHECK("pref", cublasLtMatmulPreferenceCreate(&pref));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                        sizeof(workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, op_, la_, lb_, lc_, ld_, pref, 1, &res, &found);
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(handle_, op_, la_, lb_, lc_, ld_, pref, kMaxAlgos, heuristics_, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return lt_error("heuristic (no algorithm)", hs);
-  algo_ = res.algo;
-  note_ = "cuBLASLt heuristic #1, workspace " + std::to_string(res.workspaceSize) + " B";
+  num_algos_ = found;
+  chosen_ = 0;
+  note_ = "cuBLASLt heuristic #1";
   return Status::Ok();
 }
 
@@ -86,9 +87,19 @@ Status CublasLtFp8::run(const void* a, const void* b, void* d, const void* bias,
   if (bias)
     LT_CHECK("bias ptr", cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float beta = 0.0f;
-  LT_CHECK("matmul", cublasLtMatmul(handle_, op_, &alpha, b, la_, a, lb_, &beta, d, lc_, d, ld_, &algo_, workspace_,
-                                    workspace_bytes_, s));
-  return Status::Ok();
+  // cuBLASLt's first heuristic answer is what a user gets; if it refuses to run (NOT_SUPPORTED),
+  // fall back to its next answer, as frameworks do, and say so in the note.
+  for (;;) {
+    const cublasStatus_t st = cublasLtMatmul(handle_, op_, &alpha, b, la_, a, lb_, &beta, d, lc_, d, ld_,
+                                             &heuristics_[chosen_].algo, workspace_, workspace_bytes_, s);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      locked_ = true;
+      return Status::Ok();
+    }
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED || locked_ || chosen_ + 1 >= num_algos_) return lt_error("matmul", st);
+    ++chosen_;
+    note_ = "cuBLASLt heuristic #" + std::to_string(chosen_ + 1) + " (earlier answers NOT_SUPPORTED)";
+  }
 }
 
 }  // namespace lowbit::bench

@@ -32,7 +32,11 @@ class CublasLtFp8 {
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr, ld_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
+  static constexpr int kMaxAlgos = 8;
+  cublasLtMatmulHeuristicResult_t heuristics_[kMaxAlgos]{};
+  int num_algos_ = 0;
+  int chosen_ = 0;
+  bool locked_ = false;  // an algorithm ran: never switch afterwards (timing stays on one)
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::string note_;

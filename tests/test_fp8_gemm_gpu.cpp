@@ -77,7 +77,7 @@ struct Outcome {
 void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   const uint64_t seed = lowbit_test::seed() * 7919 + seed_offset + static_cast<uint64_t>(c.m * 31 + c.n * 17 + c.k);
   const size_t ob = c.out == OutType::kFP32 ? 4 : 2;
-  Buf A(c.m * c.k), B(c.n * c.k), D(c.m * c.n * ob), Dl(c.m * c.n * ob), bias(c.n * 2), scales(8);
+  Buf A(c.m * c.k), B(c.n * c.k), D(c.m * c.n * ob), Dl(c.m * c.n * ob), bias(c.n * 2), scales(512);
   const bool ints = c.inputs == Inputs::kSmallInts;
   if (ints) {
     ASSERT_EQ(bench::fill_e4m3_int(A.p, c.m * c.k, 4, seed, nullptr), cudaSuccess);
@@ -93,7 +93,8 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   CUDA_OK(cudaMemcpy(bias.p, hbias.data(), c.n * 2, cudaMemcpyHostToDevice));
   const float hs[2] = {ints ? 1.0f : 0.125f, ints ? 1.0f : 0.0625f};
   const float alpha = ints ? 1.0f : 0.5f;
-  CUDA_OK(cudaMemcpy(scales.p, hs, sizeof(hs), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(scales.p, &hs[0], 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(static_cast<float*>(scales.p) + 64, &hs[1], 4, cudaMemcpyHostToDevice));
   ASSERT_EQ(bench::fill_u16(D.p, c.m * c.n * ob / 2, 0xFFFF, nullptr), cudaSuccess);  // poison: NaN
 
   Fp8GemmConfig cfg;
@@ -117,7 +118,7 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.out_type = c.out;
   a.alpha = alpha;
   a.a_scale = static_cast<float*>(scales.p);
-  a.b_scale = static_cast<float*>(scales.p) + 1;
+  a.b_scale = static_cast<float*>(scales.p) + 64;
   a.bias = c.bias ? bias.p : nullptr;
   a.workspace = ws.p;
   a.workspace_bytes = wsb;
