@@ -41,13 +41,14 @@ struct Fp8GemmConfig {
   int block_n = 128;     // tile width; the tile is 128 rows (two consumer warpgroups of 64)
   int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
-  int raster_group = 8;  // tiles walked in groups of this many M-blocks for L2 reuse
+  int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
+  int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
   std::string reason;    // why the chooser picked it (empty when forced)
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132" (any subset); unknown keys are an error.
+// Parses "bn=128,splits=2,group=8,grid=132,turns=1" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // The configuration lowbit would pick for this shape on this device, with its reason.

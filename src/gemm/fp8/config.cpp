@@ -26,6 +26,13 @@ double tile_efficiency(int block_n) {
 }
 }  // namespace model
 
+// A wave of S CTAs walking g tile rows at a time touches g*128 rows of A and (S/g)*BN rows of B;
+// their sum (the bytes a wave pulls through L2) is smallest at g = sqrt(S * BN / 128).
+int raster_group_for(int sm_count, int block_n) {
+  const int g = static_cast<int>(std::lround(std::sqrt(static_cast<double>(sm_count) * block_n / 128.0)));
+  return std::max(1, std::min(g, 64));
+}
+
 int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
 
 int fp8_tiles(int64_t m, int64_t n, int block_n) {
@@ -54,7 +61,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.config.block_n = v.block_n;
       c.config.stages = v.stages;
       c.config.splits = splits;
-      c.config.raster_group = 8;
+      c.config.raster_group = raster_group_for(sm_count, v.block_n);
       c.units = units;
       c.waves = static_cast<double>(units) / sm_count;
       const double rounds = std::ceil(c.waves);
@@ -92,7 +99,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
 std::string Fp8GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
-     << ",grid=" << grid;
+     << ",grid=" << grid << ",turns=" << mma_turns;
   return os.str();
 }
 
@@ -117,8 +124,9 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
+    else if (key == "turns") c.mma_turns = value;
     else if (key == "stages") c.stages = value;
-    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages)");
+    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns)");
   }
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))

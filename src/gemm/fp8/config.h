@@ -25,6 +25,7 @@ struct Fp8Candidate {
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
 
 int fp8_k_blocks(int64_t k);
+int raster_group_for(int sm_count, int block_n);
 int fp8_tiles(int64_t m, int64_t n, int block_n);
 bool fp8_variant_exists(int block_n, int* stages);
 

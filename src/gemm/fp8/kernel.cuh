@@ -64,12 +64,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const float alpha = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    MmaTurn turn{consumer_wg};
+    MmaTurn turn{consumer_wg, p.mma_turns != 0};
+    Consumer<T> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
     for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
       const gemm::WorkUnit w = p.sched.unit(u);
       // Mainloop.
-      consume_unit<T>(ss, consumer_wg, w, pos, turn, acc);
+      consumer.run(w, acc);
       // Epilogue (after the split-K fix-up when K is split).
       if (p.sched.splits > 1 &&
           !gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters, &ss.fixup_is_last,

@@ -52,8 +52,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   const int kb = fp8::fp8_k_blocks(a.k);
   if (c.splits < 1 || c.splits > kb)
     return Status::Invalid("fp8_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(kb) + "]");
-  if (c.raster_group < 1) return Status::Invalid("fp8_gemm: raster_group must be >= 1");
+  if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
+  if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
   return Status::Ok();
 }
 
@@ -186,7 +187,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
   p.sched.k_blocks = fp8::fp8_k_blocks(args.k);
   p.sched.splits = cfg.splits;
-  p.sched.group_m = cfg.raster_group;
+  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
+  p.mma_turns = cfg.mma_turns;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);

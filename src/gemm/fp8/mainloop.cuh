@@ -36,8 +36,10 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
 // one warpgroup's adds overlap the other's MMAs.
 struct MmaTurn {
   int consumer_wg;
+  bool enabled;
   bool first = true;
   __device__ __forceinline__ void before_issue() {
+    if (!enabled) return;
     if (consumer_wg == 1) {
       hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg0, 256);
     } else if (!first) {
@@ -46,57 +48,104 @@ struct MmaTurn {
     first = false;
   }
   __device__ __forceinline__ void after_issue() {
+    if (!enabled) return;
     hopper::named_barrier_arrive(
         consumer_wg == 0 ? hopper::NamedBarrier::kMmaIssuedWg0 : hopper::NamedBarrier::kMmaIssuedWg1, 256);
   }
   // Warpgroup 1's last signal has no later turn of warpgroup 0 to consume it; take it so the
   // barrier ends the kernel balanced.
   __device__ __forceinline__ void finish() {
-    if (consumer_wg == 0 && !first) hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg1, 256);
+    if (enabled && consumer_wg == 0 && !first) hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg1, 256);
   }
 };
 
 // One consumer warpgroup computes its 64 x BN slice of the unit. The tensor cores' FP8
-// accumulator keeps fewer mantissa bits than FP32, so each K block (4 wgmma k-steps) goes into
-// `partial` and is added to the FP32 `acc` in registers ("promotion"); the other consumer
-// warpgroup keeps the tensor cores busy while this one adds (see MmaTurn).
+// accumulator keeps fewer mantissa bits than FP32, so each K block (4 wgmma k-steps) goes into a
+// fresh partial accumulator that is then added to the FP32 `acc` in registers ("promotion").
+//
+// Where registers allow (T::kDoubleBuffer: two partials + acc fit), the partial is
+// double-buffered: the MMAs of K block j+1 are issued before the adds of block j, so the tensor
+// cores always have a block queued and a stage's round trip is not bounded by MMA latency --
+// what decides small-M, bandwidth-bound shapes. Otherwise block j is retired before j+1 issues,
+// and the other consumer warpgroup covers the adds (see MmaTurn).
 template <class T>
-__device__ __forceinline__ void consume_unit(typename T::SharedStorage& ss, int consumer_wg,
-                                             const gemm::WorkUnit& w,
-                                             hopper::RingPosition<T::kStages>& pos, MmaTurn& turn,
-                                             float (&acc)[T::kBlockN / 2]) {
+struct Consumer {
   using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, T::kBlockN>;
-  constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
-  float partial[T::kBlockN / 2];
-  const int lane = threadIdx.x % 32;
+  static constexpr int kRegs = T::kBlockN / 2;
+  static constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
 
-#pragma unroll
-  for (int i = 0; i < T::kBlockN / 2; ++i) acc[i] = 0.0f;
+  typename T::SharedStorage& ss;
+  int consumer_wg;
+  hopper::RingPosition<T::kStages>& pos;
+  MmaTurn& turn;
+  int pending_stage = -1;  // stage whose MMAs are issued but not yet retired
 
-  for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+  __device__ __forceinline__ void issue(float (&part)[kRegs]) {
     ss.bars.consumer_wait(pos);
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[pos.stage] + consumer_wg * 64 * T::kBlockK, 0,
                                                    kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
     const uint64_t desc_b =
         hopper::make_smem_desc(ss.b[pos.stage], 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
-    hopper::fence_operands(partial);
+    hopper::fence_operands(part);
     turn.before_issue();
     hopper::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
-      Op::mma(partial, hopper::advance_desc(desc_a, ks * T::kWgmmaK),
-              hopper::advance_desc(desc_b, ks * T::kWgmmaK), ks > 0);
+      Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
+              ks > 0);
     }
     hopper::wgmma_commit_group();
     turn.after_issue();
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(partial);
-    // The stage's bytes are no longer read: hand it back before the promotion adds.
-    if (lane == 0) ss.bars.consumer_release(pos.stage);
-#pragma unroll
-    for (int i = 0; i < T::kBlockN / 2; ++i) acc[i] += partial[i];
+    pending_stage = pos.stage;
     pos.advance();
   }
-}
+
+  // Waits until at most kInFlight committed groups remain, hands the retired block's stage back
+  // (its bytes are no longer read) and promotes its partial into acc.
+  template <int kInFlight>
+  __device__ __forceinline__ void retire(float (&part)[kRegs], int stage, float (&acc)[kRegs]) {
+    hopper::wgmma_wait_group<kInFlight>();
+    hopper::fence_operands(part);
+    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] += part[i];
+  }
+
+  __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+    if constexpr (T::kDoubleBuffer) {
+      float p0[kRegs], p1[kRegs];
+      // Unrolled by two so each partial stays a fixed register array.
+      int kb = w.kb_begin;
+      issue(p0);
+      ++kb;
+      while (true) {
+        if (kb == w.kb_end) {
+          retire<0>(p0, pending_stage, acc);
+          break;
+        }
+        int prev = pending_stage;
+        issue(p1);
+        ++kb;
+        retire<1>(p0, prev, acc);
+        if (kb == w.kb_end) {
+          retire<0>(p1, pending_stage, acc);
+          break;
+        }
+        prev = pending_stage;
+        issue(p0);
+        ++kb;
+        retire<1>(p1, prev, acc);
+      }
+    } else {
+      float part[kRegs];
+      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+        issue(part);
+        retire<0>(part, pending_stage, acc);
+      }
+    }
+  }
+};
 
 }  // namespace lowbit::fp8

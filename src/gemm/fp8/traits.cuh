@@ -41,6 +41,9 @@ struct Fp8Traits {
   // the consumers (128 * (40 + 2 * 232) = 64512 <= 65536).
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
+  // Two partial accumulators + the FP32 accumulator must fit in kConsumerRegs with room for
+  // addresses: 3 x 64 = 192 for BN = 128, but 3 x 96 = 288 for BN = 192 does not.
+  static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
@@ -61,6 +64,7 @@ struct Fp8KernelParams {
   const __nv_bfloat16* bias;     // may be null
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
+  int mma_turns;                 // 1: consumer warpgroups alternate MMA issue (MmaTurn)
 };
 
 }  // namespace lowbit::fp8
