@@ -18,6 +18,7 @@ struct Options {
   std::string suite = "default";
   std::vector<std::string> shapes;  // "MxNxK"
   std::string config;               // forced lowbit config, empty = chooser
+  std::vector<std::string> alt_configs;  // more configs timed alongside (--alt), interleaved
   OutType out = OutType::kBF16;
   bool bias = false;
   bool baseline = true;

@@ -84,19 +84,27 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
   const float alpha = 1.0f;
 
-  Fp8GemmConfig cfg;
+  // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
+  std::vector<Fp8GemmConfig> cfgs(1);
   if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &cfg));
+    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &cfgs[0]));
   } else {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &cfg));
+    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &cfgs[0]));
   }
-  const size_t ws_bytes = fp8_gemm_workspace_size(m, n, k, cfg);
+  for (const auto& alt : opt.alt_configs) {
+    Fp8GemmConfig c;
+    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(alt, &c));
+    cfgs.push_back(c);
+  }
+  size_t ws_bytes = 0;
+  for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, fp8_gemm_workspace_size(m, n, k, c));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
+  const Fp8GemmConfig& cfg = cfgs[0];
   r->config = cfg.to_string();
   if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k).c_str());
 
-  auto ours = [&](cudaStream_t st, int i) {
+  auto run_config = [&](const Fp8GemmConfig& c, cudaStream_t st, int i) {
     Fp8GemmArgs a;
     a.m = m;
     a.n = n;
@@ -111,8 +119,9 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     a.bias = opt.bias ? bias.p : nullptr;
     a.workspace = ws.p;
     a.workspace_bytes = ws_bytes;
-    return fp8_gemm(a, st, &cfg);
+    return fp8_gemm(a, st, &c);
   };
+  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i); };
   CublasLtFp8 lt;
   bool baseline = opt.baseline;
   std::string baseline_note;
@@ -190,9 +199,19 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   double rough = 0.0;
   LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, s, &rough));
   const int batch = std::clamp(static_cast<int>(2000.0 / std::max(rough, 1.0)), 3, 200);
-  Timing t_ours, t_base;
-  LOWBIT_RETURN_IF_ERROR(time_graph(ours, s, batch, opt.samples, &t_ours));
-  if (baseline) LOWBIT_RETURN_IF_ERROR(time_graph(base, s, batch, opt.samples, &t_base));
+  std::vector<LaunchFn> launches = {ours};
+  if (baseline) launches.push_back(base);
+  for (size_t c = 1; c < cfgs.size(); ++c)
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(cfgs[c], st, i); });
+  std::vector<Timing> timings;
+  LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &timings));
+  const Timing t_ours = timings[0];
+  const Timing t_base = baseline ? timings[1] : Timing{};
+  for (size_t c = 1; c < cfgs.size(); ++c) {
+    const double us = timings[launches.size() - cfgs.size() + c].median_us;
+    std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", cfgs[c].to_string().c_str(), us,
+                t_ours.median_us / us, baseline ? (", " + std::to_string(t_base.median_us / us) + " x cuBLASLt").c_str() : "");
+  }
 
   const double flops = 2.0 * m * n * k;
   const double bytes = static_cast<double>(m * k + n * k) + static_cast<double>(m * n) * out_bytes +

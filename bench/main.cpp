@@ -1,7 +1,7 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
 //   lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
-//                [--no-baseline] [--list]
+//                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -45,7 +45,7 @@ void usage() {
   std::printf(
       "lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
-      "             [--no-baseline] [--list]\n");
+      "             [--no-baseline] [--list] [--alt CONFIG]...\n");
 }
 
 }  // namespace
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     if (a == "--suite") opt.suite = next("--suite");
     else if (a == "--shape") opt.shapes.push_back(next("--shape"));
     else if (a == "--config") opt.config = next("--config");
+    else if (a == "--alt") opt.alt_configs.push_back(next("--alt"));
     else if (a == "--out") {
       const std::string o = next("--out");
       if (o == "fp32") opt.out = OutType::kFP32;

@@ -31,9 +31,10 @@ Status rough_time_us(const LaunchFn& launch, cudaStream_t stream, double* us) {
   return st;
 }
 
-Status time_graph(const LaunchFn& launch, cudaStream_t stream, int batch, int samples, Timing* out) {
+namespace {
+
+Status capture(const LaunchFn& launch, cudaStream_t stream, int batch, cudaGraphExec_t* exec) {
   cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   LOWBIT_RETURN_IF_ERROR(cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture"));
   Status st;
   for (int i = 0; i < batch && st.ok(); ++i) st = launch(stream, i);
@@ -43,34 +44,51 @@ Status time_graph(const LaunchFn& launch, cudaStream_t stream, int batch, int sa
     return st;
   }
   LOWBIT_RETURN_IF_ERROR(cuda(ce, "end capture"));
-  st = cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  st = cuda(cudaGraphInstantiate(exec, graph, 0), "instantiate");
   cudaGraphDestroy(graph);
-  if (!st.ok()) return st;
+  return st;
+}
 
+}  // namespace
+
+Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream_t stream, int batch, int samples,
+                               std::vector<Timing>* out) {
+  std::vector<cudaGraphExec_t> execs(launches.size(), nullptr);
+  Status st;
+  for (size_t i = 0; i < launches.size() && st.ok(); ++i) st = capture(launches[i], stream, batch, &execs[i]);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::vector<double> per_launch;
-  for (int w = 0; w < 3 && st.ok(); ++w) st = cuda(cudaGraphLaunch(exec, stream), "graph warm-up");
+  std::vector<std::vector<double>> per_launch(launches.size());
+  for (int w = 0; w < 3 && st.ok(); ++w)
+    for (auto ex : execs)
+      if (st.ok()) st = cuda(cudaGraphLaunch(ex, stream), "graph warm-up");
   for (int s = 0; s < samples && st.ok(); ++s) {
-    st = cuda(cudaEventRecord(e0, stream), "record");
-    if (st.ok()) st = cuda(cudaGraphLaunch(exec, stream), "graph launch");
-    if (st.ok()) st = cuda(cudaEventRecord(e1, stream), "record");
-    if (st.ok()) st = cuda(cudaEventSynchronize(e1), "sync");
-    float ms = 0.0f;
-    if (st.ok()) st = cuda(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    per_launch.push_back(1000.0 * ms / batch);
+    for (size_t i = 0; i < execs.size() && st.ok(); ++i) {
+      st = cuda(cudaEventRecord(e0, stream), "record");
+      if (st.ok()) st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");
+      if (st.ok()) st = cuda(cudaEventRecord(e1, stream), "record");
+      if (st.ok()) st = cuda(cudaEventSynchronize(e1), "sync");
+      float ms = 0.0f;
+      if (st.ok()) st = cuda(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      per_launch[i].push_back(1000.0 * ms / batch);
+    }
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
+  for (auto ex : execs)
+    if (ex) cudaGraphExecDestroy(ex);
   if (!st.ok()) return st;
-  std::sort(per_launch.begin(), per_launch.end());
-  out->median_us = per_launch[per_launch.size() / 2];
-  out->min_us = per_launch.front();
-  out->max_us = per_launch.back();
-  out->batch = batch;
-  out->samples = samples;
+  out->assign(launches.size(), Timing{});
+  for (size_t i = 0; i < launches.size(); ++i) {
+    auto& v = per_launch[i];
+    std::sort(v.begin(), v.end());
+    (*out)[i].median_us = v[v.size() / 2];
+    (*out)[i].min_us = v.front();
+    (*out)[i].max_us = v.back();
+    (*out)[i].batch = batch;
+    (*out)[i].samples = samples;
+  }
   return Status::Ok();
 }
 

@@ -23,7 +23,10 @@ struct Timing {
 // `launch(stream, i)` enqueues launch number i (callers rotate input sets with it).
 using LaunchFn = std::function<Status(cudaStream_t, int)>;
 
-Status time_graph(const LaunchFn& launch, cudaStream_t stream, int batch, int samples, Timing* out);
+// Times several launchers (lowbit and its baselines) with their replays interleaved sample by
+// sample, so clock and temperature drift during the run hit all of them alike.
+Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream_t stream, int batch, int samples,
+                               std::vector<Timing>* out);
 
 // A rough per-launch time (a few launches between events) to size the batch.
 Status rough_time_us(const LaunchFn& launch, cudaStream_t stream, double* us);

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x)
-        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), pos);
+        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     MmaTurn turn{consumer_wg, p.mma_turns != 0};
-    Consumer<T> consumer{ss, consumer_wg, pos, turn};
+    Consumer<T> consumer{ss, consumer_wg, consumer_wg * 64 < p.a_box_rows, pos, turn};
     float acc[T::kBlockN / 2];
     for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
       const gemm::WorkUnit w = p.sched.unit(u);

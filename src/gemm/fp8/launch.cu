@@ -162,7 +162,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sa.rows = static_cast<uint64_t>(args.m);
   sa.cols = static_cast<uint64_t>(args.k);
   sa.row_stride_bytes = static_cast<uint64_t>(args.k);
-  sa.box_rows = 128;
+  const int a_box_rows = args.m <= 64 ? 64 : 128;
+  sa.box_rows = static_cast<uint32_t>(a_box_rows);
   sa.box_cols = 128;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
   hopper::TensorMap2dSpec sb = sa;
@@ -189,6 +190,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.sched.splits = cfg.splits;
   p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
   p.mma_turns = cfg.mma_turns;
+  p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);

@@ -19,11 +19,11 @@ namespace lowbit::fp8 {
 template <class T>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
-                                             hopper::RingPosition<T::kStages>& pos) {
+                                             uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos) {
   for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
     uint64_t* full = &ss.bars.full[pos.stage];
-    hopper::mbarrier_arrive_expect_tx(full, T::kStageTxBytes);
+    hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, w.m_block * T::kBlockM);
     hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
     pos.advance();
@@ -76,6 +76,7 @@ struct Consumer {
 
   typename T::SharedStorage& ss;
   int consumer_wg;
+  bool active;  // false when this warpgroup's 64 rows lie wholly past M: it only keeps the ring moving
   hopper::RingPosition<T::kStages>& pos;
   MmaTurn& turn;
   int pending_stage = -1;  // stage whose MMAs are issued but not yet retired
@@ -89,10 +90,12 @@ struct Consumer {
     hopper::fence_operands(part);
     turn.before_issue();
     hopper::wgmma_fence();
+    if (active) {
 #pragma unroll
-    for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
-      Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
-              ks > 0);
+      for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
+        Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK),
+                hopper::advance_desc(desc_b, ks * T::kWgmmaK), ks > 0);
+      }
     }
     hopper::wgmma_commit_group();
     turn.after_issue();
@@ -107,6 +110,7 @@ struct Consumer {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part);
     if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
+    if (!active) return;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] += part[i];
   }
