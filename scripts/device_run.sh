@@ -19,13 +19,13 @@ ninja -C build-dev -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OU
 grep -iE "spill|warning" "$OUT/build.log" | head -20
 rc=0
 if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
-  timeout 300 ctest --test-dir build-dev --output-on-failure --timeout 240 > "$OUT/ctest.log" 2>&1 || rc=1
+  timeout 200 ctest --test-dir build-dev --output-on-failure --timeout 90 > "$OUT/ctest.log" 2>&1 || rc=1
   tail -25 "$OUT/ctest.log"
 fi
 if [ "$what" = all ] || [ "$what" = sanitize ]; then
   for tool in memcheck racecheck; do
     # cuBLASLt's own kernels (the accuracy baseline) are excluded: racecheck flags hazards inside them.
-    timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude kns=nvjet build-dev/lowbit-tests-gpu \
+    timeout 180 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude kns=nvjet build-dev/lowbit-tests-gpu \
       --gtest_filter='*SmallIntegers*:*EdgeShapes*:*SplitK*:*Graph*' > "$OUT/$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1))"
   done

@@ -208,7 +208,7 @@ TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
 }
 
 TEST_F(Fp8GemmGpu, EdgeShapesExact) {
-  const int64_t ms[] = {1, 3, 127, 129, 1000};
+  const int64_t ms[] = {1, 3, 64, 65, 127, 129, 1000};
   const int64_t ns[] = {16, 208};
   const int64_t ks[] = {16, 400};
   for (int64_t m : ms)

@@ -37,9 +37,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   const int warpgroup = threadIdx.x / 128;
 
-  // Barrier init: every consumer warp releases a stage once (8 arrivals per phase).
+  // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
+  const int consumer_wgs = p.a_box_rows / 64;
+
+  // Barrier init: every working consumer warp releases a stage once per phase.
   if (threadIdx.x == 0) {
-    ss.bars.init(T::kConsumerWarpgroups * 4);
+    ss.bars.init(consumer_wgs * 4);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
@@ -61,11 +64,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
+    if (consumer_wg >= consumer_wgs) return;  // its rows lie wholly past M
     const float alpha = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    MmaTurn turn{consumer_wg, p.mma_turns != 0};
-    Consumer<T> consumer{ss, consumer_wg, consumer_wg * 64 < p.a_box_rows, pos, turn};
+    MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};
+    Consumer<T> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
     for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
       const gemm::WorkUnit w = p.sched.unit(u);
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // Epilogue (after the split-K fix-up when K is split).
       if (p.sched.splits > 1 &&
           !gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters, &ss.fixup_is_last,
-                               static_cast<int>(threadIdx.x) - 128, 128 * T::kConsumerWarpgroups))
+                               static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs))
         continue;
       epilogue.store(ss, consumer_wg, &tm_d, p, w, alpha, acc);
     }

@@ -76,7 +76,6 @@ struct Consumer {
 
   typename T::SharedStorage& ss;
   int consumer_wg;
-  bool active;  // false when this warpgroup's 64 rows lie wholly past M: it only keeps the ring moving
   hopper::RingPosition<T::kStages>& pos;
   MmaTurn& turn;
   int pending_stage = -1;  // stage whose MMAs are issued but not yet retired
@@ -90,12 +89,10 @@ struct Consumer {
     hopper::fence_operands(part);
     turn.before_issue();
     hopper::wgmma_fence();
-    if (active) {
 #pragma unroll
-      for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
-        Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK),
-                hopper::advance_desc(desc_b, ks * T::kWgmmaK), ks > 0);
-      }
+    for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
+      Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
+              ks > 0);
     }
     hopper::wgmma_commit_group();
     turn.after_issue();
@@ -110,7 +107,6 @@ struct Consumer {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part);
     if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
-    if (!active) return;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] += part[i];
   }

@@ -40,10 +40,13 @@ struct Fp8Traits {
   static constexpr int kEpiSlots = 2;
   static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
 
-  // Register budget after setmaxnreg: 32 for the producer warpgroup (one thread issues TMA), the
-  // rest for the consumers: 128 * (32 + 2 * 240) = 65536, the whole register file.
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 240;
+  // Register budget after setmaxnreg. The block starts with 168 per thread (65536 / 384, rounded
+  // down to 8) = 64512 of the SM's 65536; the consumers' increase must be covered by what the
+  // producer gives back plus the 1024 never allocated, or setmaxnreg.inc waits forever.
+  // 40 / 232: frees 128 * 128, takes 256 * 64 -- balanced. (32 / 240 hung the GPU tests.)
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");
   // Two partial accumulators + the FP32 accumulator must fit in kConsumerRegs with room for
   // addresses: 3 x 64 = 192 for BN = 128 does, 3 x 96 = 288 for BN = 192 does not.
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
@@ -68,9 +71,9 @@ struct Fp8KernelParams {
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
   int mma_turns;                 // 1: consumer warpgroups alternate MMA issue (MmaTurn)
-  // Rows of the A box (128, or 64 when M <= 64). TMA boxes that reach past the tensor's last row
+  // Rows of the A box: 128, or 64 when M <= 64. TMA boxes that reach past the tensor's last row
   // stream far slower than in-bounds boxes (measured: M=64 ran 25% slower than M=128 on the same
-  // N, K), so for M <= 64 the A box stops at row 64 and consumer warpgroup 1 has nothing to do.
+  // N, K), so for M <= 64 the A box stops at row 64 and only consumer warpgroup 0 works.
   int a_box_rows;
 };
 
