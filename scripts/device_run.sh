@@ -24,10 +24,13 @@ if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
 fi
 if [ "$what" = all ] || [ "$what" = sanitize ]; then
   for tool in memcheck racecheck; do
-    # cuBLASLt's own kernels (the accuracy baseline) are excluded: racecheck flags hazards inside them.
-    timeout 180 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude kns=nvjet build-dev/lowbit-tests-gpu \
+    timeout 180 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
       --gtest_filter='*SmallIntegers*:*EdgeShapes*:*SplitK*:*Graph*' > "$OUT/$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1))"
+    # The tests also run cuBLASLt (the accuracy baseline), whose nvjet kernels racecheck flags;
+    # excluding them with --kernel-name-exclude crashed the sanitizer, so count lowbit's apart.
+    echo "  reports outside cuBLASLt's nvjet kernels: $(grep -E 'Race reported|Invalid|Error:' "$OUT/$tool.log" | grep -vc nvjet)"
+    grep -E "tests? ran|PASSED|FAILED  \]" "$OUT/$tool.log" | tail -2
   done
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then

@@ -17,11 +17,13 @@ namespace model {
 constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
 constexpr double kDramTBs = 3.0;
 constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
+// Measured 2026-11-22 (docs/perf.md): BN = 128, whose promotion is double-buffered, beat BN = 192
+// (serial promotion) by 5-35% at 4096x8192x8192 in interleaved runs.
 double tile_efficiency(int block_n) {
   switch (block_n) {
     case 64: return 0.50;
-    case 128: return 0.72;
-    default: return 0.78;
+    case 128: return 0.80;
+    default: return 0.70;
   }
 }
 }  // namespace model
