@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 
@@ -266,6 +268,11 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   if (clusters > units) clusters = units;
   const int grid = clusters * cfg.cluster_m;
 
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] fp8_gemm %lldx%lldx%lld %s: grid %d (cluster %d, %d units)\n",
+                 static_cast<long long>(args.m), static_cast<long long>(args.n), static_cast<long long>(args.k),
+                 cfg.to_string().c_str(), grid, cfg.cluster_m, units);
   const cudaError_t e = entry->launch(grid, cfg.cluster_m, stream, tm_a, tm_b, tm_d, p, dev.device);
   if (e != cudaSuccess)
     return Status::Error(StatusCode::kCudaError, std::string("fp8_gemm launch: ") + cudaGetErrorString(e));
