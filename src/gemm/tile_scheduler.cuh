@@ -46,15 +46,6 @@ struct TileSchedule {
     w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
     return w;
   }
-
-  // With clusters of `cluster_m` CTAs along M, tiles_m counts groups of cluster_m tile rows and
-  // CTA `rank` of the cluster takes row `rank` of its group (tile ids stay unique per CTA).
-  __host__ __device__ WorkUnit unit(int u, int cluster_m, int rank) const {
-    WorkUnit w = unit(u);
-    w.m_block = w.m_block * cluster_m + rank;
-    w.tile = w.tile * cluster_m + rank;
-    return w;
-  }
 };
 
 }  // namespace lowbit::gemm

@@ -27,12 +27,6 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   (void)cuda::ptx::mbarrier_arrive(bar);
 }
 
-// Arrival on a barrier of another CTA in the cluster, by its shared::cluster address (mapa).
-// cuda::ptx's cluster-space arrive takes a generic pointer, which cannot name a peer's barrier.
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-
 // The producer's arrival: one arrive plus the number of bytes TMA will complete on it.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
@@ -54,8 +48,7 @@ struct RingPosition {
 };
 
 // full[s]: the producer arms it with the tile's byte count and TMA completes it.
-// empty[s]: every consumer warp arrives once it no longer reads stage s -- in a 2-CTA cluster,
-// the consumers of both CTAs, since either CTA's producer multicasts into both.
+// empty[s]: every consumer warp arrives once it no longer reads stage s.
 template <int kStages>
 struct StageBarriers {
   uint64_t full[kStages];
@@ -77,11 +70,6 @@ struct StageBarriers {
     mbarrier_wait(&full[p.stage], p.phase);
   }
   __device__ __forceinline__ void consumer_release(int stage) { mbarrier_arrive(&empty[stage]); }
-  // `peer_empty0` is the shared::cluster address of the peer CTA's empty[0] (0: no peer).
-  __device__ __forceinline__ void consumer_release(int stage, uint32_t peer_empty0) {
-    mbarrier_arrive(&empty[stage]);
-    if (peer_empty0) mbarrier_arrive_cluster(peer_empty0 + stage * static_cast<uint32_t>(sizeof(uint64_t)));
-  }
 };
 
 }  // namespace lowbit::hopper

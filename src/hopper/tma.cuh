@@ -23,15 +23,6 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
                                   coords, bar);
 }
 
-// 2-D tile load multicast to every CTA in `cta_mask`: the box lands at the same shared-memory
-// offset in each, and completes `bytes` on the barrier at the same offset in each.
-__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUtensorMap* map, uint64_t* bar,
-                                                      int32_t inner, int32_t outer, uint16_t cta_mask) {
-  const int32_t coords[2] = {inner, outer};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, map, coords, bar,
-                                  cta_mask);
-}
-
 // 2-D tile store shared -> global; the hardware clips the box at the tensor's edges.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem_src,
                                              int32_t inner, int32_t outer) {

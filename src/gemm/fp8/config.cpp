@@ -101,7 +101,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
 std::string Fp8GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
-     << ",grid=" << grid << ",turns=" << mma_turns << ",cluster=" << cluster_m;
+     << ",grid=" << grid << ",turns=" << mma_turns;
   return os.str();
 }
 
@@ -127,9 +127,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
     else if (key == "turns") c.mma_turns = value;
-    else if (key == "cluster") c.cluster_m = value;
     else if (key == "stages") c.stages = value;
-    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns, cluster)");
+    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns)");
   }
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))
@@ -178,10 +177,7 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
   if (config.splits <= 1) return 0;
-  // With clusters the tile rows are padded to whole pairs (the odd one out computes zeros).
-  const int64_t c = std::max(1, config.cluster_m);
-  const int64_t tiles_m = ((m + 127) / 128 + c - 1) / c * c;
-  const size_t tiles = static_cast<size_t>(tiles_m * ((n + config.block_n - 1) / config.block_n));
+  const size_t tiles = static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n));
   const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
   return counters + tiles * config.splits * 128 * config.block_n * sizeof(float);
 }

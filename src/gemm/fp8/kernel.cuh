@@ -12,7 +12,6 @@
 #include "gemm/fp8/traits.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
-#include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/tma.cuh"
@@ -41,26 +40,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
 
-  // Clusters of p.cluster_m CTAs along M share B tiles by multicast (1: no cluster).
-  const int cluster_m = p.cluster_m;
-  const uint32_t rank = cluster_m > 1 ? hopper::cluster_ctarank() : 0u;
-  const int cluster_id = static_cast<int>(blockIdx.x) / cluster_m;
-  const int num_clusters = static_cast<int>(gridDim.x) / cluster_m;
-
-  // Barrier init: every working consumer warp (of every CTA in the cluster) releases a stage
-  // once per phase.
+  // Barrier init: every working consumer warp releases a stage once per phase.
   if (threadIdx.x == 0) {
-    ss.bars.init(cluster_m * consumer_wgs * 4);
+    ss.bars.init(consumer_wgs * 4);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
   }
-  if (cluster_m > 1) {
-    hopper::cluster_sync();  // peers' barriers are initialized before anything lands on them
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   const int num_units = p.sched.num_units();
 
@@ -70,10 +58,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
-      for (int u = cluster_id; u < num_units; u += num_clusters)
-        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u, cluster_m, rank), cluster_m, rank,
-                        T::stage_tx_bytes(p.a_box_rows), pos);
-      if (cluster_m > 1) producer_tail<T>(ss, pos);
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x)
+        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -83,11 +69,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};
-    const uint32_t peer_empty0 = cluster_m > 1 ? hopper::mapa_shared(&ss.bars.empty[0], rank ^ 1u) : 0u;
-    Consumer<T> consumer{ss, consumer_wg, peer_empty0, pos, turn};
+    Consumer<T> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
-    for (int u = cluster_id; u < num_units; u += num_clusters) {
-      const gemm::WorkUnit w = p.sched.unit(u, cluster_m, rank);
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      const gemm::WorkUnit w = p.sched.unit(u);
       // Mainloop.
       consumer.run(w, acc);
       // Epilogue (after the split-K fix-up when K is split).

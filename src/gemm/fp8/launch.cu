@@ -2,7 +2,6 @@
 // Stream-ordered; no allocation and no synchronization.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -58,20 +57,18 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
-  if (c.cluster_m != 1 && c.cluster_m != 2) return Status::Invalid("fp8_gemm: cluster_m must be 1 or 2");
-  if (c.cluster_m == 2 && a.m <= 64)
-    return Status::Invalid("fp8_gemm: cluster_m=2 pairs 128-row tiles and needs M > 64");
   return Status::Ok();
 }
 
-using LaunchFn = cudaError_t (*)(int grid, int cluster_m, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const Fp8KernelParams&, int device);
 
 template <int kBlockN, bool kOutFp32>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN), kOutFp32>;
 
-  static cudaError_t prepare(int device) {
+  static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const Fp8KernelParams& p, int device) {
     // The dynamic shared-memory opt-in is per device; set it once for each.
     static std::atomic<uint64_t> configured{0};
     const uint64_t bit = device < 64 ? (1ull << device) : 0;
@@ -81,53 +78,8 @@ struct Variant {
       if (e != cudaSuccess) return e;
       configured.fetch_or(bit);
     }
-    return cudaSuccess;
-  }
-
-  static cudaLaunchConfig_t config(int grid, int cluster_m, cudaStream_t stream, cudaLaunchAttribute* attr) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(T::kThreads);
-    cfg.dynamicSmemBytes = T::kSmemBytes;
-    cfg.stream = stream;
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = static_cast<unsigned>(cluster_m);
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cfg;
-  }
-
-  // How many clusters of `cluster_m` CTAs fit on the device at once (GPCs need not hold an even
-  // number of free SMs, so pairs can fit fewer than SMs / 2). Cached per device.
-  static int max_active_clusters(int cluster_m, int device, int sm_count) {
-    if (cluster_m == 1) return sm_count;
-    static std::atomic<int> cached[64];
-    if (device < 64 && cached[device].load() > 0) return cached[device].load();
-    if (prepare(device) != cudaSuccess) return sm_count / cluster_m;
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = config(sm_count, cluster_m, nullptr, &attr);
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, fp8::fp8_gemm_kernel<T>, &cfg) != cudaSuccess || n <= 0) {
-      cudaGetLastError();
-      n = sm_count / cluster_m;
-    }
-    if (device < 64) cached[device].store(n);
-    return n;
-  }
-
-  static cudaError_t launch(int grid, int cluster_m, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const Fp8KernelParams& p, int device) {
-    cudaError_t e = prepare(device);
-    if (e != cudaSuccess) return e;
-    if (cluster_m == 1) {
-      fp8::fp8_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
-      return cudaGetLastError();
-    }
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = config(grid, cluster_m, stream, &attr);
-    return cudaLaunchKernelEx(&cfg, fp8::fp8_gemm_kernel<T>, a, b, d, p);
+    fp8::fp8_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
+    return cudaGetLastError();
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
@@ -137,15 +89,12 @@ struct VariantEntry {
   bool out_fp32;
   LaunchFn launch;
   int (*smem_bytes)();
-  int (*max_active_clusters)(int cluster_m, int device, int sm_count);
 };
 
 template <int BN>
 constexpr VariantEntry entry(bool f32) {
-  return f32 ? VariantEntry{BN, true, &Variant<BN, true>::launch, &Variant<BN, true>::smem_bytes,
-                            &Variant<BN, true>::max_active_clusters}
-             : VariantEntry{BN, false, &Variant<BN, false>::launch, &Variant<BN, false>::smem_bytes,
-                            &Variant<BN, false>::max_active_clusters};
+  return f32 ? VariantEntry{BN, true, &Variant<BN, true>::launch, &Variant<BN, true>::smem_bytes}
+             : VariantEntry{BN, false, &Variant<BN, false>::launch, &Variant<BN, false>::smem_bytes};
 }
 
 // Must list exactly fp8::kFp8Variants (checked below).
@@ -222,8 +171,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   hopper::TensorMap2dSpec sb = sa;
   sb.base = args.b;
   sb.rows = static_cast<uint64_t>(args.n);
-  // In a 2-CTA cluster each CTA loads half of the B tile (and multicasts it to both).
-  sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster_m);
+  sb.box_rows = static_cast<uint32_t>(cfg.block_n);
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   hopper::TensorMap2dSpec sd;
   sd.base = args.d;
@@ -238,17 +186,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
   Fp8KernelParams p{};
-  const int tiles_m = static_cast<int>((args.m + 127) / 128);
-  p.sched.tiles_m = (tiles_m + cfg.cluster_m - 1) / cfg.cluster_m;  // pairs of tile rows with clusters
+  p.sched.tiles_m = static_cast<int>((args.m + 127) / 128);
   p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
   p.sched.k_blocks = fp8::fp8_k_blocks(args.k);
   p.sched.splits = cfg.splits;
-  // The raster group counts tile rows; with clusters the scheduler walks pairs of them.
-  const int group = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
-  p.sched.group_m = std::max(1, group / cfg.cluster_m);
+  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
   p.mma_turns = cfg.mma_turns;
   p.a_box_rows = a_box_rows;
-  p.cluster_m = cfg.cluster_m;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);
@@ -257,23 +201,20 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.b_scale = args.b_scale;
   p.bias = static_cast<const __nv_bfloat16*>(args.bias);
   if (cfg.splits > 1) {
-    const size_t tiles = static_cast<size_t>(p.sched.num_tiles()) * cfg.cluster_m;
+    const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
     p.tile_counters = static_cast<int*>(args.workspace);
     p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
   }
-  // Persistent grid: one CTA (or cluster) per SM (pair) that fits at once, never more than units.
-  const int units = p.sched.num_units();  // cluster units
-  int clusters = cfg.grid > 0 ? std::max(1, cfg.grid / cfg.cluster_m)
-                              : entry->max_active_clusters(cfg.cluster_m, dev.device, dev.sm_count);
-  if (clusters > units) clusters = units;
-  const int grid = clusters * cfg.cluster_m;
+  const int units = p.sched.num_units();
+  int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
+  if (grid > units) grid = units;
 
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
-    std::fprintf(stderr, "[lowbit] fp8_gemm %lldx%lldx%lld %s: grid %d (cluster %d, %d units)\n",
+    std::fprintf(stderr, "[lowbit] fp8_gemm %lldx%lldx%lld %s: grid %d (%d units)\n",
                  static_cast<long long>(args.m), static_cast<long long>(args.n), static_cast<long long>(args.k),
-                 cfg.to_string().c_str(), grid, cfg.cluster_m, units);
-  const cudaError_t e = entry->launch(grid, cfg.cluster_m, stream, tm_a, tm_b, tm_d, p, dev.device);
+                 cfg.to_string().c_str(), grid, units);
+  const cudaError_t e = entry->launch(grid, stream, tm_a, tm_b, tm_d, p, dev.device);
   if (e != cudaSuccess)
     return Status::Error(StatusCode::kCudaError, std::string("fp8_gemm launch: ") + cudaGetErrorString(e));
   return Status::Ok();

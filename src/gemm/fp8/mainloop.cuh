@@ -15,35 +15,17 @@ namespace lowbit::fp8 {
 
 // One elected thread streams A[128 x 128] and B[BN x 128] tiles of each K block into the
 // ring; TMA zero-fills rows and columns past the tensor's edge, so partial tiles need no
-// special case here. In a 2-CTA cluster this CTA loads its own A and its half of B (the tensor
-// map's B box is BN/2 rows), multicast into the same stage of both CTAs.
+// special case here.
 template <class T>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
-                                             const CUtensorMap* tm_b, const gemm::WorkUnit& w, int cluster_m,
-                                             uint32_t rank, uint32_t stage_bytes,
-                                             hopper::RingPosition<T::kStages>& pos) {
+                                             const CUtensorMap* tm_b, const gemm::WorkUnit& w,
+                                             uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos) {
   for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, w.m_block * T::kBlockM);
-    if (cluster_m == 1) {
-      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
-    } else {
-      constexpr int kHalf = T::kBlockN / 2;
-      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kHalf * T::kBlockK, tm_b, full, kb * T::kBlockK,
-                                    w.n_block * T::kBlockN + static_cast<int>(rank) * kHalf, 0x3);
-    }
-    pos.advance();
-  }
-}
-
-// Before the CTA may exit, every stage must have been released by the consumers of both CTAs:
-// otherwise a peer's last arrivals could land on the barriers of a CTA that no longer exists.
-template <class T>
-__device__ __forceinline__ void producer_tail(typename T::SharedStorage& ss, hopper::RingPosition<T::kStages>& pos) {
-  for (int s = 0; s < T::kStages; ++s) {
-    ss.bars.producer_acquire(pos);
+    hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
     pos.advance();
   }
 }
@@ -94,7 +76,6 @@ struct Consumer {
 
   typename T::SharedStorage& ss;
   int consumer_wg;
-  uint32_t peer_empty0;  // shared::cluster address of the peer CTA's empty[0]; 0 without a peer
   hopper::RingPosition<T::kStages>& pos;
   MmaTurn& turn;
   int pending_stage = -1;  // stage whose MMAs are issued but not yet retired
@@ -125,7 +106,7 @@ struct Consumer {
   __device__ __forceinline__ void retire(float (&part)[kRegs], int stage, float (&acc)[kRegs]) {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part);
-    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage, peer_empty0);
+    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] += part[i];
   }

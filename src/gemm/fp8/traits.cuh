@@ -75,10 +75,6 @@ struct Fp8KernelParams {
   // stream far slower than in-bounds boxes (measured: M=64 ran 25% slower than M=128 on the same
   // N, K), so for M <= 64 the A box stops at row 64 and only consumer warpgroup 0 works.
   int a_box_rows;
-  // CTAs per cluster along M (1 or 2). With 2, the pair computes tiles (2g, n) and (2g+1, n):
-  // each loads its own A and half of the shared B tile, multicast to both -- a quarter less L2
-  // traffic for BN = 128. sched.tiles_m then counts pairs.
-  int cluster_m;
 };
 
 }  // namespace lowbit::fp8
