@@ -4,7 +4,7 @@
 # (e.g. --suite W1-llm, --shape 4096x8192x8192, --json out.json, --explain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD_DIR:-build}
+BUILD=${BUILD_DIR:-build-bench}
 JOBS=${JOBS:-$(nproc)}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)

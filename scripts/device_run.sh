@@ -14,7 +14,7 @@ export BUILD_DIR=build-dev JOBS=16
 } 2>&1 | tee "$OUT/env.log"
 extra=()
 [ -d .deps/googletest ] && extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest")
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=ON "${extra[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 ninja -C build-dev -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 grep -iE "spill|warning" "$OUT/build.log" | head -20
 rc=0

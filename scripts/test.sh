@@ -10,7 +10,7 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 extra=()
 # Without an installed GoogleTest, build it from a source copy (the GPU machine has none).
 if [ -d .deps/googletest ]; then extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest"); fi
-cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${extra[@]}"
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=ON "${extra[@]}"
 cmake --build "$BUILD" -j "$JOBS"
 # ctest lists skipped tests without their reason; say once, up front, why GPU tests will skip.
 if [ -x "$BUILD/lowbit-tests-gpu" ]; then
