@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "formats/e4m3.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
+#include "lowbit/patch_embed.h"
 #include "reference/reference_gemm.h"
 #include "test_seed.h"
 
@@ -45,11 +47,17 @@ struct Case {
   bool bias = false;
   Inputs inputs = Inputs::kUniform;
   const char* config = nullptr;  // forced, or null for the chooser
+  int64_t row_bcast_rows = 0;    // > 0: add a BF16 [P, n] row-broadcast tensor (positional embedding)
+  bool residual = false;         // add a BF16 [m, n] residual
+  Activation activation = Activation::kNone;
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
          (c.out == OutType::kFP32 ? " fp32" : " bf16") + (c.bias ? " +bias" : "") +
+         (c.row_bcast_rows ? " +pos[P=" + std::to_string(c.row_bcast_rows) + "]" : std::string()) +
+         (c.activation == Activation::kGelu ? " gelu" : c.activation == Activation::kSilu ? " silu" : "") +
+         (c.residual ? " +residual" : "") +
          (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto");
 }
 
@@ -66,7 +74,7 @@ double out_at(const std::vector<uint8_t>& raw, OutType t, size_t i) {
 
 struct Outcome {
   reference::ErrorStats ours, cublas;
-  int64_t mismatches = 0;  // exact-mode element mismatches
+  int64_t mismatches = 0;  // exact-mode element mismatches (or tolerance misses with an activation)
   bool cublas_ok = false;
   std::vector<uint8_t> raw;
 };
@@ -91,6 +99,20 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
     hbias[j] = formats::float_to_bf16(ints ? static_cast<float>((j * 7 + seed) % 9) - 4.0f
                                            : 0.25f * static_cast<float>((j * 13 + seed) % 17) - 2.0f);
   CUDA_OK(cudaMemcpy(bias.p, hbias.data(), c.n * 2, cudaMemcpyHostToDevice));
+  // Epilogue tensors: small integers in exact mode, quarter steps otherwise (exact in BF16).
+  const int64_t P = c.row_bcast_rows;
+  std::vector<uint16_t> hpos(P * c.n), hres(c.residual ? c.m * c.n : 0);
+  for (size_t i = 0; i < hpos.size(); ++i)
+    hpos[i] = formats::float_to_bf16(static_cast<float>(static_cast<int64_t>((i * 5 + seed) % 7)) - 3.0f);
+  for (size_t i = 0; i < hres.size(); ++i)
+    hres[i] = formats::float_to_bf16(static_cast<float>(static_cast<int64_t>((i * 3 + seed) % 11)) - 5.0f);
+  Buf pos(hpos.size() * 2), res(hres.size() * 2);
+  if (!hpos.empty()) {
+    CUDA_OK(cudaMemcpy(pos.p, hpos.data(), hpos.size() * 2, cudaMemcpyHostToDevice));
+  }
+  if (!hres.empty()) {
+    CUDA_OK(cudaMemcpy(res.p, hres.data(), hres.size() * 2, cudaMemcpyHostToDevice));
+  }
   const float hs[2] = {ints ? 1.0f : 0.125f, ints ? 1.0f : 0.0625f};
   const float alpha = ints ? 1.0f : 0.5f;
   CUDA_OK(cudaMemcpy(scales.p, &hs[0], 4, cudaMemcpyHostToDevice));
@@ -120,6 +142,10 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.a_scale = static_cast<float*>(scales.p);
   a.b_scale = static_cast<float*>(scales.p) + 64;
   a.bias = c.bias ? bias.p : nullptr;
+  a.row_bcast = P ? pos.p : nullptr;
+  a.row_bcast_rows = P;
+  a.residual = c.residual ? res.p : nullptr;
+  a.activation = c.activation;
   a.workspace = ws.p;
   a.workspace_bytes = wsb;
   const Status st = fp8_gemm(a, nullptr, forced);
@@ -128,11 +154,15 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
 
   // cuBLASLt on the same inputs: its error is the bar for ours. A failure here fails the test
   // but does not hide lowbit's own element checks below.
+  // (cuBLASLt has no row-broadcast, residual or GELU-erf epilogue matching ours: those cases are
+  // checked element by element against the reference only.)
+  const bool plain = P == 0 && !c.residual && c.activation == Activation::kNone;
   bench::CublasLtFp8 lt;
-  Status lst = lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale);
+  Status lst = plain ? lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale)
+                     : Status::Error(StatusCode::kInvalidArgument, "no matching cuBLASLt epilogue");
   if (lst.ok()) lst = lt.run(A.p, B.p, Dl.p, a.bias, alpha, nullptr);
   o->cublas_ok = lst.ok();
-  if (!lst.ok()) ADD_FAILURE() << describe(c) << ": cuBLASLt baseline failed: " << lst.to_string();
+  if (plain && !lst.ok()) ADD_FAILURE() << describe(c) << ": cuBLASLt baseline failed: " << lst.to_string();
   CUDA_OK(cudaDeviceSynchronize());
 
   std::vector<uint8_t> ha(c.m * c.k), hb(c.n * c.k), hl(c.m * c.n * ob);
@@ -142,6 +172,9 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   CUDA_OK(cudaMemcpy(o->raw.data(), D.p, o->raw.size(), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(hl.data(), Dl.p, hl.size(), cudaMemcpyDeviceToHost));
 
+  std::vector<float> fpos(hpos.size()), fres(hres.size());
+  for (size_t i = 0; i < hpos.size(); ++i) fpos[i] = formats::bf16_to_float(hpos[i]);
+  for (size_t i = 0; i < hres.size(); ++i) fres[i] = formats::bf16_to_float(hres[i]);
   std::vector<float> fa(ha.size()), fb(hb.size()), fbias(c.n);
   for (size_t i = 0; i < ha.size(); ++i) fa[i] = formats::e4m3_to_float(ha[i]);
   for (size_t i = 0; i < hb.size(); ++i) fb[i] = formats::e4m3_to_float(hb[i]);
@@ -154,6 +187,10 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   p.b = fb.data();
   p.alpha = static_cast<double>(alpha) * hs[0] * hs[1];
   p.bias = c.bias ? fbias.data() : nullptr;
+  p.row_bcast = P ? fpos.data() : nullptr;
+  p.row_period = P ? P : 1;
+  p.residual = c.residual ? fres.data() : nullptr;
+  p.activation = c.activation == Activation::kGelu ? 1 : c.activation == Activation::kSilu ? 2 : 0;
   const auto ref = reference::gemm_full(p);
   std::vector<double> got(ref.size()), gotl(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -162,7 +199,18 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   }
   o->ours = reference::compare(ref, got);
   o->cublas = reference::compare(ref, gotl);
-  if (ints) {
+  if (ints && c.activation != Activation::kNone) {
+    // GELU / SiLU are not exact: FP32 math then one rounding to the output type.
+    const double rel = c.out == OutType::kFP32 ? 1e-5 : 1.0 / 128;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if (!(std::fabs(got[i] - ref[i]) <= rel * std::fabs(ref[i]) + 1e-3)) {
+        if (o->mismatches < 5)
+          ADD_FAILURE() << describe(c) << ": element (" << i / c.n << ", " << i % c.n << ") = " << got[i]
+                        << ", want " << ref[i];
+        ++o->mismatches;
+      }
+    }
+  } else if (ints) {
     for (size_t i = 0; i < ref.size(); ++i) {
       const double want = c.out == OutType::kFP32 ? static_cast<double>(static_cast<float>(ref[i]))
                                                   : formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref[i])));
@@ -305,4 +353,66 @@ TEST_F(Fp8GemmGpu, CapturedGraphReplaysWithNewInputs) {
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+}
+
+TEST_F(Fp8GemmGpu, EpilogueOptionsAloneAndCombined) {
+  const OutType outs[] = {OutType::kBF16, OutType::kFP32};
+  for (OutType out : outs) {
+    // Row-broadcast periods that do not divide the 128-row tile (7, 100) and one that does (64).
+    for (int64_t P : {7, 64, 100}) expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=64", P});
+    expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=128", 0, true});
+    expect_exact({259, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 7, true});
+    expect_exact({200, 256, 512, out, true, Inputs::kSmallInts, "bn=128,splits=2", 13, true});
+    for (Activation act : {Activation::kGelu, Activation::kSilu}) {
+      expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=64", 0, false, act});
+      expect_exact({131, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 5, true, act});
+    }
+  }
+}
+
+TEST_F(Fp8GemmGpu, PatchEmbedMatchesReference) {
+  // M = 3 images of P = 49 patches: 147 rows, neither P nor M a multiple of the tile.
+  const int64_t P = 49, m = 3 * P, n = 192, k = 256;
+  Buf A(m * k), B(n * k), D(m * n * 2), bias(n * 2), pos(P * n * 2);
+  const uint64_t seed = lowbit_test::seed() + 7;
+  ASSERT_EQ(bench::fill_e4m3_int(A.p, m * k, 3, seed, nullptr), cudaSuccess);
+  ASSERT_EQ(bench::fill_e4m3_int(B.p, n * k, 3, seed + 1, nullptr), cudaSuccess);
+  std::vector<uint16_t> hbias(n), hpos(P * n);
+  for (int64_t j = 0; j < n; ++j) hbias[j] = formats::float_to_bf16(static_cast<float>(j % 5) - 2.0f);
+  for (int64_t i = 0; i < P * n; ++i) hpos[i] = formats::float_to_bf16(static_cast<float>(i % 9) - 4.0f);
+  CUDA_OK(cudaMemcpy(bias.p, hbias.data(), n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(pos.p, hpos.data(), P * n * 2, cudaMemcpyHostToDevice));
+  ASSERT_EQ(bench::fill_u16(D.p, m * n, 0xFFFF, nullptr), cudaSuccess);
+  PatchEmbedArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.patches = A.p;
+  a.weight = B.p;
+  a.bias = bias.p;
+  a.bias_len = n;
+  a.pos = pos.p;
+  a.pos_rows = P;
+  a.pos_cols = n;
+  a.out = D.p;
+  const Status st = patch_embed_fp8(a, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> ha(m * k), hb(n * k);
+  std::vector<uint16_t> hd(m * n);
+  CUDA_OK(cudaMemcpy(ha.data(), A.p, ha.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hb.data(), B.p, hb.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hd.data(), D.p, hd.size() * 2, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double v = 0;
+      for (int64_t q = 0; q < k; ++q) v += formats::e4m3_to_float(ha[r * k + q]) * formats::e4m3_to_float(hb[c * k + q]);
+      v += formats::bf16_to_float(hbias[c]) + formats::bf16_to_float(hpos[(r % P) * n + c]);
+      if (hd[r * n + c] != formats::float_to_bf16(static_cast<float>(v))) ++bad;
+    }
+  EXPECT_EQ(bad, 0);
+  // Misaligned pos is caught on the device path too.
+  a.pos = static_cast<char*>(pos.p) + 2;
+  EXPECT_EQ(patch_embed_fp8(a, nullptr).code(), StatusCode::kInvalidArgument);
 }

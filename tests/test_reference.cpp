@@ -36,3 +36,25 @@ TEST(Reference, CompareCountsNonFiniteAndNormwiseError) {
   EXPECT_NEAR(off.rel_fro, 0.1, 1e-12);
   EXPECT_NEAR(off.max_rel, 0.15, 1e-12);
 }
+
+TEST(Reference, EpilogueOrder) {
+  // 1x1x1: a = 2, b = 3 -> 6; alpha 0.5 -> 3; + bias 1 -> 4; + row_bcast[row % 2] -> row 1 adds -5 -> -1;
+  // SiLU(-1) = -1 / (1 + e); + residual 10.
+  const float a[] = {2, 2}, b[] = {3}, bias[] = {1}, rb[] = {7, -5}, res[] = {10, 10};
+  GemmProblem p;
+  p.m = 2;
+  p.n = 1;
+  p.k = 1;
+  p.a = a;
+  p.b = b;
+  p.alpha = 0.5;
+  p.bias = bias;
+  p.row_bcast = rb;
+  p.row_period = 2;
+  p.activation = 2;
+  p.residual = res;
+  EXPECT_DOUBLE_EQ(gemm_element(p, 0, 0), 11.0 / (1.0 + std::exp(-11.0)) + 10.0);
+  EXPECT_DOUBLE_EQ(gemm_element(p, 1, 0), -1.0 / (1.0 + std::exp(1.0)) + 10.0);
+  p.activation = 1;
+  EXPECT_NEAR(gemm_element(p, 1, 0), -0.15865525393145707 + 10.0, 1e-15);
+}

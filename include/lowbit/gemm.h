@@ -1,5 +1,7 @@
-// Dense FP8 (E4M3) GEMM on Hopper:
-//   D[M,N] = alpha * a_scale * b_scale * A[M,K] . B[N,K]^T (+ bias[N])
+// Dense FP8 (E4M3) GEMM on Hopper with a fused epilogue:
+//   v = alpha * a_scale * b_scale * A[M,K] . B[N,K]^T
+//   v += bias[col];  v += row_bcast[row % row_bcast_rows][col];  v = activation(v);  v += residual[row][col]
+//   D[row][col] = v  (each step only when its argument is given)
 // A and B are row-major and K-major (each row holds K contiguous E4M3 bytes); D is row-major
 // BF16 or FP32. Accumulation is FP32 (each 128-wide K block is promoted from the tensor
 // cores' accumulator into FP32 registers, as cuBLASLt does without fast accumulation).
@@ -16,6 +18,7 @@
 namespace lowbit {
 
 enum class OutType { kBF16, kFP32 };
+enum class Activation { kNone, kGelu /* erf form */, kSilu };
 
 struct Fp8GemmArgs {
   int64_t m = 0;  // any M >= 1
@@ -29,6 +32,12 @@ struct Fp8GemmArgs {
   const float* a_scale = nullptr;  // optional device scalar (per-tensor dequant scale of A)
   const float* b_scale = nullptr;  // optional device scalar (per-tensor dequant scale of B)
   const void* bias = nullptr;      // optional BF16 [n] on the device, 16-byte aligned
+  // Optional BF16 [row_bcast_rows, n]: output row r adds row r % row_bcast_rows (a positional
+  // embedding repeated per image, for example). 16-byte aligned; row_bcast_rows >= 1.
+  const void* row_bcast = nullptr;
+  int64_t row_bcast_rows = 0;
+  const void* residual = nullptr;  // optional BF16 [m, n], added last, 16-byte aligned
+  Activation activation = Activation::kNone;  // applied before the residual
   // Caller-owned scratch for split-K partial sums and tile counters. Required only when the
   // chosen config splits K (fp8_gemm_workspace_size says how much). It must be zero-filled once
   // before its first use (workspace_init); every call leaves its counters at zero again.

@@ -3,4 +3,5 @@
 
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
+#include "lowbit/patch_embed.h"
 #include "lowbit/status.h"

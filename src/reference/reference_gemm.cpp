@@ -13,6 +13,10 @@ double gemm_element(const GemmProblem& p, int64_t row, int64_t col) {
   for (int64_t i = 0; i < p.k; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   s *= p.alpha;
   if (p.bias) s += static_cast<double>(p.bias[col]);
+  if (p.row_bcast) s += static_cast<double>(p.row_bcast[(row % p.row_period) * p.n + col]);
+  if (p.activation == 1) s = 0.5 * s * (1.0 + std::erf(s / std::sqrt(2.0)));
+  if (p.activation == 2) s = s / (1.0 + std::exp(-s));
+  if (p.residual) s += static_cast<double>(p.residual[row * p.n + col]);
   return s;
 }
 

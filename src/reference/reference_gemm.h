@@ -13,10 +13,15 @@ struct GemmProblem {
   const float* a = nullptr;     // [m, k] row-major
   const float* b = nullptr;     // [n, k] row-major
   double alpha = 1.0;
-  const float* bias = nullptr;  // [n] or null
+  const float* bias = nullptr;       // [n] or null
+  const float* row_bcast = nullptr;  // [row_period, n] or null: row r adds row r % row_period
+  int64_t row_period = 1;
+  int activation = 0;                // 0 none, 1 GELU (erf), 2 SiLU
+  const float* residual = nullptr;   // [m, n] or null, added after the activation
 };
 
-// One output element: alpha * sum_k a[r,k] * b[c,k] + bias[c], in FP64.
+// One output element, in FP64: act(alpha * sum_k a[r,k] * b[c,k] + bias[c] + row_bcast[r % P][c])
+// + residual[r][c] (the order of gemm/epilogue_params.h).
 double gemm_element(const GemmProblem& p, int64_t row, int64_t col);
 
 // The whole [m, n] output in FP64 (threads over rows).

@@ -1,8 +1,9 @@
-// FP8 GEMM epilogue: D = alpha * acc (+ bias[col]), converted to BF16 or FP32 and stored with
-// TMA. Each consumer warpgroup stages its 64-row slice in 64 x 128-byte chunks (128B-swizzled,
-// so the fragment writes are bank-conflict free), and one thread stores each chunk with TMA;
-// the store runs asynchronously while the warpgroup moves on to the next unit's mainloop.
-// A new fused operation (positional embedding, residual, activation) belongs in this file.
+// FP8 GEMM epilogue: applies the fused operations of gemm::EpilogueParams (alpha, bias, a
+// row-broadcast add such as a positional embedding, an activation, a residual), converts to BF16
+// or FP32 and stores with TMA. Each consumer warpgroup stages its 64-row slice in 64 x 128-byte
+// chunks (128B-swizzled, so the fragment writes are bank-conflict free), and one thread stores
+// each chunk with TMA; the store runs asynchronously while the warpgroup moves on to the next
+// unit's mainloop. A new fused operation belongs here and in gemm/epilogue_params.h.
 #pragma once
 
 #include <cuda.h>
@@ -37,19 +38,7 @@ struct Fp8Epilogue {
     const int col0 = w.n_block * T::kBlockN;
     if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
 
-#pragma unroll
-    for (int g = 0; g < T::kBlockN / 8; ++g) {
-      const int col = col0 + 8 * g + 2 * (lane % 4);
-      float b0 = 0.0f, b1 = 0.0f;
-      if (p.bias != nullptr && col < p.n) {  // n is a multiple of 16, so col + 1 < n as well
-        b0 = __bfloat162float(p.bias[col]);
-        b1 = __bfloat162float(p.bias[col + 1]);
-      }
-      acc[4 * g + 0] = fmaf(acc[4 * g + 0], alpha, b0);
-      acc[4 * g + 1] = fmaf(acc[4 * g + 1], alpha, b1);
-      acc[4 * g + 2] = fmaf(acc[4 * g + 2], alpha, b0);
-      acc[4 * g + 3] = fmaf(acc[4 * g + 3], alpha, b1);
-    }
+    apply_fused_ops(p, row0 + warp * 16 + lane / 4, col0 + 2 * (lane % 4), alpha, acc);
 
 #pragma unroll
     for (int c = 0; c < T::kEpiChunks; ++c) {
@@ -96,6 +85,56 @@ struct Fp8Epilogue {
       ++chunk_counter;
     }
   }
+
+  // Element math on this thread's fragment: rows r0 and r0 + 8, columns c0 + 8g (+1).
+  // Uniform branches on which operations are enabled; loads are 4-byte BF16 pairs.
+  __device__ __forceinline__ static void apply_fused_ops(const Fp8KernelParams& p, int r0, int c0, float alpha,
+                                                         float (&acc)[T::kBlockN / 2]) {
+    const gemm::EpilogueParams& e = p.epi;
+    const bool row_ok[2] = {r0 < p.m, r0 + 8 < p.m};
+    int bcast_row[2] = {0, 0};
+    if (e.row_bcast != nullptr) {
+      bcast_row[0] = r0 % e.row_period;
+      bcast_row[1] = (r0 + 8) % e.row_period;
+    }
+#pragma unroll
+    for (int g = 0; g < T::kBlockN / 8; ++g) {
+      const int col = c0 + 8 * g;
+      if (col >= p.n) break;  // n is a multiple of 16, so col + 1 < n as well
+      float2 b = make_float2(0.0f, 0.0f);
+      if (e.bias != nullptr) b = load_pair(e.bias + col);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x);
+        float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y);
+        if (e.row_bcast != nullptr && row_ok[h]) {
+          const float2 t = load_pair(e.row_bcast + static_cast<int64_t>(bcast_row[h]) * p.n + col);
+          v0 += t.x;
+          v1 += t.y;
+        }
+        if (e.activation == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
+          v0 = gelu(v0);
+          v1 = gelu(v1);
+        } else if (e.activation == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
+          v0 = silu(v0);
+          v1 = silu(v1);
+        }
+        if (e.residual != nullptr && row_ok[h]) {
+          const float2 t = load_pair(e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n + col);
+          v0 += t.x;
+          v1 += t.y;
+        }
+        acc[4 * g + 2 * h] = v0;
+        acc[4 * g + 2 * h + 1] = v1;
+      }
+    }
+  }
+
+  __device__ __forceinline__ static float2 load_pair(const __nv_bfloat16* ptr) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
+  }
+  __device__ __forceinline__ static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+  __device__ __forceinline__ static float silu(float x) { return x / (1.0f + __expf(-x)); }
 
   // Shared memory must outlive the stores that read it.
   __device__ __forceinline__ void drain() {

@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
     if (consumer_wg >= consumer_wgs) return;  // its rows lie wholly past M
-    const float alpha = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+    const float alpha =
+        p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};

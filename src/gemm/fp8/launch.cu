@@ -35,6 +35,17 @@ Status validate(const Fp8GemmArgs& a) {
   if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d))
     return Status::Invalid("fp8_gemm: A, B and D must be 16-byte aligned");
   if (a.bias && !aligned16(a.bias)) return Status::Invalid("fp8_gemm: bias must be 16-byte aligned");
+  if (a.row_bcast) {
+    if (a.row_bcast_rows <= 0)
+      return Status::Invalid("fp8_gemm: row_bcast_rows must be >= 1 (got " + std::to_string(a.row_bcast_rows) + ")");
+    if (a.row_bcast_rows > INT_MAX) return Status::Invalid("fp8_gemm: row_bcast_rows must be below 2^31");
+    if (!aligned16(a.row_bcast)) return Status::Invalid("fp8_gemm: row_bcast must be 16-byte aligned");
+  } else if (a.row_bcast_rows != 0) {
+    return Status::Invalid("fp8_gemm: row_bcast_rows given without a row_bcast tensor");
+  }
+  if (a.residual && !aligned16(a.residual)) return Status::Invalid("fp8_gemm: residual must be 16-byte aligned");
+  if (a.activation != Activation::kNone && a.activation != Activation::kGelu && a.activation != Activation::kSilu)
+    return Status::Invalid("fp8_gemm: unknown activation");
   if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
       (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
     return Status::Invalid("fp8_gemm: scale pointers must be 4-byte aligned");
@@ -196,10 +207,16 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);
-  p.alpha = args.alpha;
-  p.a_scale = args.a_scale;
-  p.b_scale = args.b_scale;
-  p.bias = static_cast<const __nv_bfloat16*>(args.bias);
+  p.epi.alpha = args.alpha;
+  p.epi.a_scale = args.a_scale;
+  p.epi.b_scale = args.b_scale;
+  p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
+  p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
+  p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);
+  p.epi.residual = static_cast<const __nv_bfloat16*>(args.residual);
+  p.epi.activation = static_cast<int>(args.activation == Activation::kGelu   ? gemm::EpilogueActivation::kGelu
+                                      : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
+                                                                             : gemm::EpilogueActivation::kNone);
   if (cfg.splits > 1) {
     const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
     p.tile_counters = static_cast<int*>(args.workspace);

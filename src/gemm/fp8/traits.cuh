@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "gemm/epilogue_params.h"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 
@@ -64,10 +65,7 @@ struct Fp8Traits {
 struct Fp8KernelParams {
   gemm::TileSchedule sched;
   int m, n, k;
-  float alpha;
-  const float* a_scale;          // may be null
-  const float* b_scale;          // may be null
-  const __nv_bfloat16* bias;     // may be null
+  gemm::EpilogueParams epi;
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
   int mma_turns;                 // 1: consumer warpgroups alternate MMA issue (MmaTurn)

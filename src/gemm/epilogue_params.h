@@ -1,0 +1,29 @@
+// What a GEMM epilogue fuses, in the order it applies them (host and device see the same struct):
+//   v = alpha * a_scale * b_scale * acc
+//   v += bias[col]                          (bias)
+//   v += row_bcast[row % row_period][col]   (row_bcast: e.g. a ViT positional embedding)
+//   v = activation(v)                       (none, GELU (erf), SiLU)
+//   v += residual[row][col]                 (residual: a full [M, N] tensor)
+// A new fused operation adds a field here and its step in the epilogue (gemm/fp8/epilogue.cuh).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace lowbit::gemm {
+
+enum class EpilogueActivation : int { kNone = 0, kGelu = 1, kSilu = 2 };
+
+struct EpilogueParams {
+  float alpha;
+  const float* a_scale;            // may be null
+  const float* b_scale;            // may be null
+  const __nv_bfloat16* bias;       // [n] or null
+  const __nv_bfloat16* row_bcast;  // [row_period, n] or null
+  int row_period;
+  const __nv_bfloat16* residual;   // [m, n] or null
+  int activation;                  // EpilogueActivation
+};
+
+}  // namespace lowbit::gemm
