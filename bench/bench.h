@@ -31,6 +31,7 @@ struct Options {
 struct Shape {
   std::string suite;
   int64_t m, n, k;
+  int64_t period = 0;  // W2: patches per image (rows of the positional embedding)
 };
 
 struct Result {
@@ -42,8 +43,11 @@ struct Result {
   double max_err = 0, max_err_base = 0;
   int batch = 0, samples = 0;
   std::string status;                  // "ok" or an error message
+  // W2 only: the unfused pipeline (cuBLASLt GEMM+bias, then a row-broadcast add kernel).
+  double us_unfused = 0, x_unfused = 0, err_unfused = 0;
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
 
 }  // namespace lowbit::bench

@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -25,6 +25,13 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     v.push_back({"W1-square", 4096, 8192, 8192});
     v.push_back({"W1-square", 8192, 8192, 8192});
   }
+  if (suite == "W2" || suite == "default") {
+    // ViT-B/16 at 224 px (P = 196) for 4736 images, the same at 1/8 the rows, and ViT-L/14 at
+    // 336 px (P = 576) for 1611 images: [M, 768] x [768, 768]^T + bias + pos.
+    v.push_back({"W2", 928256, 768, 768, 196});
+    v.push_back({"W2", 116032, 768, 768, 196});
+    v.push_back({"W2", 927936, 768, 768, 576});
+  }
   if (suite == "W1-llm" || suite == "default") {
     const int64_t ms[] = {64, 128, 4096};
     const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
@@ -43,7 +50,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG]...\n");
 }
@@ -117,7 +124,7 @@ int main(int argc, char** argv) {
   bool any_fail = false;
   for (const auto& sh : shapes) {
     Result r;
-    const Status st = run_fp8_shape(opt, sh, &r);
+    const Status st = sh.suite == "W2" ? run_patch_embed_shape(opt, sh, &r) : run_fp8_shape(opt, sh, &r);
     if (!st.ok()) {
       r.shape = sh;
       r.status = "ERROR: " + st.to_string();
@@ -147,6 +154,18 @@ int main(int argc, char** argv) {
                   (long long)r.shape.k, r.status.c_str());
       continue;
     }
+    if (r.shape.suite == "W2") {
+      std::printf("%-9s %6lld %4lld %4lld P=%-4lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | unfused %9.1f us %7.3f x"
+                  " | %8.2e unfused %8.2e | %s %s\n",
+                  r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k,
+                  (long long)r.shape.period, r.us, r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_unfused,
+                  r.x_unfused, r.err, r.err_unfused, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
     std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | %8.2e %8.2e | %s %s\n",
                 r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops,
                 r.gbs, r.pct_floor, r.us_base, r.speedup, r.err, r.err_base, r.config.c_str(),
@@ -167,6 +186,8 @@ int main(int argc, char** argv) {
         << ",\"k\":" << r.shape.k << ",\"us\":" << r.us << ",\"us_cublaslt\":" << r.us_base << ",\"tflops\":" << r.tflops
         << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
         << ",\"x_cublaslt\":" << r.speedup << ",\"err\":" << r.err << ",\"err_cublaslt\":" << r.err_base
+        << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
+        << ",\"err_unfused\":" << r.err_unfused
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
         << "\",\"status\":\"" << r.status << "\"}";
     }
