@@ -87,45 +87,55 @@ struct Fp8Epilogue {
   }
 
   // Element math on this thread's fragment: rows r0 and r0 + 8, columns c0 + 8g (+1).
-  // Uniform branches on which operations are enabled; loads are 4-byte BF16 pairs.
+  // Operands are loaded kStep column groups at a time with predicated, branch-free loads, so
+  // their L2 latencies overlap; a data-dependent branch per group serialized them (W2 ran 4x
+  // slower than cuBLASLt until this was fixed).
   __device__ __forceinline__ static void apply_fused_ops(const Fp8KernelParams& p, int r0, int c0, float alpha,
                                                          float (&acc)[T::kBlockN / 2]) {
+    constexpr int kGroups = T::kBlockN / 8;
+    constexpr int kStep = 4;
+    static_assert(kGroups % kStep == 0, "column groups come in steps of 4");
     const gemm::EpilogueParams& e = p.epi;
     const bool row_ok[2] = {r0 < p.m, r0 + 8 < p.m};
-    int bcast_row[2] = {0, 0};
-    if (e.row_bcast != nullptr) {
-      bcast_row[0] = r0 % e.row_period;
-      bcast_row[1] = (r0 + 8) % e.row_period;
+    const __nv_bfloat16* bcast_row[2] = {nullptr, nullptr};
+    const __nv_bfloat16* res_row[2] = {nullptr, nullptr};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (e.row_bcast != nullptr && row_ok[h]) bcast_row[h] = e.row_bcast + static_cast<int64_t>((r0 + 8 * h) % e.row_period) * p.n;
+      if (e.residual != nullptr && row_ok[h]) res_row[h] = e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n;
     }
+    const int act = e.activation;
 #pragma unroll
-    for (int g = 0; g < T::kBlockN / 8; ++g) {
-      const int col = c0 + 8 * g;
-      if (col >= p.n) break;  // n is a multiple of 16, so col + 1 < n as well
-      float2 b = make_float2(0.0f, 0.0f);
-      if (e.bias != nullptr) b = load_pair(e.bias + col);
+    for (int g0 = 0; g0 < kGroups; g0 += kStep) {
+      float2 b[kStep], t[kStep][2], r[kStep][2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x);
-        float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y);
-        if (e.row_bcast != nullptr && row_ok[h]) {
-          const float2 t = load_pair(e.row_bcast + static_cast<int64_t>(bcast_row[h]) * p.n + col);
-          v0 += t.x;
-          v1 += t.y;
+      for (int j = 0; j < kStep; ++j) {
+        const int col = c0 + 8 * (g0 + j);
+        const bool col_ok = col < p.n;  // n is a multiple of 16, so col + 1 < n as well
+        b[j] = (e.bias != nullptr && col_ok) ? load_pair(e.bias + col) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          t[j][h] = (bcast_row[h] != nullptr && col_ok) ? load_pair(bcast_row[h] + col) : make_float2(0.0f, 0.0f);
+          r[j][h] = (res_row[h] != nullptr && col_ok) ? load_pair(res_row[h] + col) : make_float2(0.0f, 0.0f);
         }
-        if (e.activation == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
-          v0 = gelu(v0);
-          v1 = gelu(v1);
-        } else if (e.activation == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
-          v0 = silu(v0);
-          v1 = silu(v1);
+      }
+#pragma unroll
+      for (int j = 0; j < kStep; ++j) {
+        const int g = g0 + j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v0 = fmaf(acc[4 * g + 2 * h], alpha, b[j].x) + t[j][h].x;
+          float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b[j].y) + t[j][h].y;
+          if (act == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
+            v0 = gelu(v0);
+            v1 = gelu(v1);
+          } else if (act == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
+            v0 = silu(v0);
+            v1 = silu(v1);
+          }
+          acc[4 * g + 2 * h] = v0 + r[j][h].x;
+          acc[4 * g + 2 * h + 1] = v1 + r[j][h].y;
         }
-        if (e.residual != nullptr && row_ok[h]) {
-          const float2 t = load_pair(e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n + col);
-          v0 += t.x;
-          v1 += t.y;
-        }
-        acc[4 * g + 2 * h] = v0;
-        acc[4 * g + 2 * h + 1] = v1;
       }
     }
   }
