@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "cublaslt_fp8.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
@@ -19,33 +20,6 @@
 #include "timing.h"
 
 namespace lowbit::bench {
-namespace {
-
-Status cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  Status alloc(size_t bytes) { return cuda(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc"); }
-};
-
-double read_out(const std::vector<uint8_t>& raw, OutType t, size_t i) {
-  if (t == OutType::kFP32) {
-    float f;
-    std::memcpy(&f, raw.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, raw.data() + 2 * i, 2);
-  return formats::bf16_to_float(h);
-}
-
-}  // namespace
 
 Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   r->shape = sh;
@@ -58,9 +32,9 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   int sets = static_cast<int>(std::min<size_t>(16, (2 * dev.l2_bytes + set_bytes - 1) / set_bytes));
   sets = std::max(sets, 1);
 
-  cudaStream_t s;
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
-  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  OwnedStream stream;
+  LOWBIT_RETURN_IF_ERROR(stream.create());
+  cudaStream_t s = stream.s;
 
   std::vector<DeviceBuffer> A(sets), B(sets);
   DeviceBuffer D, Dbase, bias, scales, ws;
@@ -68,36 +42,26 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   for (int i = 0; i < sets; ++i) {
     LOWBIT_RETURN_IF_ERROR(A[i].alloc(static_cast<size_t>(m * k)));
     LOWBIT_RETURN_IF_ERROR(B[i].alloc(static_cast<size_t>(n * k)));
-    LOWBIT_RETURN_IF_ERROR(cuda(fill_e4m3_uniform(A[i].p, m * k, 4.0f, seed * 1000 + 2 * i, s), "fill A"));
-    LOWBIT_RETURN_IF_ERROR(cuda(fill_e4m3_uniform(B[i].p, n * k, 4.0f, seed * 1000 + 2 * i + 1, s), "fill B"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(A[i].p, m * k, 4.0f, seed * 1000 + 2 * i, s), "fill A"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(B[i].p, n * k, 4.0f, seed * 1000 + 2 * i + 1, s), "fill B"));
   }
   LOWBIT_RETURN_IF_ERROR(D.alloc(static_cast<size_t>(m * n) * out_bytes));
   LOWBIT_RETURN_IF_ERROR(Dbase.alloc(static_cast<size_t>(m * n) * out_bytes));
   LOWBIT_RETURN_IF_ERROR(bias.alloc(static_cast<size_t>(n) * 2));
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_bf16_uniform(bias.p, n, 1.0f, seed * 1000 + 999, s), "fill bias"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_bf16_uniform(bias.p, n, 1.0f, seed * 1000 + 999, s), "fill bias"));
   // Each scale in its own 256-byte line, as separate framework tensors would be.
   LOWBIT_RETURN_IF_ERROR(scales.alloc(512));
   const float h_scales[2] = {0.0625f, 0.03125f};
   float* d_sa = static_cast<float*>(scales.p);
   float* d_sb = d_sa + 64;
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
   const float alpha = 1.0f;
 
   // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
-  std::vector<Fp8GemmConfig> cfgs(1);
-  if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &cfgs[0]));
-  } else {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &cfgs[0]));
-  }
-  for (const auto& alt : opt.alt_configs) {
-    Fp8GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(alt, &c));
-    cfgs.push_back(c);
-  }
+  std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, fp8_gemm_workspace_size(m, n, k, c));
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   const Fp8GemmConfig& cfg = cfgs[0];
@@ -138,8 +102,8 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
 
   // Correctness on set 0: poison both outputs, run once each, compare sampled elements with the
   // FP64 reference on the same E4M3 inputs.
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_u16(D.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_u16(Dbase.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(Dbase.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
   LOWBIT_RETURN_IF_ERROR(ours(s, 0));
   if (baseline) {
     const Status bs = base(s, 0);
@@ -148,7 +112,7 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
       baseline_note = "baseline failed: " + bs.to_string();
     }
   }
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaStreamSynchronize(s), "run"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
   {
     std::vector<uint8_t> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(n * k));
     std::vector<uint8_t> hd(static_cast<size_t>(m * n) * out_bytes), hdb(hd.size());
@@ -158,11 +122,11 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     cudaMemcpy(hd.data(), D.p, hd.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(hdb.data(), Dbase.p, hdb.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(hbias.data(), bias.p, hbias.size() * 2, cudaMemcpyDeviceToHost);
-    LOWBIT_RETURN_IF_ERROR(cuda(cudaGetLastError(), "copy back"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
     // Every element of ours must have been written (no NaN left from the poison).
     int64_t unwritten = 0;
     for (size_t i = 0; i < static_cast<size_t>(m * n); ++i)
-      if (!std::isfinite(read_out(hd, opt.out, i))) ++unwritten;
+      if (!std::isfinite(read_output(hd, opt.out, i))) ++unwritten;
     std::mt19937_64 rng(seed ^ 0x5EED);
     const int samples = 2048;
     std::vector<double> ref, got, gotb;
@@ -175,8 +139,8 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
       acc *= static_cast<double>(alpha) * h_scales[0] * h_scales[1];
       if (opt.bias) acc += formats::bf16_to_float(hbias[j]);
       ref.push_back(acc);
-      got.push_back(read_out(hd, opt.out, static_cast<size_t>(i * n + j)));
-      gotb.push_back(read_out(hdb, opt.out, static_cast<size_t>(i * n + j)));
+      got.push_back(read_output(hd, opt.out, static_cast<size_t>(i * n + j)));
+      gotb.push_back(read_output(hdb, opt.out, static_cast<size_t>(i * n + j)));
     }
     const auto e = reference::compare(ref, got);
     r->err = e.rel_fro;

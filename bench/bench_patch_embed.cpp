@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "cublaslt_fp8.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
@@ -22,32 +23,13 @@
 #include "timing.h"
 
 namespace lowbit::bench {
-namespace {
-
-Status cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  Status alloc(size_t bytes) { return cuda(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc"); }
-};
-
-}  // namespace
 
 Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
   r->shape = sh;
   const int64_t m = sh.m, n = sh.n, k = sh.k, P = sh.period;
-  cudaStream_t s;
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{s};
+  OwnedStream stream;
+  LOWBIT_RETURN_IF_ERROR(stream.create());
+  cudaStream_t s = stream.s;
 
   // Operands are far larger than L2 (A alone is m*k bytes), so one set suffices.
   DeviceBuffer A, B, D, Dl, Du, bias, pos, scales, ws;
@@ -60,29 +42,19 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(pos.alloc(P * n * 2));
   LOWBIT_RETURN_IF_ERROR(scales.alloc(512));
   const uint64_t seed = opt.seed;
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_e4m3_uniform(A.p, m * k, 4.0f, seed * 1000 + 11, s), "fill A"));
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_e4m3_uniform(B.p, n * k, 4.0f, seed * 1000 + 12, s), "fill B"));
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_bf16_uniform(bias.p, n, 1.0f, seed * 1000 + 13, s), "fill bias"));
-  LOWBIT_RETURN_IF_ERROR(cuda(fill_bf16_uniform(pos.p, P * n, 1.0f, seed * 1000 + 14, s), "fill pos"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(A.p, m * k, 4.0f, seed * 1000 + 11, s), "fill A"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(B.p, n * k, 4.0f, seed * 1000 + 12, s), "fill B"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_bf16_uniform(bias.p, n, 1.0f, seed * 1000 + 13, s), "fill bias"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_bf16_uniform(pos.p, P * n, 1.0f, seed * 1000 + 14, s), "fill pos"));
   const float h_scales[2] = {0.0625f, 0.03125f};
   float* d_sa = static_cast<float*>(scales.p);
   float* d_sb = d_sa + 64;
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
 
-  std::vector<Fp8GemmConfig> cfgs(1);
-  if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &cfgs[0]));
-  } else {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &cfgs[0]));
-  }
-  for (const auto& alt : opt.alt_configs) {
-    Fp8GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(alt, &c));
-    cfgs.push_back(c);
-  }
+  std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, fp8_gemm_workspace_size(m, n, k, c));
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   r->config = cfgs[0].to_string();
@@ -112,15 +84,15 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
   auto gemm_bias = [&](cudaStream_t st, void* out) { return lt.run(A.p, B.p, out, bias.p, 1.0f, st); };
   auto unfused = [&](cudaStream_t st) {
     LOWBIT_RETURN_IF_ERROR(gemm_bias(st, Du.p));
-    return cuda(row_bcast_add_bf16(Du.p, pos.p, m, n, P, st), "row_bcast_add");
+    return cuda_status(row_bcast_add_bf16(Du.p, pos.p, m, n, P, st), "row_bcast_add");
   };
 
   // Correctness: poison, run each once, compare sampled elements with the FP64 reference.
-  for (void* out : {D.p, Dl.p, Du.p}) LOWBIT_RETURN_IF_ERROR(cuda(fill_u16(out, m * n, 0xFFFF, s), "poison"));
+  for (void* out : {D.p, Dl.p, Du.p}) LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(out, m * n, 0xFFFF, s), "poison"));
   LOWBIT_RETURN_IF_ERROR(fused(cfgs[0], s));
   LOWBIT_RETURN_IF_ERROR(gemm_bias(s, Dl.p));
   LOWBIT_RETURN_IF_ERROR(unfused(s));
-  LOWBIT_RETURN_IF_ERROR(cuda(cudaStreamSynchronize(s), "run"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
   {
     std::vector<uint8_t> ha(m * k), hb(n * k);
     std::vector<uint16_t> hd(m * n), hu(m * n), hbias(n), hpos(P * n);
@@ -130,7 +102,7 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
     cudaMemcpy(hu.data(), Du.p, hu.size() * 2, cudaMemcpyDeviceToHost);
     cudaMemcpy(hbias.data(), bias.p, n * 2, cudaMemcpyDeviceToHost);
     cudaMemcpy(hpos.data(), pos.p, P * n * 2, cudaMemcpyDeviceToHost);
-    LOWBIT_RETURN_IF_ERROR(cuda(cudaGetLastError(), "copy back"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
     int64_t unwritten = 0;
     for (size_t i = 0; i < hd.size(); ++i)
       if (!std::isfinite(formats::bf16_to_float(hd[i]))) ++unwritten;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cublaslt_fp8.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
@@ -61,16 +62,6 @@ std::string describe(const Case& c) {
          (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto");
 }
 
-double out_at(const std::vector<uint8_t>& raw, OutType t, size_t i) {
-  if (t == OutType::kFP32) {
-    float f;
-    std::memcpy(&f, raw.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, raw.data() + 2 * i, 2);
-  return formats::bf16_to_float(h);
-}
 
 struct Outcome {
   reference::ErrorStats ours, cublas;
@@ -194,8 +185,8 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   const auto ref = reference::gemm_full(p);
   std::vector<double> got(ref.size()), gotl(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) {
-    got[i] = out_at(o->raw, c.out, i);
-    gotl[i] = out_at(hl, c.out, i);
+    got[i] = bench::read_output(o->raw, c.out, i);
+    gotl[i] = bench::read_output(hl, c.out, i);
   }
   o->ours = reference::compare(ref, got);
   o->cublas = reference::compare(ref, gotl);

@@ -1,0 +1,80 @@
+// Small pieces shared by the bench runners and the GPU tests.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "formats/bf16.h"
+#include "lowbit/gemm.h"
+#include "lowbit/status.h"
+
+namespace lowbit::bench {
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Owns one device allocation (never fewer than 16 bytes, so empty tensors still get a pointer).
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p(o.p) { o.p = nullptr; }
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  Status alloc(size_t bytes) { return cuda_status(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc"); }
+};
+
+// A non-blocking stream destroyed with its owner.
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() = default;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() {
+    if (s) cudaStreamDestroy(s);
+  }
+  Status create() { return cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"); }
+};
+
+// Element i of a raw BF16 or FP32 output copied back to the host.
+inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) {
+  if (t == OutType::kFP32) {
+    float f;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  return formats::bf16_to_float(h);
+}
+
+// The configs a bench run times: [0] is --config (or the chooser's pick), then every --alt.
+// Also the largest workspace any of them needs.
+inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t k, std::vector<Fp8GemmConfig>* cfgs,
+                              size_t* workspace_bytes) {
+  cfgs->assign(1, Fp8GemmConfig{});
+  if (!opt.config.empty()) {
+    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &(*cfgs)[0]));
+  } else {
+    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &(*cfgs)[0]));
+  }
+  for (const auto& alt : opt.alt_configs) {
+    Fp8GemmConfig c;
+    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(alt, &c));
+    cfgs->push_back(c);
+  }
+  *workspace_bytes = 0;
+  for (const auto& c : *cfgs) *workspace_bytes = std::max(*workspace_bytes, fp8_gemm_workspace_size(m, n, k, c));
+  return Status::Ok();
+}
+
+}  // namespace lowbit::bench
