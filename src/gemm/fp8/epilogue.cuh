@@ -38,7 +38,11 @@ struct Fp8Epilogue {
     const int col0 = w.n_block * T::kBlockN;
     if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
 
-    apply_fused_ops(p, row0 + warp * 16 + lane / 4, col0 + 2 * (lane % 4), alpha, acc);
+    if constexpr (T::kFused) {
+      apply_fused_ops(p, row0 + warp * 16 + lane / 4, col0 + 2 * (lane % 4), alpha, acc);
+    } else {
+      apply_alpha_bias(p, col0 + 2 * (lane % 4), alpha, acc);
+    }
 
 #pragma unroll
     for (int c = 0; c < T::kEpiChunks; ++c) {
@@ -86,7 +90,25 @@ struct Fp8Epilogue {
     }
   }
 
-  // Element math on this thread's fragment: rows r0 and r0 + 8, columns c0 + 8g (+1).
+  // Plain variants: alpha and an optional bias, one uniform branch per column group.
+  __device__ __forceinline__ static void apply_alpha_bias(const Fp8KernelParams& p, int c0, float alpha,
+                                                          float (&acc)[T::kBlockN / 2]) {
+#pragma unroll
+    for (int g = 0; g < T::kBlockN / 8; ++g) {
+      const int col = c0 + 8 * g;
+      float b0 = 0.0f, b1 = 0.0f;
+      if (p.epi.bias != nullptr && col < p.n) {  // n is a multiple of 16, so col + 1 < n as well
+        b0 = __bfloat162float(p.epi.bias[col]);
+        b1 = __bfloat162float(p.epi.bias[col + 1]);
+      }
+      acc[4 * g + 0] = fmaf(acc[4 * g + 0], alpha, b0);
+      acc[4 * g + 1] = fmaf(acc[4 * g + 1], alpha, b1);
+      acc[4 * g + 2] = fmaf(acc[4 * g + 2], alpha, b0);
+      acc[4 * g + 3] = fmaf(acc[4 * g + 3], alpha, b1);
+    }
+  }
+
+  // Fused variants. Element math on this thread's fragment: rows r0 and r0 + 8, columns c0 + 8g (+1).
   // Operands are loaded kStep column groups at a time with predicated, branch-free loads, so
   // their L2 latencies overlap; a data-dependent branch per group serialized them (W2 ran 4x
   // slower than cuBLASLt until this was fixed).

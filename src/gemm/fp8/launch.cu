@@ -74,9 +74,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const Fp8KernelParams&, int device);
 
-template <int kBlockN, bool kOutFp32>
+template <int kBlockN, bool kOutFp32, bool kFused>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN), kOutFp32>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN), kOutFp32, kFused>;
 
   static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device) {
@@ -98,26 +98,35 @@ struct Variant {
 struct VariantEntry {
   int block_n;
   bool out_fp32;
+  bool fused;
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN>
-constexpr VariantEntry entry(bool f32) {
-  return f32 ? VariantEntry{BN, true, &Variant<BN, true>::launch, &Variant<BN, true>::smem_bytes}
-             : VariantEntry{BN, false, &Variant<BN, false>::launch, &Variant<BN, false>::smem_bytes};
+template <int BN, bool F32, bool Fused>
+constexpr VariantEntry entry() {
+  return VariantEntry{BN, F32, Fused, &Variant<BN, F32, Fused>::launch, &Variant<BN, F32, Fused>::smem_bytes};
 }
 
-// Must list exactly fp8::kFp8Variants (checked below).
-const VariantEntry kEntries[] = {
-    entry<64>(false), entry<64>(true), entry<128>(false), entry<128>(true), entry<192>(false), entry<192>(true),
-};
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * fp8::kNumFp8Variants,
-              "launch.cu instantiates every variant of variants.h for BF16 and FP32 output");
+template <int BN>
+constexpr VariantEntry entry(bool f32, bool fused) {
+  return f32 ? (fused ? entry<BN, true, true>() : entry<BN, true, false>())
+             : (fused ? entry<BN, false, true>() : entry<BN, false, false>());
+}
 
-const VariantEntry* find_entry(int block_n, bool out_fp32) {
+// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, plain and fused (checked below).
+const VariantEntry kEntries[] = {
+    entry<64>(false, false),  entry<64>(true, false),  entry<128>(false, false),
+    entry<128>(true, false),  entry<192>(false, false), entry<192>(true, false),
+    entry<64>(false, true),   entry<64>(true, true),   entry<128>(false, true),
+    entry<128>(true, true),   entry<192>(false, true),  entry<192>(true, true),
+};
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * fp8::kNumFp8Variants,
+              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x plain/fused epilogue");
+
+const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused) {
   for (const auto& e : kEntries)
-    if (e.block_n == block_n && e.out_fp32 == out_fp32) return &e;
+    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused) return &e;
   return nullptr;
 }
 
@@ -158,7 +167,9 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
   }
 
-  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32);
+  // Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
+  const bool fused = args.row_bcast != nullptr || args.residual != nullptr || args.activation != Activation::kNone;
+  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,

@@ -15,13 +15,17 @@ namespace lowbit::fp8 {
 // their layout against it at compile time; the launcher also checks the device's own limit.
 constexpr int kSm90MaxSmemPerBlock = 232448;
 
-template <int kBlockN_, int kStages_, bool kOutFp32_>
+// kFused_: the epilogue carries the row-broadcast / activation / residual steps. Kept a
+// compile-time switch: with those steps merely present (and switched off at run time) the plain
+// GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
+template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false>
 struct Fp8Traits {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
+  static constexpr bool kFused = kFused_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kWgmmaK = 32;
