@@ -1,0 +1,131 @@
+#include <cuda_fp4.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "formats/e4m3.h"
+#include "formats/nvfp4.h"
+#include "test_seed.h"
+
+using namespace lowbit::formats;
+
+TEST(E2M1, EveryCodeRoundTrips) {
+  const float mags[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (uint8_t c = 0; c < 16; ++c) {
+    const float v = e2m1_to_float(c);
+    EXPECT_EQ(std::fabs(v), mags[c & 7]) << int(c);
+    EXPECT_EQ(float_to_e2m1(v), c) << int(c);
+  }
+}
+
+TEST(E2M1, RoundsHalfToEvenAndSaturates) {
+  EXPECT_EQ(float_to_e2m1(0.25f), 0x0);   // 0 | 0.5 -> 0
+  EXPECT_EQ(float_to_e2m1(0.75f), 0x2);   // 0.5 | 1 -> 1 (even)
+  EXPECT_EQ(float_to_e2m1(1.25f), 0x2);   // 1 | 1.5 -> 1
+  EXPECT_EQ(float_to_e2m1(1.75f), 0x4);   // 1.5 | 2 -> 2
+  EXPECT_EQ(float_to_e2m1(2.5f), 0x4);    // 2 | 3 -> 2
+  EXPECT_EQ(float_to_e2m1(3.5f), 0x6);    // 3 | 4 -> 4
+  EXPECT_EQ(float_to_e2m1(5.0f), 0x6);    // 4 | 6 -> 4
+  EXPECT_EQ(float_to_e2m1(5.01f), 0x7);
+  EXPECT_EQ(float_to_e2m1(1e9f), 0x7);
+  EXPECT_EQ(float_to_e2m1(-1e9f), 0xF);
+  EXPECT_EQ(float_to_e2m1(-0.1f), 0x8);   // rounds to -0
+}
+
+TEST(E2M1, MatchesCudaConversion) {
+  const uint64_t seed = lowbit_test::seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-8.0f, 8.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = d(rng);
+    const uint8_t want = static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) & 0xF;
+    ASSERT_EQ(float_to_e2m1(x), want) << "x=" << x << " seed=" << seed;
+  }
+  for (float x : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -5.0f, 7.0f, NAN}) {
+    const uint8_t want = static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) & 0xF;
+    EXPECT_EQ(float_to_e2m1(x), want) << "x=" << x;
+  }
+}
+
+TEST(Nvfp4Quantizer, SaturatesAmaxToSixTimes448) {
+  std::vector<float> x(32, 0.0f);
+  x[3] = -12.5f;  // the tensor amax
+  x[17] = 1.0f;
+  const auto t = quantize_nvfp4(x.data(), 1, 32);
+  EXPECT_FLOAT_EQ(t.global_scale, 12.5f / (6.0f * 448.0f));
+  EXPECT_EQ(t.scales[0], 0x7E);  // 448: block amax / 6 * enc = 448 exactly
+  EXPECT_EQ(t.packed[1] & 0xF0, 0xF0);  // element 3 (high nibble of byte 1) is -6
+  const auto back = dequantize_nvfp4(t);
+  EXPECT_NEAR(back[3], -12.5f, 1e-5f);
+}
+
+TEST(Nvfp4Quantizer, ZeroRowsAndZeroTensor) {
+  std::vector<float> x(2 * 32, 0.0f);
+  for (int i = 32; i < 64; ++i) x[i] = 0.01f * (i - 40);
+  const auto t = quantize_nvfp4(x.data(), 2, 32);
+  EXPECT_EQ(t.scales[0], 0);
+  EXPECT_EQ(t.scales[1], 0);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(t.packed[j], 0) << j;
+  const auto z = quantize_nvfp4(std::vector<float>(32, 0.0f).data(), 1, 32);
+  EXPECT_EQ(z.global_scale, 1.0f);
+  for (float v : dequantize_nvfp4(z)) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Nvfp4Quantizer, SubnormalBlockScalesAndRoundTripBound) {
+  const uint64_t seed = lowbit_test::seed();
+  std::mt19937_64 rng(seed);
+  const int64_t rows = 8, cols = 256;
+  std::vector<float> x(rows * cols);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      // Blocks whose magnitudes span 2^-14 .. 2^3 of the tensor amax: the small ones get
+      // subnormal E4M3 scales.
+      const float mag = std::ldexp(1.0f, static_cast<int>((c / 16) % 18) - 14);
+      x[r * cols + c] = nd(rng) * mag;
+    }
+  const auto t = quantize_nvfp4(x.data(), rows, cols);
+  bool saw_subnormal = false;
+  for (uint8_t s : t.scales) saw_subnormal |= (s != 0 && (s & 0x78) == 0);
+  EXPECT_TRUE(saw_subnormal) << "no block got a subnormal E4M3 scale; seed " << seed;
+  const auto back = dequantize_nvfp4(t);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 16; ++b) {
+      float bamax = 0.0f;
+      for (int i = 0; i < 16; ++i) bamax = std::max(bamax, std::fabs(x[r * cols + b * 16 + i]));
+      const float s = e4m3_to_float(t.scales[r * (cols / 16) + b]) * t.global_scale;
+      for (int i = 0; i < 16; ++i) {
+        const int64_t e = r * cols + b * 16 + i;
+        // Half the widest E2M1 gap (2 -> one unit of s), plus what rounding the block scale to
+        // E4M3 can push past 6 (6.25%), plus the scale's own subnormal quantization.
+        const float bound = s * 1.0f + 0.0625f * bamax + std::ldexp(1.0f, -9) * 6.0f * t.global_scale;
+        ASSERT_LE(std::fabs(x[e] - back[e]), bound * 1.0001f) << "row " << r << " block " << b << " seed " << seed;
+      }
+    }
+}
+
+TEST(Nvfp4Scales, SwizzledLayoutMatchesTheAtomFormula) {
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(0, 0, 8), 0u);
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(1, 0, 8), 16u);
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(32, 0, 8), 4u);
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(0, 1, 8), 1u);
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(127, 3, 8), 511u);
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(0, 4, 8), 512u);       // next atom along K
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(128, 0, 8), 1024u);    // atoms K-first, then rows
+  EXPECT_EQ(nvfp4_scale_offset_swizzled(128, 0, 9), 1536u);    // 9 k-blocks -> 3 atoms per row band
+  // A bijection onto the padded tensor.
+  const int64_t rows = 200, kb = 7;
+  std::set<size_t> seen;
+  for (int64_t r = 0; r < 256; ++r)
+    for (int64_t b = 0; b < 8; ++b) {
+      const size_t o = nvfp4_scale_offset_swizzled(r, b, kb);
+      EXPECT_LT(o, nvfp4_scales_swizzled_bytes(rows, kb));
+      EXPECT_TRUE(seen.insert(o).second) << r << "," << b;
+    }
+  std::vector<uint8_t> rm(rows * kb);
+  for (size_t i = 0; i < rm.size(); ++i) rm[i] = static_cast<uint8_t>(i * 37 + 1);
+  const auto sw = swizzle_nvfp4_scales(rm.data(), rows, kb);
+  EXPECT_EQ(sw[nvfp4_scale_offset_swizzled(150, 5, kb)], rm[150 * kb + 5]);
+}
