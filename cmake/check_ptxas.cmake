@@ -22,6 +22,12 @@ foreach(s ${spills})
 endforeach()
 string(REGEX MATCHALL "Potential Performance Loss[^\n]*" losses "${log}")
 list(LENGTH spills nkernels)
+# SYNTAX_ONLY: the translation unit exists to prove instruction wrappers assemble (a compile-only
+# harness, never launched); its own register use is not a kernel we ship.
+if(SYNTAX_ONLY)
+  message(STATUS "ptxas check: ${SOURCE} assembles for sm_90a")
+  return()
+endif()
 if(bad_spill OR losses)
   message(FATAL_ERROR "ptxas check failed for ${SOURCE}:\n${log}")
 endif()

@@ -62,6 +62,11 @@ enum class WgmmaKind { kE4M3, kBF16, kF16 };
 template <WgmmaKind Kind, int N>
 struct WgmmaOp;
 
+// m64nNkK with a 2:4-sparse A (kK / 2 stored values per row plus one 32-bit metadata register per
+// thread, sparsity selector 0): the sparse GEMM's instruction.
+template <WgmmaKind Kind, int N>
+struct WgmmaSpOp;
+
 #include "wgmma_ops.inc"
 
 }  // namespace lowbit::hopper
