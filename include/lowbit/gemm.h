@@ -39,8 +39,11 @@ struct Fp8GemmArgs {
   const void* residual = nullptr;  // optional BF16 [m, n], added last, 16-byte aligned
   Activation activation = Activation::kNone;  // applied before the residual
   // Caller-owned scratch for split-K partial sums and tile counters. Required only when the
-  // chosen config splits K (fp8_gemm_workspace_size says how much). It must be zero-filled once
-  // before its first use (workspace_init); every call leaves its counters at zero again.
+  // chosen config splits K (fp8_gemm_workspace_size says how much); without a forced config,
+  // lowbit picks the best candidate that fits workspace_bytes (splitting needs some, so 0 bytes
+  // means no split-K). It must be zero-filled once before its first use (workspace_init); every
+  // call leaves its counters at zero again. Calls that may run concurrently (other streams)
+  // need separate workspaces.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -53,7 +56,7 @@ struct Fp8GemmConfig {
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
-  std::string reason;    // why the chooser picked it (empty when forced)
+  std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
