@@ -23,7 +23,14 @@ TEST(Fp8Config, ParsesAndRejects) {
 TEST(Fp8Config, StagesFitSharedMemory) {
   for (const auto& v : fp8::kFp8Variants) {
     EXPECT_GE(v.stages, 4) << v.block_n;
-    EXPECT_LE(v.stages * (16384 + v.block_n * 128) + 32768 + 2048, 232448) << v.block_n;
+    EXPECT_LE(v.stages * (16384 + v.block_n * 128) + 32768 + 2048 + v.block_n * 2, 232448) << v.block_n;
+    // Fused variants also hold the staged row-broadcast tile; 3 stages still overlap TMA and MMA.
+    EXPECT_GE(v.fused_stages, 3) << v.block_n;
+    EXPECT_LT(v.fused_stages, v.stages) << v.block_n;
+    EXPECT_LE(v.fused_stages * (16384 + v.block_n * 128) + 32768 + 2048 + v.block_n * 2 +
+                  fp8::fp8_row_operand_bytes(v.block_n),
+              232448)
+        << v.block_n;
   }
 }
 

@@ -23,6 +23,13 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
                                   coords, bar);
 }
 
+// Plain bulk copy global -> shared of `bytes` contiguous bytes (a multiple of 16; both addresses
+// 16-byte aligned), completing on `bar` like a tile load. For data no tensor map describes, such
+// as rows gathered by an index.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, gmem_src, bytes, bar);
+}
+
 // 2-D tile store shared -> global; the hardware clips the box at the tensor's edges.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem_src,
                                              int32_t inner, int32_t outer) {

@@ -11,11 +11,73 @@
 
 #include "gemm/fp8/traits.cuh"
 #include "gemm/tile_scheduler.cuh"
+#include "hopper/mbarrier.cuh"
 #include "hopper/named_barrier.cuh"
 #include "hopper/stmatrix.cuh"
 #include "hopper/tma.cuh"
 
 namespace lowbit::fp8 {
+
+// Epilogue operands that every unit reads (the bias slice; in fused variants the unit's rows of
+// the row-broadcast tensor), staged in shared memory. Read from global memory inside the
+// epilogue they cost ~6 us per tile: a few L2 round trips under full TMA load, each waited for
+// before the next was issued (docs/perf.md, W2). Here one warp of the producer warpgroup
+// bulk-copies them while the consumers run the unit's mainloop, and the epilogue reads shared
+// memory only. One buffer: the loader refills it for the next unit once every working consumer
+// warp has read it, which leaves the whole next mainloop to land the copies.
+template <class T>
+struct StagedEpilogueOperands {
+  // Absent operands read as zeros, so the epilogue math carries no branches.
+  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+                                              int consumer_warps) {
+    if (threadIdx.x == 0) {
+      hopper::mbarrier_init(&ss.ops.full, 1);
+      hopper::mbarrier_init(&ss.ops.empty, consumer_warps);
+    }
+    if (p.epi.bias == nullptr)
+      for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.bias[i] = __float2bfloat16(0.0f);
+    if constexpr (T::kFused) {
+      if (p.epi.row_bcast == nullptr) {
+        uint4* rows = reinterpret_cast<uint4*>(ss.ops.rows);
+        for (int i = threadIdx.x; i < T::kRowOpBytes / 16; i += blockDim.x) rows[i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+
+  // Called by all 32 lanes of the loader warp, once per unit in the consumers' order; `parity`
+  // flips per unit. Rows and columns past the matrix are not loaded: they only feed outputs
+  // that the TMA store clips.
+  __device__ __forceinline__ static void load(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+                                              const gemm::WorkUnit& w, uint32_t parity) {
+    const int lane = threadIdx.x % 32;
+    hopper::mbarrier_wait(&ss.ops.empty, parity ^ 1u);  // a fresh barrier lets the first unit through
+    const int row0 = w.m_block * T::kBlockM;
+    const int col0 = w.n_block * T::kBlockN;
+    const int cols = p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN;
+    const uint32_t row_bytes = static_cast<uint32_t>(cols) * 2;  // n % 16 == 0: a multiple of 32
+    const bool bias = p.epi.bias != nullptr;
+    const bool bcast = T::kFused && p.epi.row_bcast != nullptr;
+    const int rows = bcast ? (p.m - row0 < T::kBlockM ? p.m - row0 : T::kBlockM) : 0;
+    if (lane == 0)
+      hopper::mbarrier_arrive_expect_tx(&ss.ops.full, (bias ? row_bytes : 0u) + static_cast<uint32_t>(rows) * row_bytes);
+    __syncwarp();
+    if (bias && lane == 0) hopper::bulk_load(ss.ops.bias, p.epi.bias + col0, row_bytes, &ss.ops.full);
+    for (int i = lane; i < rows; i += 32) {
+      const int64_t src_row = (row0 + i) % p.epi.row_period;
+      hopper::bulk_load(ss.ops.rows + i * T::kRowOpPitch, p.epi.row_bcast + src_row * p.n + col0, row_bytes,
+                        &ss.ops.full);
+    }
+  }
+
+  __device__ __forceinline__ static void wait(typename T::SharedStorage& ss, uint32_t parity) {
+    hopper::mbarrier_wait(&ss.ops.full, parity);
+  }
+  // Each working consumer warp, after its last read of the staged operands.
+  __device__ __forceinline__ static void release(typename T::SharedStorage& ss) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty);
+  }
+};
 
 // Accumulator fragment of m64nN (per warp w, lane l): acc[4*g + 2*h + e] is row 16w + l/4 + 8h,
 // column 8g + 2(l%4) + e.
@@ -27,22 +89,34 @@ struct Fp8Epilogue {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
   }
 
+  // The element math, reading the staged operands (StagedEpilogueOperands::wait first).
+  __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
+                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
+                                               float (&acc)[T::kBlockN / 2]) {
+    const int t = threadIdx.x % 128;
+    const int warp = t / 32;
+    const int lane = t % 32;
+    const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
+    if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
+    const int tile_row = consumer_wg * 64 + warp * 16 + lane / 4;
+    const int tile_col = 2 * (lane % 4);
+    if constexpr (T::kFused) {
+      apply_fused_ops(ss, p, tile_row, w.m_block * T::kBlockM + tile_row, tile_col, w.n_block * T::kBlockN + tile_col,
+                      alpha, acc);
+    } else {
+      apply_alpha_bias(ss, tile_col, alpha, acc);
+    }
+  }
+
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
                                         const CUtensorMap* tm_d, const Fp8KernelParams& p,
-                                        const gemm::WorkUnit& w, float alpha,
-                                        float (&acc)[T::kBlockN / 2]) {
+                                        const gemm::WorkUnit& w, float (&acc)[T::kBlockN / 2]) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     const int col0 = w.n_block * T::kBlockN;
     if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
-
-    if constexpr (T::kFused) {
-      apply_fused_ops(p, row0 + warp * 16 + lane / 4, col0 + 2 * (lane % 4), alpha, acc);
-    } else {
-      apply_alpha_bias(p, col0 + 2 * (lane % 4), alpha, acc);
-    }
 
 #pragma unroll
     for (int c = 0; c < T::kEpiChunks; ++c) {
@@ -90,64 +164,61 @@ struct Fp8Epilogue {
     }
   }
 
-  // Plain variants: alpha and an optional bias, one uniform branch per column group.
-  __device__ __forceinline__ static void apply_alpha_bias(const Fp8KernelParams& p, int c0, float alpha,
-                                                          float (&acc)[T::kBlockN / 2]) {
+  // Plain variants: alpha and the staged bias (zeros when there is none).
+  __device__ __forceinline__ static void apply_alpha_bias(const typename T::SharedStorage& ss, int tile_col,
+                                                          float alpha, float (&acc)[T::kBlockN / 2]) {
 #pragma unroll
     for (int g = 0; g < T::kBlockN / 8; ++g) {
-      const int col = c0 + 8 * g;
-      float b0 = 0.0f, b1 = 0.0f;
-      if (p.epi.bias != nullptr && col < p.n) {  // n is a multiple of 16, so col + 1 < n as well
-        b0 = __bfloat162float(p.epi.bias[col]);
-        b1 = __bfloat162float(p.epi.bias[col + 1]);
-      }
-      acc[4 * g + 0] = fmaf(acc[4 * g + 0], alpha, b0);
-      acc[4 * g + 1] = fmaf(acc[4 * g + 1], alpha, b1);
-      acc[4 * g + 2] = fmaf(acc[4 * g + 2], alpha, b0);
-      acc[4 * g + 3] = fmaf(acc[4 * g + 3], alpha, b1);
+      const float2 b = load_pair(ss.ops.bias + tile_col + 8 * g);
+      acc[4 * g + 0] = fmaf(acc[4 * g + 0], alpha, b.x);
+      acc[4 * g + 1] = fmaf(acc[4 * g + 1], alpha, b.y);
+      acc[4 * g + 2] = fmaf(acc[4 * g + 2], alpha, b.x);
+      acc[4 * g + 3] = fmaf(acc[4 * g + 3], alpha, b.y);
     }
   }
 
-  // Fused variants. Element math on this thread's fragment: rows r0 and r0 + 8, columns c0 + 8g (+1).
-  // Operands are loaded kStep column groups at a time with predicated, branch-free loads, so
-  // their L2 latencies overlap; a data-dependent branch per group serialized them (W2 ran 4x
-  // slower than cuBLASLt until this was fixed).
-  __device__ __forceinline__ static void apply_fused_ops(const Fp8KernelParams& p, int r0, int c0, float alpha,
+  // Fused variants. Element math on this thread's fragment: tile rows tile_row and tile_row + 8
+  // (matrix rows r0, r0 + 8), tile columns tile_col + 8g (+1) (matrix columns c0 + 8g (+1)).
+  // Bias and the row broadcast come from shared memory. The residual, a full [M, N] stream, is
+  // read from global memory kStep column groups at a time with predicated, branch-free loads so
+  // their latencies overlap (a data-dependent branch per group serialized them).
+  __device__ __forceinline__ static void apply_fused_ops(const typename T::SharedStorage& ss,
+                                                         const Fp8KernelParams& p, int tile_row, int r0,
+                                                         int tile_col, int c0, float alpha,
                                                          float (&acc)[T::kBlockN / 2]) {
     constexpr int kGroups = T::kBlockN / 8;
     constexpr int kStep = 4;
     static_assert(kGroups % kStep == 0, "column groups come in steps of 4");
     const gemm::EpilogueParams& e = p.epi;
-    const bool row_ok[2] = {r0 < p.m, r0 + 8 < p.m};
-    const __nv_bfloat16* bcast_row[2] = {nullptr, nullptr};
     const __nv_bfloat16* res_row[2] = {nullptr, nullptr};
+    const uint8_t* bcast_row[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (e.row_bcast != nullptr && row_ok[h]) bcast_row[h] = e.row_bcast + static_cast<int64_t>((r0 + 8 * h) % e.row_period) * p.n;
-      if (e.residual != nullptr && row_ok[h]) res_row[h] = e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n;
+      if (e.residual != nullptr && r0 + 8 * h < p.m) res_row[h] = e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n;
+      bcast_row[h] = ss.ops.rows + (tile_row + 8 * h) * T::kRowOpPitch;
     }
     const int act = e.activation;
 #pragma unroll
     for (int g0 = 0; g0 < kGroups; g0 += kStep) {
-      float2 b[kStep], t[kStep][2], r[kStep][2];
+      float2 r[kStep][2];
 #pragma unroll
       for (int j = 0; j < kStep; ++j) {
         const int col = c0 + 8 * (g0 + j);
         const bool col_ok = col < p.n;  // n is a multiple of 16, so col + 1 < n as well
-        b[j] = (e.bias != nullptr && col_ok) ? load_pair(e.bias + col) : make_float2(0.0f, 0.0f);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          t[j][h] = (bcast_row[h] != nullptr && col_ok) ? load_pair(bcast_row[h] + col) : make_float2(0.0f, 0.0f);
+        for (int h = 0; h < 2; ++h)
           r[j][h] = (res_row[h] != nullptr && col_ok) ? load_pair(res_row[h] + col) : make_float2(0.0f, 0.0f);
-        }
       }
 #pragma unroll
       for (int j = 0; j < kStep; ++j) {
         const int g = g0 + j;
+        const int cb = tile_col + 8 * g;
+        const float2 b = load_pair(ss.ops.bias + cb);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float v0 = fmaf(acc[4 * g + 2 * h], alpha, b[j].x) + t[j][h].x;
-          float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b[j].y) + t[j][h].y;
+          const float2 t = load_pair(reinterpret_cast<const __nv_bfloat16*>(bcast_row[h]) + cb);
+          float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x) + t.x;
+          float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y) + t.y;
           if (act == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
             v0 = gelu(v0);
             v1 = gelu(v1);

@@ -40,7 +40,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
 
-  // Barrier init: every working consumer warp releases a stage once per phase.
+  // Barrier init: every working consumer warp releases a stage (and the staged epilogue
+  // operands) once per phase.
+  using StagedOps = StagedEpilogueOperands<T>;
+  StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4);
     hopper::mbarrier_init_fence();
@@ -54,12 +57,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Role split.
   if (warpgroup == 0) {
-    // Producer: one thread issues every TMA load; the rest of the warpgroup idles on few registers.
+    // Producer: one thread issues every operand TMA load, warp 1 stages the epilogue operands,
+    // the rest of the warpgroup idles on few registers.
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x)
         produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
+    } else if (threadIdx.x / 32 == 1) {
+      uint32_t parity = 0;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) StagedOps::load(ss, p, p.sched.unit(u), parity);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -72,16 +79,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};
     Consumer<T> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+    uint32_t parity = 0;
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) {
       const gemm::WorkUnit w = p.sched.unit(u);
       // Mainloop.
       consumer.run(w, acc);
-      // Epilogue (after the split-K fix-up when K is split).
-      if (p.sched.splits > 1 &&
-          !gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters, &ss.fixup_is_last,
-                               static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs))
-        continue;
-      epilogue.store(ss, consumer_wg, &tm_d, p, w, alpha, acc);
+      // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
+      // waited for and released, finished here or not, so the loader stays in step.
+      const bool finish = p.sched.splits == 1 ||
+                          gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+                                              &ss.fixup_is_last, static_cast<int>(threadIdx.x) - 128,
+                                              128 * consumer_wgs);
+      StagedOps::wait(ss, parity);
+      if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+      StagedOps::release(ss);
+      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p, w, acc);
     }
     turn.finish();
     epilogue.drain();

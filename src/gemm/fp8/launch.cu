@@ -76,7 +76,7 @@ using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, con
 
 template <int kBlockN, bool kOutFp32, bool kFused>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN), kOutFp32, kFused>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused>;
 
   static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device) {

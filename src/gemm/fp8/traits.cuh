@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gemm/epilogue_params.h"
+#include "gemm/fp8/variants.h"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 
@@ -56,10 +57,22 @@ struct Fp8Traits {
   // addresses: 3 x 64 = 192 for BN = 128 does, 3 x 96 = 288 for BN = 192 does not.
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
+  // Epilogue operands staged per unit by the producer warpgroup (gemm/fp8/epilogue.cuh): the
+  // bias slice, and in fused variants the unit's 128 rows of the row-broadcast tensor.
+  static constexpr int kRowOpPitch = fp8_row_operand_pitch(kBlockN);
+  static constexpr int kRowOpBytes = kFused ? fp8_row_operand_bytes(kBlockN) : 16;
+  struct StagedOperands {
+    alignas(16) uint8_t rows[kRowOpBytes];
+    alignas(16) __nv_bfloat16 bias[kBlockN];
+    uint64_t full;   // the loader arms it with the unit's byte count; bulk copies complete it
+    uint64_t empty;  // every working consumer warp arrives once it has read the operands
+  };
+
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
     uint8_t epi[kConsumerWarpgroups][kEpiSlots][kEpiChunkBytes];
+    StagedOperands ops;
     hopper::StageBarriers<kStages> bars;
     int fixup_is_last;
   };

@@ -6,20 +6,30 @@ namespace lowbit::fp8 {
 
 struct Fp8Variant {
   int block_n;
-  int stages;
+  int stages;        // plain epilogue (alpha, bias)
+  int fused_stages;  // fused epilogue: fewer, to make room for the staged row-broadcast tile
   const char* note;
 };
 
-// Stages fill what is left of 227 KiB after 32 KiB of epilogue staging and 2 KiB of barriers
-// and alignment slack: (232448 - 32768 - 2048) / (16 KiB of A + block_n * 128 bytes of B).
-constexpr int fp8_stages_for(int block_n) { return (232448 - 32768 - 2048) / (16384 + block_n * 128); }
+// Bytes of one staged row-operand tile of the fused epilogue: 128 rows of block_n BF16, each row
+// padded by 16 bytes so the accumulator-fragment reads hit 32 distinct banks.
+constexpr int fp8_row_operand_pitch(int block_n) { return block_n * 2 + 16; }
+constexpr int fp8_row_operand_bytes(int block_n) { return 128 * fp8_row_operand_pitch(block_n); }
+
+// Stages fill what is left of 227 KiB after 32 KiB of epilogue staging, the staged bias
+// (block_n BF16), the fused variants' row-operand tile and 2 KiB of barriers and alignment
+// slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
+constexpr int fp8_stages_for(int block_n, bool fused = false) {
+  return (232448 - 32768 - 2048 - block_n * 2 - (fused ? fp8_row_operand_bytes(block_n) : 0)) /
+         (16384 + block_n * 128);
+}
 
 // With promotion each consumer thread holds 2 x block_n / 2 accumulator registers, so 192 is
 // the widest tile that fits in the 232 registers a consumer gets.
 constexpr Fp8Variant kFp8Variants[] = {
-    {64, fp8_stages_for(64), "narrow: more tiles for small M, deepest pipeline"},
-    {128, fp8_stages_for(128), "balanced default"},
-    {192, fp8_stages_for(192), "wide: least shared-memory traffic per FLOP for large M"},
+    {64, fp8_stages_for(64), fp8_stages_for(64, true), "narrow: more tiles for small M, deepest pipeline"},
+    {128, fp8_stages_for(128), fp8_stages_for(128, true), "balanced default"},
+    {192, fp8_stages_for(192), fp8_stages_for(192, true), "wide: least shared-memory traffic per FLOP for large M"},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
