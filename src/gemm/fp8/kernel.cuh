@@ -54,6 +54,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   __syncthreads();
 
   const int num_units = p.sched.num_units();
+  // Without a bias or row broadcast the staged operands are the zeros init wrote: no loads, no
+  // per-unit handshake.
+  const bool staged = p.epi.bias != nullptr || (T::kFused && p.epi.row_bcast != nullptr);
 
   // Role split.
   if (warpgroup == 0) {
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x)
         produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
-    } else if (threadIdx.x / 32 == 1) {
+    } else if (threadIdx.x / 32 == 1 && staged) {
       uint32_t parity = 0;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) StagedOps::load(ss, p, p.sched.unit(u), parity);
     }
@@ -90,9 +93,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                           gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                               &ss.fixup_is_last, static_cast<int>(threadIdx.x) - 128,
                                               128 * consumer_wgs);
-      StagedOps::wait(ss, parity);
+      if (staged) StagedOps::wait(ss, parity);
       if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
-      StagedOps::release(ss);
+      if (staged) StagedOps::release(ss);
       if (finish) epilogue.store(ss, consumer_wg, &tm_d, p, w, acc);
     }
     turn.finish();
