@@ -72,8 +72,11 @@ struct StagedEpilogueOperands {
   __device__ __forceinline__ static void wait(typename T::SharedStorage& ss, uint32_t parity) {
     hopper::mbarrier_wait(&ss.ops.full, parity);
   }
-  // Each working consumer warp, after its last read of the staged operands.
+  // Each working consumer warp, after its last read of the staged operands. The proxy fence
+  // orders those (generic-proxy) reads before the loader's next bulk copies (async proxy) write
+  // the same bytes.
   __device__ __forceinline__ static void release(typename T::SharedStorage& ss) {
+    hopper::fence_async_shared();
     __syncwarp();
     if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty);
   }

@@ -33,8 +33,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
   extern __shared__ uint8_t smem_raw[];
-  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  // Offset from the __shared__ array itself (not a pointer rebuilt from an integer), so the
+  // compiler keeps the shared address space and ordinary accesses compile to LDS/STS.
+  const uint32_t align_pad = (1024u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(smem_raw) % 1024u)) % 1024u;
+  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
   const int warpgroup = threadIdx.x / 128;
 
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
