@@ -45,9 +45,18 @@ struct Result {
   std::string status;                  // "ok" or an error message
   // W2 only: the unfused pipeline (cuBLASLt GEMM+bias, then a row-broadcast add kernel).
   double us_unfused = 0, x_unfused = 0, err_unfused = 0;
+  // W4 only: more same-run baselines and our other paths.
+  double us_bf16 = 0, x_bf16 = 0;  // cuBLAS BF16 GEMM
+  double us_w4a16 = 0;             // ours with BF16 activations
+  double us_fp8_ours = 0;          // our FP8 GEMM
+  double compute_floor_us = 0;     // FLOPs at the BF16 dense tensor rate (the kernel's MMA)
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_nvfp4_shape(const Options& opt, const Shape& shape, Result* r);
+
+// Nominal dense BF16 tensor rate (H100 SXM): the NVFP4 kernel's MMAs run at it.
+constexpr double kPeakBf16Tflops = 989.0;
 
 }  // namespace lowbit::bench

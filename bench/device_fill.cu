@@ -35,6 +35,11 @@ __global__ void k_fill_bf16_uniform(__nv_bfloat16* dst, size_t n, float range, u
     dst[i] = __float2bfloat16_rn(uniform_pm1(seed, i) * range);
 }
 
+__global__ void k_fill_u8_range(uint8_t* dst, size_t n, int lo, int hi, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<uint8_t>(lo + static_cast<int>(mix(seed ^ mix(i)) % static_cast<uint64_t>(hi - lo + 1)));
+}
+
 __global__ void k_fill_u16(uint16_t* dst, size_t n, uint16_t bits) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = bits;
@@ -59,6 +64,11 @@ cudaError_t fill_bf16_uniform(void* dst, size_t count, float range, uint64_t see
   k_fill_bf16_uniform<<<blocks_for(count), 256, 0, s>>>(static_cast<__nv_bfloat16*>(dst), count, range, seed);
   return cudaGetLastError();
 }
+cudaError_t fill_u8_range(void* dst, size_t count, int lo, int hi, uint64_t seed, cudaStream_t s) {
+  k_fill_u8_range<<<blocks_for(count), 256, 0, s>>>(static_cast<uint8_t*>(dst), count, lo, hi, seed);
+  return cudaGetLastError();
+}
+
 cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s) {
   k_fill_u16<<<blocks_for(count_u16), 256, 0, s>>>(static_cast<uint16_t*>(dst), count_u16, bits);
   return cudaGetLastError();

@@ -15,6 +15,8 @@ cudaError_t fill_e4m3_uniform(void* dst, size_t count, float range, uint64_t see
 cudaError_t fill_e4m3_int(void* dst, size_t count, int lim, uint64_t seed, cudaStream_t s);
 // BF16 values uniform in [-range, range].
 cudaError_t fill_bf16_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s);
+// Bytes uniform in [lo, hi]: packed E2M1 pairs (0..255 are all valid) or E4M3 scale codes.
+cudaError_t fill_u8_range(void* dst, size_t count, int lo, int hi, uint64_t seed, cudaStream_t s);
 // Poison: every 16-bit word set to `bits` (0xFFFF is a BF16 NaN and, twice, an FP32 NaN).
 cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s);
 

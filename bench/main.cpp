@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -32,6 +32,12 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     v.push_back({"W2", 116032, 768, 768, 196});
     v.push_back({"W2", 927936, 768, 768, 576});
   }
+  if (suite == "W4" || suite == "default") {
+    // Seed 004's decode shapes at M = 128, then M from 1 to 4096 at (7168, 16384).
+    const int64_t nk[][2] = {{7168, 16384}, {4096, 7168}, {7168, 2048}};
+    for (const auto& p : nk) v.push_back({"W4", 128, p[0], p[1]});
+    for (int64_t m : {1, 16, 512, 4096}) v.push_back({"W4", m, 7168, 16384});
+  }
   if (suite == "W1-llm" || suite == "default") {
     const int64_t ms[] = {64, 128, 4096};
     const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
@@ -50,7 +56,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG]...\n");
 }
@@ -124,7 +130,9 @@ int main(int argc, char** argv) {
   bool any_fail = false;
   for (const auto& sh : shapes) {
     Result r;
-    const Status st = sh.suite == "W2" ? run_patch_embed_shape(opt, sh, &r) : run_fp8_shape(opt, sh, &r);
+    const Status st = sh.suite == "W2"   ? run_patch_embed_shape(opt, sh, &r)
+                      : sh.suite == "W4" ? run_nvfp4_shape(opt, sh, &r)
+                                         : run_fp8_shape(opt, sh, &r);
     if (!st.ok()) {
       r.shape = sh;
       r.status = "ERROR: " + st.to_string();
@@ -166,6 +174,18 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (r.shape.suite == "W4") {
+      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | bf16 %8.2f %6.3f x | w4a16 %8.2f"
+                  " | fp8(ours) %8.2f | bf16-mma floor %6.2f | %8.2e | %s %s\n",
+                  r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_bf16, r.x_bf16, r.us_w4a16, r.us_fp8_ours,
+                  r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
     std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | %8.2e %8.2e | %s %s\n",
                 r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops,
                 r.gbs, r.pct_floor, r.us_base, r.speedup, r.err, r.err_base, r.config.c_str(),
@@ -187,7 +207,8 @@ int main(int argc, char** argv) {
         << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
         << ",\"x_cublaslt\":" << r.speedup << ",\"err\":" << r.err << ",\"err_cublaslt\":" << r.err_base
         << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
-        << ",\"err_unfused\":" << r.err_unfused
+        << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
+        << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
         << "\",\"status\":\"" << r.status << "\"}";
     }

@@ -3,5 +3,6 @@
 
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
+#include "lowbit/nvfp4.h"
 #include "lowbit/patch_embed.h"
 #include "lowbit/status.h"

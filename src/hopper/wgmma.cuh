@@ -67,6 +67,13 @@ struct WgmmaOp;
 template <WgmmaKind Kind, int N>
 struct WgmmaSpOp;
 
+// m64nNk16 with A from registers (the four 32-bit fragment registers of each thread, laid out as
+// mma.m16n8k16's A per warp: warp w holds rows 16w..16w+15) and B from shared memory, K-major.
+// The A registers are read asynchronously: do not overwrite them before wgmma_wait_group says
+// the MMA retired.
+template <WgmmaKind Kind, int N>
+struct WgmmaRegAOp;
+
 #include "wgmma_ops.inc"
 
 }  // namespace lowbit::hopper

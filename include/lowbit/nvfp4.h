@@ -1,0 +1,80 @@
+// NVFP4 GEMM on Hopper: E2M1 values (two per byte, low nibble first), one E4M3 scale per 16
+// consecutive elements along K, one FP32 global scale per tensor. Hopper has no FP4 tensor cores,
+// so the kernel dequantizes the weights in registers (E2M1 x E4M3 is exact in BF16) and runs BF16
+// WGMMA with the activations; the weight stream is half the bytes of FP8.
+//
+//   D[M, N] (BF16) = g_a * g_b * sum_k a[m, k] * w[n, k]
+//
+// with w = e2m1 * scale the dequantized weight and a either BF16 (W4A16) or NVFP4 (then a is
+// dequantized to BF16 in a first pass, exactly, into the caller's workspace).
+//
+// The weights are prepacked once (nvfp4_prepack_weights, on the device) into the kernel's layout:
+// per 128-row tile and 128-wide K block, each consumer thread's fragment bytes contiguous, so the
+// mainloop loads them with two 16-byte shared-memory reads and does no index arithmetic.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lowbit/status.h"
+
+namespace lowbit {
+
+// Bytes of the prepacked weights of an [n, k] NVFP4 matrix (n rounded up to 128, k to 128).
+size_t nvfp4_prepacked_bytes(int64_t n, int64_t k);
+
+struct Nvfp4PrepackArgs {
+  int64_t n = 0;                 // rows (output features), >= 1
+  int64_t k = 0;                 // multiple of 32
+  const void* packed = nullptr;  // E2M1 [n, k / 2] bytes, element 2j in the low nibble of byte j
+  const void* scales = nullptr;  // E4M3 scales: [n, k / 16] row-major, or the 128x4 swizzled layout
+  bool scales_swizzled = false;  // true: cuBLASLt / CUTLASS 128x4-atom layout (rows padded to 128, k/16 to 4)
+  void* out = nullptr;           // nvfp4_prepacked_bytes(n, k) bytes, 16-byte aligned
+  size_t out_bytes = 0;
+};
+
+// Stream-ordered; allocates nothing. Run once per weight tensor (at load time).
+Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& args, cudaStream_t stream);
+
+struct Nvfp4GemmConfig {
+  int block_tokens = 16;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
+  int splits = 1;         // split-K factor (deterministic fix-up through the workspace)
+  std::string reason;     // why the chooser picked it ("forced" when parsed)
+  std::string to_string() const;
+};
+
+// "tokens=16,splits=4"
+Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out);
+// Picks the token tile from M and the split from the SM count (asks the device).
+Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out);
+
+struct Nvfp4GemmArgs {
+  int64_t m = 0;  // tokens, >= 1
+  int64_t n = 0;  // output features, multiple of 16
+  int64_t k = 0;  // multiple of 32
+  // Activations: exactly one of
+  const void* a_bf16 = nullptr;    // BF16 [m, k], 16-byte aligned (W4A16), or
+  const void* a_packed = nullptr;  // NVFP4 [m, k / 2] with
+  const void* a_scales = nullptr;  //   E4M3 [m, k / 16] row-major scales
+  float a_global_scale = 1.0f;     // finite, > 0 (ignored for BF16 activations)
+  const void* b_prepacked = nullptr;  // from nvfp4_prepack_weights for this (n, k)
+  float b_global_scale = 1.0f;        // finite, > 0
+  void* d = nullptr;                  // BF16 [m, n], 16-byte aligned
+  // Caller-owned scratch: split-K partials and tile counters, and the BF16 copy of NVFP4
+  // activations (nvfp4_gemm_workspace_size). Zero-fill once before first use (workspace_init);
+  // every call leaves the counters at zero again. Concurrent calls need separate workspaces.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
+                                 const Nvfp4GemmConfig& config);
+
+// Stream-ordered; no allocation, no synchronization. Without a config the chooser picks one
+// whose workspace fits.
+Status nvfp4_gemm(const Nvfp4GemmArgs& args, cudaStream_t stream, const Nvfp4GemmConfig* config = nullptr);
+
+}  // namespace lowbit

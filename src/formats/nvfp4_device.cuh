@@ -1,0 +1,37 @@
+// NVFP4 on the device: E2M1 pairs and E4M3 scales to BF16 by bit placement (Hopper has no
+// cvt for E2M1). Exact: every E2M1 x E4M3 product has at most 6 significant bits and lies
+// between 2^-10 and 2688, well inside BF16.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace lowbit::formats {
+
+// One byte (two E2M1 codes: s e1 e0 m, low nibble first) -> BF16x2 {low code, high code}, each
+// equal to the E2M1 value times 2^-126: the code's e1 e0 m bits land on the lowest two
+// exponent bits and the top mantissa bit, so code 001 (0.5) becomes the subnormal 2^-127 and
+// the rest normal numbers -- one multiply by a power of two then restores any scale exactly.
+__device__ __forceinline__ uint32_t e2m1x2_to_bf16x2_scaled(uint32_t byte) {
+  const uint32_t t = byte | (byte << 12);  // low code at bits 0..3, high code at bits 16..19
+  return ((t & 0x00080008u) << 12) | ((t & 0x00070007u) << 6);
+}
+
+// Two E4M3 scales (bits 0..7 and 8..15 of `two`) -> BF16x2 of each scale times 2^118. The 7
+// magnitude bits placed at BF16 bits 4..10 read as scale * 2^-120 (E4M3 subnormals included:
+// bias 7 vs 127, and the subnormal ranges line up the same way); two multiplies by 2^119 follow
+// (2^238 is not a BF16). The sign bit is dropped: NVFP4 scales are never negative.
+__device__ __forceinline__ __nv_bfloat162 e4m3x2_to_bf16x2_times_2pow118(uint32_t two) {
+  const uint32_t bits = ((two & 0x7Fu) << 4) | ((two & 0x7F00u) << 12);
+  __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  const __nv_bfloat162 p119 = __floats2bfloat162_rn(6.646139978924579e35f, 6.646139978924579e35f);  // 2^119
+  v = __hmul2(v, p119);
+  return __hmul2(v, p119);
+}
+
+// E2M1 value * scale * 2^-8 in BF16: (value * 2^-126) * (scale * 2^118). The GEMM folds the
+// 2^8 back into its FP32 output scale.
+constexpr float kNvfp4DequantCompensation = 256.0f;
+
+}  // namespace lowbit::formats

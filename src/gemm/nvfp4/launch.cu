@@ -1,0 +1,354 @@
+// Host side of the NVFP4 GEMM: argument checks, config choice, weight prepack, activation
+// dequantization (NVFP4 activations), tensor map, launch. Stream-ordered; no allocation and no
+// synchronization.
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "formats/nvfp4_device.cuh"
+#include "gemm/nvfp4/kernel.cuh"
+#include "hopper/tensor_map.h"
+#include "lowbit/device.h"
+#include "lowbit/nvfp4.h"
+
+namespace lowbit {
+namespace {
+
+using nvfp4::kBlockK;
+using nvfp4::kTileRows;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- weight prepack ------------------------------------------------------------------------
+
+__device__ __forceinline__ uint8_t scale_at(const uint8_t* scales, bool swizzled, int64_t row, int64_t kblock,
+                                            int64_t kblocks) {
+  if (!swizzled) return scales[row * kblocks + kblock];
+  const int64_t atoms_k = (kblocks + 3) / 4;
+  const int64_t atom = (row / 128) * atoms_k + kblock / 4;
+  const int64_t r = row % 128;
+  return scales[atom * 512 + 16 * (r % 32) + 4 * (r / 32) + kblock % 4];
+}
+
+// One thread per (tile, K block, warpgroup chunk, consumer thread); see nvfp4/traits.cuh.
+__global__ void nvfp4_prepack_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
+                                     bool swizzled, int64_t n, int64_t k, int k_blocks, int64_t total,
+                                     uint8_t* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int t = static_cast<int>(i % 128);
+  const int c = static_cast<int>((i / 128) % 2);
+  const int64_t kb = (i / 256) % k_blocks;
+  const int64_t tile = i / (256 * static_cast<int64_t>(k_blocks));
+  const int q = t % 4;
+  const int r0 = 16 * (t / 32) + (t % 32) / 4;
+  const int64_t row_base = tile * kTileRows + c * 64;
+  const int64_t row_bytes = k / 2;
+  const int64_t kblocks16 = k / 16;
+  uint8_t* chunk = out + ((tile * k_blocks + kb) * 2 + c) * nvfp4::kChunkBytes;
+#pragma unroll
+  for (int plane = 0; plane < 2; ++plane) {
+    const int64_t row = row_base + r0 + 8 * plane;
+    uint8_t b[16];
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t kbyte = kb * 64 + 8 * s + q + 4 * h;
+        b[2 * s + h] = (row < n && kbyte < row_bytes) ? packed[row * row_bytes + kbyte] : 0;
+      }
+    *reinterpret_cast<uint4*>(chunk + plane * nvfp4::kPlaneBytes + t * 16) = *reinterpret_cast<const uint4*>(b);
+  }
+  if (t < 64) {
+    const int64_t row = row_base + t;
+    uint8_t sb[8];
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int64_t kblk = kb * 8 + s;
+      sb[s] = (row < n && kblk < kblocks16) ? scale_at(scales, swizzled, row, kblk, kblocks16) : 0;
+    }
+    *reinterpret_cast<uint2*>(chunk + nvfp4::kScaleOffset + t * 8) = *reinterpret_cast<const uint2*>(sb);
+  }
+}
+
+// ---- NVFP4 activations -> BF16 (exact: e2m1 * e4m3 fits BF16) ------------------------------
+
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = mag[code & 7];
+  return (code & 8) ? -v : v;
+}
+
+// One thread per block of 16 values (8 bytes in, 32 bytes out).
+__global__ void nvfp4_activations_to_bf16(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
+                                          int64_t blocks, __nv_bfloat16* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= blocks) return;
+  __nv_fp8_e4m3 sf;
+  sf.__x = scales[i];
+  const float s = static_cast<float>(sf);
+  const uint2 v = *reinterpret_cast<const uint2*>(packed + i * 8);
+  const uint32_t w[2] = {v.x, v.y};
+  alignas(16) __nv_bfloat16 o[16];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xFF;
+    o[2 * j] = __float2bfloat16_rn(e2m1_value(byte & 0xF) * s);
+    o[2 * j + 1] = __float2bfloat16_rn(e2m1_value(byte >> 4) * s);
+  }
+  uint4* dst = reinterpret_cast<uint4*>(out + i * 16);
+  dst[0] = reinterpret_cast<const uint4*>(o)[0];
+  dst[1] = reinterpret_cast<const uint4*>(o)[1];
+}
+
+// ---- variants and config -------------------------------------------------------------------
+
+using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const nvfp4::Nvfp4KernelParams&, int);
+
+template <int kTokens>
+struct Variant {
+  using T = nvfp4::Nvfp4Traits<kTokens>;
+  static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p,
+                            int device) {
+    static std::atomic<uint64_t> configured{0};
+    const uint64_t bit = device < 64 ? (1ull << device) : 0;
+    if (!bit || !(configured.load() & bit)) {
+      const cudaError_t e = cudaFuncSetAttribute(nvfp4::nvfp4_gemm_kernel<T>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      if (e != cudaSuccess) return e;
+      configured.fetch_or(bit);
+    }
+    nvfp4::nvfp4_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(act, p);
+    return cudaGetLastError();
+  }
+};
+
+struct VariantEntry {
+  int tokens;
+  int stages;
+  int smem;
+  LaunchFn launch;
+  const char* note;
+};
+
+const VariantEntry kVariants[] = {
+    {16, nvfp4::Nvfp4Traits<16>::kStages, nvfp4::Nvfp4Traits<16>::kSmemBytes, &Variant<16>::launch,
+     "decode: M <= 16, weight-stream bound"},
+    {32, nvfp4::Nvfp4Traits<32>::kStages, nvfp4::Nvfp4Traits<32>::kSmemBytes, &Variant<32>::launch, "M <= 32"},
+    {64, nvfp4::Nvfp4Traits<64>::kStages, nvfp4::Nvfp4Traits<64>::kSmemBytes, &Variant<64>::launch, "M <= 64"},
+    {128, nvfp4::Nvfp4Traits<128>::kStages, nvfp4::Nvfp4Traits<128>::kSmemBytes, &Variant<128>::launch,
+     "M > 64: BF16 tensor-rate bound"},
+};
+
+const VariantEntry* find_variant(int tokens) {
+  for (const auto& v : kVariants)
+    if (v.tokens == tokens) return &v;
+  return nullptr;
+}
+
+size_t counters_bytes(int64_t tiles) { return static_cast<size_t>(ceil_div(tiles * 4, 256) * 256); }
+
+}  // namespace
+
+std::string Nvfp4GemmConfig::to_string() const {
+  std::ostringstream os;
+  os << "tokens=" << block_tokens << ",splits=" << splits;
+  return os.str();
+}
+
+Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out) {
+  Nvfp4GemmConfig c;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) return Status::Invalid("nvfp4 config: expected key=value, got '" + item + "'");
+    const std::string key = item.substr(0, eq);
+    const int value = std::atoi(item.substr(eq + 1).c_str());
+    if (key == "tokens") c.block_tokens = value;
+    else if (key == "splits") c.splits = value;
+    else return Status::Invalid("nvfp4 config: unknown key '" + key + "' (tokens, splits)");
+  }
+  if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be 16, 32, 64 or 128");
+  if (c.splits < 1) return Status::Invalid("nvfp4 config: splits must be >= 1");
+  c.reason = "forced";
+  *out = c;
+  return Status::Ok();
+}
+
+Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out) {
+  if (m <= 0 || n <= 0 || k <= 0) return Status::Invalid("choose_nvfp4_config: M, N and K must be >= 1");
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  Nvfp4GemmConfig c;
+  c.block_tokens = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
+  const int64_t kb = ceil_div(k, kBlockK);
+  // Split K until the units fill the SMs' waves to >= 90%, keeping >= 4 K blocks per unit
+  // (fewer cannot hide the pipeline fill); else the best wave fill found.
+  int best = 1;
+  double best_fill = 0.0;
+  for (int s = 1; s <= 16 && kb / s >= 4; ++s) {
+    const int64_t units = tiles * s;
+    const double fill = static_cast<double>(units) / (ceil_div(units, dev.sm_count) * dev.sm_count);
+    if (fill > best_fill + 1e-9) {
+      best = s;
+      best_fill = fill;
+    }
+    if (fill >= 0.9) break;
+  }
+  c.splits = best;
+  std::ostringstream why;
+  why << "tokens " << c.block_tokens << " (smallest tile >= M, capped at 128); splits " << best << ": "
+      << tiles * best << " units fill " << static_cast<int>(best_fill * 100 + 0.5) << "% of their waves on "
+      << dev.sm_count << " SMs";
+  c.reason = why.str();
+  *out = c;
+  return Status::Ok();
+}
+
+size_t nvfp4_prepacked_bytes(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0) return 0;
+  return static_cast<size_t>(ceil_div(n, kTileRows) * ceil_div(k, kBlockK)) * nvfp4::kWeightStageBytes;
+}
+
+size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
+                                 const Nvfp4GemmConfig& c) {
+  if (m <= 0 || n <= 0 || k <= 0 || c.block_tokens <= 0) return 0;
+  size_t bytes = 0;
+  if (c.splits > 1) {
+    const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
+    bytes += counters_bytes(tiles) + static_cast<size_t>(tiles) * c.splits * 256 * (c.block_tokens / 2) * 4;
+  }
+  if (nvfp4_activations) bytes += static_cast<size_t>(ceil_div(static_cast<int64_t>(m) * k * 2, 256) * 256);
+  return bytes;
+}
+
+Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& a, cudaStream_t stream) {
+  if (a.n <= 0) return Status::Invalid("nvfp4_prepack_weights: N must be >= 1");
+  if (a.k <= 0 || a.k % 32 != 0)
+    return Status::Invalid("nvfp4_prepack_weights: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
+  if (a.n > INT_MAX / 2 || a.k > INT_MAX / 2) return Status::Invalid("nvfp4_prepack_weights: N and K must be below 2^30");
+  if (!a.packed || !a.scales || !a.out) return Status::Invalid("nvfp4_prepack_weights: null pointer");
+  if (!aligned16(a.out)) return Status::Invalid("nvfp4_prepack_weights: out must be 16-byte aligned");
+  const size_t need = nvfp4_prepacked_bytes(a.n, a.k);
+  if (a.out_bytes < need)
+    return Status::Invalid("nvfp4_prepack_weights: out holds " + std::to_string(a.out_bytes) + " bytes, needs " +
+                           std::to_string(need));
+  const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
+  const int64_t total = ceil_div(a.n, kTileRows) * k_blocks * 256;
+  nvfp4_prepack_kernel<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, stream>>>(
+      static_cast<const uint8_t*>(a.packed), static_cast<const uint8_t*>(a.scales), a.scales_swizzled, a.n, a.k,
+      k_blocks, total, static_cast<uint8_t*>(a.out));
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4 prepack launch: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmConfig* forced) {
+  if (a.m <= 0) return Status::Invalid("nvfp4_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
+  if (a.n <= 0 || a.n % 16 != 0)
+    return Status::Invalid("nvfp4_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
+  if (a.k <= 0 || a.k % 32 != 0)
+    return Status::Invalid("nvfp4_gemm: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
+  if (a.m > INT_MAX / 2 || a.n > INT_MAX / 2 || a.k > INT_MAX / 2)
+    return Status::Invalid("nvfp4_gemm: M, N and K must each be below 2^30");
+  const bool fp4_act = a.a_packed != nullptr || a.a_scales != nullptr;
+  if (fp4_act == (a.a_bf16 != nullptr))
+    return Status::Invalid("nvfp4_gemm: give either a_bf16, or a_packed with a_scales");
+  if (fp4_act && (!a.a_packed || !a.a_scales)) return Status::Invalid("nvfp4_gemm: a_packed needs a_scales");
+  if (!a.b_prepacked || !a.d) return Status::Invalid("nvfp4_gemm: b_prepacked and d must be non-null");
+  if (!aligned16(a.b_prepacked) || !aligned16(a.d) || (a.a_bf16 && !aligned16(a.a_bf16)) ||
+      (a.a_packed && !aligned16(a.a_packed)))
+    return Status::Invalid("nvfp4_gemm: a_bf16 / a_packed, b_prepacked and d must be 16-byte aligned");
+  if (!std::isfinite(a.b_global_scale) || a.b_global_scale <= 0.0f ||
+      (fp4_act && (!std::isfinite(a.a_global_scale) || a.a_global_scale <= 0.0f)))
+    return Status::Invalid("nvfp4_gemm: global scales must be finite and > 0");
+  if (a.workspace_bytes > 0 && !a.workspace) return Status::Invalid("nvfp4_gemm: workspace_bytes > 0 with a null workspace");
+  if (a.workspace && !aligned16(a.workspace)) return Status::Invalid("nvfp4_gemm: workspace must be 16-byte aligned");
+
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  Nvfp4GemmConfig cfg;
+  if (forced) {
+    cfg = *forced;
+  } else {
+    LOWBIT_RETURN_IF_ERROR(choose_nvfp4_config(a.m, a.n, a.k, &cfg));
+    // Fall back to no split when the caller's workspace cannot hold the partials.
+    if (nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg) > a.workspace_bytes) cfg.splits = 1;
+  }
+  const VariantEntry* v = find_variant(cfg.block_tokens);
+  if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be 16, 32, 64 or 128");
+  const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
+  if (cfg.splits < 1 || cfg.splits > k_blocks)
+    return Status::Invalid("nvfp4_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(k_blocks) + "]");
+  const size_t need = nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg);
+  if (need > a.workspace_bytes)
+    return Status::Error(StatusCode::kWorkspaceTooSmall, "nvfp4_gemm: config " + cfg.to_string() + " needs " +
+                                                             std::to_string(need) + " bytes of workspace, got " +
+                                                             std::to_string(a.workspace_bytes));
+  if (static_cast<size_t>(v->smem) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, "nvfp4_gemm: kernel needs " + std::to_string(v->smem) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(dev.smem_per_block_optin));
+
+  nvfp4::Nvfp4KernelParams p{};
+  p.m = static_cast<int>(a.m);
+  p.n = static_cast<int>(a.n);
+  p.k = static_cast<int>(a.k);
+  p.k_blocks = k_blocks;
+  p.tiles_n = static_cast<int>(ceil_div(a.n, kTileRows));
+  p.tiles_m = static_cast<int>(ceil_div(a.m, cfg.block_tokens));
+  p.splits = cfg.splits;
+  p.weights = static_cast<const uint8_t*>(a.b_prepacked);
+  p.alpha = (fp4_act ? a.a_global_scale : 1.0f) * a.b_global_scale * formats::kNvfp4DequantCompensation;
+  p.d = static_cast<__nv_bfloat16*>(a.d);
+  char* ws = static_cast<char*>(a.workspace);
+  const int64_t tiles = static_cast<int64_t>(p.tiles_n) * p.tiles_m;
+  if (cfg.splits > 1) {
+    p.tile_counters = reinterpret_cast<int*>(ws);
+    p.partials = reinterpret_cast<float*>(ws + counters_bytes(tiles));
+    ws += counters_bytes(tiles) + static_cast<size_t>(tiles) * cfg.splits * 256 * (cfg.block_tokens / 2) * 4;
+  }
+  const void* act = a.a_bf16;
+  if (fp4_act) {
+    const int64_t blocks = a.m * a.k / 16;
+    nvfp4_activations_to_bf16<<<static_cast<unsigned>(ceil_div(blocks, 256)), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(a.a_packed), static_cast<const uint8_t*>(a.a_scales), blocks,
+        reinterpret_cast<__nv_bfloat16*>(ws));
+    act = ws;
+  }
+
+  CUtensorMap tm_act;
+  hopper::TensorMap2dSpec s;
+  s.base = act;
+  s.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  s.elem_bytes = 2;
+  s.rows = static_cast<uint64_t>(a.m);
+  s.cols = static_cast<uint64_t>(a.k);
+  s.row_stride_bytes = static_cast<uint64_t>(a.k) * 2;
+  s.box_rows = static_cast<uint32_t>(cfg.block_tokens);
+  s.box_cols = 64;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s, &tm_act));
+
+  const int64_t units = tiles * cfg.splits;
+  if (units > INT_MAX) return Status::Invalid("nvfp4_gemm: too many work units");
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] nvfp4_gemm %lldx%lldx%lld %s: %lld units\n", static_cast<long long>(a.m),
+                 static_cast<long long>(a.n), static_cast<long long>(a.k), cfg.to_string().c_str(),
+                 static_cast<long long>(units));
+  const cudaError_t e = v->launch(static_cast<int>(units), stream, tm_act, p, dev.device);
+  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4_gemm launch: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace lowbit

@@ -1,0 +1,171 @@
+// NVFP4 GEMM mainloop: the producer streams prepacked weights (one bulk copy per stage) and
+// activation boxes (TMA); each consumer warpgroup dequantizes its 64 weight rows of a K block
+// straight into WGMMA A fragments and multiplies them with the activations in shared memory.
+// A new operand path (another 4-bit format) replaces this file only.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "formats/nvfp4_device.cuh"
+#include "gemm/nvfp4/traits.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
+
+namespace lowbit::nvfp4 {
+
+struct Nvfp4Unit {
+  int n_tile, m_tile, split;
+  int tile;  // linear output tile id (split-K bookkeeping)
+  int kb_begin, kb_end;
+};
+
+__device__ __forceinline__ Nvfp4Unit nvfp4_unit(const Nvfp4KernelParams& p, int u) {
+  Nvfp4Unit w;
+  w.split = u % p.splits;
+  w.tile = u / p.splits;
+  w.n_tile = w.tile % p.tiles_n;  // neighbouring CTAs share the activation rows in L2
+  w.m_tile = w.tile / p.tiles_n;
+  w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * p.k_blocks) / p.splits);
+  w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * p.k_blocks) / p.splits);
+  return w;
+}
+
+template <class T>
+__device__ __forceinline__ void nvfp4_produce(typename T::SharedStorage& ss, const CUtensorMap* tm_act,
+                                              const Nvfp4KernelParams& p, const Nvfp4Unit& w) {
+  hopper::RingPosition<T::kStages> pos;
+  for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+    ss.bars.producer_acquire(pos);
+    uint64_t* full = &ss.bars.full[pos.stage];
+    hopper::mbarrier_arrive_expect_tx(full, kWeightStageBytes + T::kActStageBytes);
+    hopper::bulk_load(ss.weights[pos.stage],
+                      p.weights + (static_cast<int64_t>(w.n_tile) * p.k_blocks + kb) * kWeightStageBytes,
+                      kWeightStageBytes, full);
+    // Activation rows past M and columns past K arrive as zeros.
+    hopper::tma_load_2d(ss.act[pos.stage], tm_act, full, kb * kBlockK, w.m_tile * T::kTokens);
+    hopper::tma_load_2d(ss.act[pos.stage] + T::kActBoxBytes, tm_act, full, kb * kBlockK + 64, w.m_tile * T::kTokens);
+    pos.advance();
+  }
+}
+
+// One consumer warpgroup: 64 weight rows x kTokens tokens, FP32 accumulators (BF16 WGMMA needs
+// no promotion). The A fragments of K block j+1 are built while block j's MMAs run; a fragment
+// buffer is rewritten only after the MMAs that read it retired (WGMMA reads A registers
+// asynchronously).
+template <class T>
+struct Nvfp4Consumer {
+  using Op = hopper::WgmmaRegAOp<hopper::WgmmaKind::kBF16, T::kTokens>;
+  static constexpr int kRegs = T::kTokens / 2;
+  static constexpr int kSteps = kBlockK / 16;
+
+  typename T::SharedStorage& ss;
+  int consumer_wg;
+  hopper::RingPosition<T::kStages> pos;
+  int pending_stage = -1;
+
+  __device__ __forceinline__ static void fence_frag(uint32_t (&f)[kSteps][4]) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f[s][i])::"memory");
+  }
+
+  // Dequantizes this thread's share of the stage's weights into the m64k16 A fragments of the
+  // K block's eight steps: a0 = (r0, k 2q..2q+1), a1 = (r1, same k), a2 = (r0, k + 8), a3 = (r1, k + 8).
+  __device__ __forceinline__ void dequantize(int stage, uint32_t (&f)[kSteps][4]) {
+    const int t = threadIdx.x % 128;
+    const int r0 = 16 * (t / 32) + (t % 32) / 4;
+    const uint8_t* chunk = ss.weights[stage] + consumer_wg * kChunkBytes;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(chunk + t * 16);
+    const uint4 v1 = *reinterpret_cast<const uint4*>(chunk + kPlaneBytes + t * 16);
+    const uint2 s0 = *reinterpret_cast<const uint2*>(chunk + kScaleOffset + r0 * 8);
+    const uint2 s1 = *reinterpret_cast<const uint2*>(chunk + kScaleOffset + (r0 + 8) * 8);
+    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w};
+    const uint32_t w1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint32_t sc0w[2] = {s0.x, s0.y};
+    const uint32_t sc1w[2] = {s1.x, s1.y};
+#pragma unroll
+    for (int sp = 0; sp < kSteps / 2; ++sp) {  // steps 2sp and 2sp + 1 share a scale pair
+      const __nv_bfloat162 sc0 = formats::e4m3x2_to_bf16x2_times_2pow118(sc0w[sp / 2] >> (16 * (sp % 2)));
+      const __nv_bfloat162 sc1 = formats::e4m3x2_to_bf16x2_times_2pow118(sc1w[sp / 2] >> (16 * (sp % 2)));
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int s = 2 * sp + e;
+        const __nv_bfloat162 m0 = e == 0 ? __low2bfloat162(sc0) : __high2bfloat162(sc0);
+        const __nv_bfloat162 m1 = e == 0 ? __low2bfloat162(sc1) : __high2bfloat162(sc1);
+        // Bytes 2s, 2s + 1 of each plane: word s / 2, byte offset 2 (s % 2).
+        const uint32_t x0 = w0[s / 2] >> (16 * (s % 2));
+        const uint32_t x1 = w1[s / 2] >> (16 * (s % 2));
+        f[s][0] = dequant_pair(x0 & 0xFF, m0);
+        f[s][1] = dequant_pair(x1 & 0xFF, m1);
+        f[s][2] = dequant_pair((x0 >> 8) & 0xFF, m0);
+        f[s][3] = dequant_pair((x1 >> 8) & 0xFF, m1);
+      }
+    }
+  }
+
+  __device__ __forceinline__ static uint32_t dequant_pair(uint32_t byte, __nv_bfloat162 scale) {
+    const uint32_t raw = formats::e2m1x2_to_bf16x2_scaled(byte);
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), scale);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+
+  __device__ __forceinline__ void issue(uint32_t (&f)[kSteps][4], float (&acc)[kRegs]) {
+    ss.bars.consumer_wait(pos);
+    dequantize(pos.stage, f);
+    const uint64_t desc0 =
+        hopper::make_smem_desc(ss.act[pos.stage], 0, 1024, hopper::SmemSwizzle::k128B);
+    const uint64_t desc1 =
+        hopper::make_smem_desc(ss.act[pos.stage] + T::kActBoxBytes, 0, 1024, hopper::SmemSwizzle::k128B);
+    fence_frag(f);
+    hopper::fence_operands(acc);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+      Op::mma(acc, f[s], hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
+    hopper::wgmma_commit_group();
+    pending_stage = pos.stage;
+    pos.advance();
+  }
+
+  // After this, the MMAs reading `f` (and the stage `stage`) have retired.
+  template <int kInFlight>
+  __device__ __forceinline__ void retire(uint32_t (&f)[kSteps][4], int stage, float (&acc)[kRegs]) {
+    hopper::wgmma_wait_group<kInFlight>();
+    fence_frag(f);
+    hopper::fence_operands(acc);
+    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
+  }
+
+  __device__ __forceinline__ void run(const Nvfp4Unit& w, float (&acc)[kRegs]) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+    uint32_t fa[kSteps][4], fb[kSteps][4];
+    int kb = w.kb_begin;
+    if (kb == w.kb_end) return;
+    issue(fa, acc);
+    ++kb;
+    while (true) {
+      if (kb == w.kb_end) {
+        retire<0>(fa, pending_stage, acc);
+        break;
+      }
+      int prev = pending_stage;
+      issue(fb, acc);
+      ++kb;
+      retire<1>(fa, prev, acc);
+      if (kb == w.kb_end) {
+        retire<0>(fb, pending_stage, acc);
+        break;
+      }
+      prev = pending_stage;
+      issue(fa, acc);
+      ++kb;
+      retire<1>(fb, prev, acc);
+    }
+  }
+};
+
+}  // namespace lowbit::nvfp4

@@ -1,0 +1,75 @@
+// Compile-time shape of the NVFP4 (W4A16) GEMM kernel and its shared-memory layout.
+//
+// The kernel computes D^T: the weights, dequantized in registers, are WGMMA's A operand (M side,
+// 64 weight rows per consumer warpgroup, 128 per CTA) and the BF16 activations its B operand from
+// shared memory (N side: kTokens tokens). A stage holds one 128-wide K block: the tile's
+// prepacked weights (kWeightStageBytes, one bulk copy) and the activations (two TMA boxes of
+// kTokens rows x 64 BF16, 128-byte swizzled).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "hopper/mbarrier.cuh"
+
+namespace lowbit::nvfp4 {
+
+constexpr int kSm90MaxSmemPerBlock = 232448;
+
+// Prepacked weight layout, per 128-row tile and 128-wide K block: two 4608-byte chunks, one per
+// consumer warpgroup (64 rows). In a chunk, thread t (warp w = t / 32, lane l; g = l / 4,
+// q = l % 4) owns rows r0 = 16w + g and r1 = r0 + 8:
+//   [0, 2048)    plane 0: 16 bytes per thread, row r0: byte 2s + h = packed byte 8s + q + 4h
+//   [2048, 4096) plane 1: the same for row r1
+//   [4096, 4608) scales: 8 bytes per row (rows 0..63), the K block's eight E4M3 scales
+// so K step s (16 values) of the m64k16 A fragment is bytes 2s, 2s+1 of each plane and scale s.
+constexpr int kTileRows = 128;
+constexpr int kBlockK = 128;
+constexpr int kChunkBytes = 4608;
+constexpr int kPlaneBytes = 2048;
+constexpr int kScaleOffset = 4096;
+constexpr int kWeightStageBytes = 2 * kChunkBytes;
+
+template <int kTokens_>
+struct Nvfp4Traits {
+  static constexpr int kTokens = kTokens_;
+  static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+  static constexpr int kActBoxBytes = kTokens * 128;  // kTokens rows x 64 BF16
+  static constexpr int kActStageBytes = 2 * kActBoxBytes;
+  static constexpr int kEpiBytes = kTokens * kTileRows * 2;  // the D^T tile, transposed, BF16
+  static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
+  // Stages: what fits in 227 KiB beside the epilogue tile and 2 KiB of barriers and slack,
+  // capped at 16 (deeper adds nothing once a K range's bytes are in flight).
+  static constexpr int kStagesFit = (kSm90MaxSmemPerBlock - kEpiBytes - 2048 - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 16 ? 16 : kStagesFit;
+  static_assert(kStages >= 3, "pipeline too shallow");
+
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  struct alignas(1024) SharedStorage {
+    uint8_t act[kStages][kActStageBytes];  // 1024-aligned: 128B-swizzle atoms
+    uint8_t weights[kStages][kWeightStageBytes];
+    alignas(16) uint8_t epi[kEpiBytes];
+    hopper::StageBarriers<kStages> bars;
+    int fixup_is_last;
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
+  static_assert(kActBoxBytes % 1024 == 0, "activation boxes keep the 1024-byte swizzle alignment");
+};
+
+struct Nvfp4KernelParams {
+  int m, n, k;
+  int k_blocks;      // ceil(k / 128)
+  int tiles_n;       // ceil(n / 128)
+  int tiles_m;       // ceil(m / kTokens)
+  int splits;
+  const uint8_t* weights;  // prepacked
+  float alpha;             // g_a * g_b * kNvfp4DequantCompensation
+  __nv_bfloat16* d;
+  float* partials;
+  int* tile_counters;
+};
+
+}  // namespace lowbit::nvfp4
