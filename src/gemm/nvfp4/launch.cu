@@ -57,15 +57,19 @@ __global__ void nvfp4_prepack_kernel(const uint8_t* __restrict__ packed, const u
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
     const int64_t row = row_base + r0 + 8 * plane;
-    uint8_t b[16];
+    uint32_t word[4];
 #pragma unroll
-    for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 4; ++j) {
+      word[j] = 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int u = 0; u < 4; ++u) {
+        const int s = 2 * j + u / 2, h = u % 2;
         const int64_t kbyte = kb * 64 + 8 * s + q + 4 * h;
-        b[2 * s + h] = (row < n && kbyte < row_bytes) ? packed[row * row_bytes + kbyte] : 0;
+        const uint32_t b = (row < n && kbyte < row_bytes) ? packed[row * row_bytes + kbyte] : 0u;
+        word[j] |= ((b & 0xFu) << (4 * u)) | ((b >> 4) << (16 + 4 * u));
       }
-    *reinterpret_cast<uint4*>(chunk + plane * nvfp4::kPlaneBytes + t * 16) = *reinterpret_cast<const uint4*>(b);
+    }
+    *reinterpret_cast<uint4*>(chunk + plane * nvfp4::kPlaneBytes + t * 16) = make_uint4(word[0], word[1], word[2], word[3]);
   }
   if (t < 64) {
     const int64_t row = row_base + t;

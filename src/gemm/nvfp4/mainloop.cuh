@@ -87,27 +87,23 @@ struct Nvfp4Consumer {
     const uint32_t sc0w[2] = {s0.x, s0.y};
     const uint32_t sc1w[2] = {s1.x, s1.y};
 #pragma unroll
-    for (int sp = 0; sp < kSteps / 2; ++sp) {  // steps 2sp and 2sp + 1 share a scale pair
-      const __nv_bfloat162 sc0 = formats::e4m3x2_to_bf16x2_times_2pow118(sc0w[sp / 2] >> (16 * (sp % 2)));
-      const __nv_bfloat162 sc1 = formats::e4m3x2_to_bf16x2_times_2pow118(sc1w[sp / 2] >> (16 * (sp % 2)));
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int s = 2 * sp + e;
-        const __nv_bfloat162 m0 = e == 0 ? __low2bfloat162(sc0) : __high2bfloat162(sc0);
-        const __nv_bfloat162 m1 = e == 0 ? __low2bfloat162(sc1) : __high2bfloat162(sc1);
-        // Bytes 2s, 2s + 1 of each plane: word s / 2, byte offset 2 (s % 2).
-        const uint32_t x0 = w0[s / 2] >> (16 * (s % 2));
-        const uint32_t x1 = w1[s / 2] >> (16 * (s % 2));
-        f[s][0] = dequant_pair(x0 & 0xFF, m0);
-        f[s][1] = dequant_pair(x1 & 0xFF, m1);
-        f[s][2] = dequant_pair((x0 >> 8) & 0xFF, m0);
-        f[s][3] = dequant_pair((x1 >> 8) & 0xFF, m1);
-      }
+    for (int j = 0; j < kSteps / 2; ++j) {  // steps 2j and 2j + 1: word j of each plane, one scale pair
+      const __nv_bfloat162 sc0 = formats::e4m3x2_to_bf16x2_times_2pow118(sc0w[j / 2] >> (16 * (j % 2)));
+      const __nv_bfloat162 sc1 = formats::e4m3x2_to_bf16x2_times_2pow118(sc1w[j / 2] >> (16 * (j % 2)));
+      const __nv_bfloat162 m00 = __low2bfloat162(sc0), m01 = __high2bfloat162(sc0);
+      const __nv_bfloat162 m10 = __low2bfloat162(sc1), m11 = __high2bfloat162(sc1);
+      f[2 * j][0] = scale_pair(formats::e2m1x2_from_word_scaled<0>(w0[j]), m00);
+      f[2 * j][2] = scale_pair(formats::e2m1x2_from_word_scaled<1>(w0[j]), m00);
+      f[2 * j][1] = scale_pair(formats::e2m1x2_from_word_scaled<0>(w1[j]), m10);
+      f[2 * j][3] = scale_pair(formats::e2m1x2_from_word_scaled<1>(w1[j]), m10);
+      f[2 * j + 1][0] = scale_pair(formats::e2m1x2_from_word_scaled<2>(w0[j]), m01);
+      f[2 * j + 1][2] = scale_pair(formats::e2m1x2_from_word_scaled<3>(w0[j]), m01);
+      f[2 * j + 1][1] = scale_pair(formats::e2m1x2_from_word_scaled<2>(w1[j]), m11);
+      f[2 * j + 1][3] = scale_pair(formats::e2m1x2_from_word_scaled<3>(w1[j]), m11);
     }
   }
 
-  __device__ __forceinline__ static uint32_t dequant_pair(uint32_t byte, __nv_bfloat162 scale) {
-    const uint32_t raw = formats::e2m1x2_to_bf16x2_scaled(byte);
+  __device__ __forceinline__ static uint32_t scale_pair(uint32_t raw, __nv_bfloat162 scale) {
     const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), scale);
     return *reinterpret_cast<const uint32_t*>(&v);
   }

@@ -20,10 +20,13 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // Prepacked weight layout, per 128-row tile and 128-wide K block: two 4608-byte chunks, one per
 // consumer warpgroup (64 rows). In a chunk, thread t (warp w = t / 32, lane l; g = l / 4,
 // q = l % 4) owns rows r0 = 16w + g and r1 = r0 + 8:
-//   [0, 2048)    plane 0: 16 bytes per thread, row r0: byte 2s + h = packed byte 8s + q + 4h
+//   [0, 2048)    plane 0: 16 bytes (four words) per thread, row r0
 //   [2048, 4096) plane 1: the same for row r1
 //   [4096, 4608) scales: 8 bytes per row (rows 0..63), the K block's eight E4M3 scales
-// so K step s (16 values) of the m64k16 A fragment is bytes 2s, 2s+1 of each plane and scale s.
+// Word j of a plane holds K steps 2j and 2j+1 as four code pairs u = 2 (s - 2j) + h: the codes of
+// k = 16s + 8h + 2q (+1) at bits 4u..4u+3 (and 16+4u..16+4u+3), i.e. the packed source byte
+// 8s + q + 4h with its nibbles spread apart, so that a pair dequantizes with one shift and one
+// mask per field (formats/nvfp4_device.cuh). K step s uses scale s.
 constexpr int kTileRows = 128;
 constexpr int kBlockK = 128;
 constexpr int kChunkBytes = 4608;
