@@ -106,8 +106,10 @@ struct Fp8Epilogue {
     if constexpr (T::kFused) {
       apply_fused_ops(ss, p, tile_row, w.m_block * T::kBlockM + tile_row, tile_col, w.n_block * T::kBlockN + tile_col,
                       alpha, acc);
-    } else {
+    } else if constexpr (T::kStaged) {
       apply_alpha_bias(ss, tile_col, alpha, acc);
+    } else {
+      apply_alpha(alpha, acc);
     }
   }
 
@@ -167,7 +169,13 @@ struct Fp8Epilogue {
     }
   }
 
-  // Plain variants: alpha and the staged bias (zeros when there is none).
+  // Unstaged plain variants (no bias): alpha only.
+  __device__ __forceinline__ static void apply_alpha(float alpha, float (&acc)[T::kBlockN / 2]) {
+#pragma unroll
+    for (int i = 0; i < T::kBlockN / 2; ++i) acc[i] *= alpha;
+  }
+
+  // Plain variants: alpha and the staged bias.
   __device__ __forceinline__ static void apply_alpha_bias(const typename T::SharedStorage& ss, int tile_col,
                                                           float alpha, float (&acc)[T::kBlockN / 2]) {
 #pragma unroll

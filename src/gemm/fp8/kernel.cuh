@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Barrier init: every working consumer warp releases a stage (and the staged epilogue
   // operands) once per phase.
   using StagedOps = StagedEpilogueOperands<T>;
-  StagedOps::init(ss, p, consumer_wgs * 4);
+  if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4);
     hopper::mbarrier_init_fence();
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int num_units = p.sched.num_units();
   // Without a bias or row broadcast the staged operands are the zeros init wrote: no loads, no
   // per-unit handshake.
-  const bool staged = p.epi.bias != nullptr || (T::kFused && p.epi.row_bcast != nullptr);
+  const bool staged = T::kStaged && (p.epi.bias != nullptr || (T::kFused && p.epi.row_bcast != nullptr));
 
   // Role split.
   if (warpgroup == 0) {
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x)
         produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
-    } else if (threadIdx.x / 32 == 1 && staged) {
+    } else if (T::kStaged && threadIdx.x / 32 == 1 && staged) {
       uint32_t parity = 0;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) StagedOps::load(ss, p, p.sched.unit(u), parity);
     }

@@ -74,9 +74,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const Fp8KernelParams&, int device);
 
-template <int kBlockN, bool kOutFp32, bool kFused>
+template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged>;
 
   static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device) {
@@ -99,34 +99,38 @@ struct VariantEntry {
   int block_n;
   bool out_fp32;
   bool fused;
+  bool staged;
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused>
+template <int BN, bool F32, bool Fused, bool Staged>
 constexpr VariantEntry entry() {
-  return VariantEntry{BN, F32, Fused, &Variant<BN, F32, Fused>::launch, &Variant<BN, F32, Fused>::smem_bytes};
+  return VariantEntry{BN, F32, Fused, Staged || Fused, &Variant<BN, F32, Fused, Staged>::launch,
+                      &Variant<BN, F32, Fused, Staged>::smem_bytes};
 }
 
-template <int BN>
-constexpr VariantEntry entry(bool f32, bool fused) {
-  return f32 ? (fused ? entry<BN, true, true>() : entry<BN, true, false>())
-             : (fused ? entry<BN, false, true>() : entry<BN, false, false>());
+// Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
+template <int BN, bool F32>
+constexpr VariantEntry entries_for(int which) {
+  return which == 0 ? entry<BN, F32, false, false>() : which == 1 ? entry<BN, F32, false, true>() : entry<BN, F32, true, true>();
 }
 
-// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, plain and fused (checked below).
+// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked below).
 const VariantEntry kEntries[] = {
-    entry<64>(false, false),  entry<64>(true, false),  entry<128>(false, false),
-    entry<128>(true, false),  entry<192>(false, false), entry<192>(true, false),
-    entry<64>(false, true),   entry<64>(true, true),   entry<128>(false, true),
-    entry<128>(true, true),   entry<192>(false, true),  entry<192>(true, true),
+    entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
+    entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
+    entries_for<128, false>(0), entries_for<128, false>(1), entries_for<128, false>(2),
+    entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
+    entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
+    entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * fp8::kNumFp8Variants,
-              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x plain/fused epilogue");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 6 * fp8::kNumFp8Variants,
+              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x three epilogues");
 
-const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused) {
+const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged) {
   for (const auto& e : kEntries)
-    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused) return &e;
+    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged) return &e;
   return nullptr;
 }
 
@@ -169,7 +173,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
 
   // Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
   const bool fused = args.row_bcast != nullptr || args.residual != nullptr || args.activation != Activation::kNone;
-  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused);
+  const VariantEntry* entry =
+      find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, fused || args.bias != nullptr);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,

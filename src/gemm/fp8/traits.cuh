@@ -19,7 +19,10 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // kFused_: the epilogue carries the row-broadcast / activation / residual steps. Kept a
 // compile-time switch: with those steps merely present (and switched off at run time) the plain
 // GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
-template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false>
+// kStaged_: the bias (and, fused, the row broadcast) is staged in shared memory by a producer
+// warp. The launcher uses the unstaged variant only without a bias: staging made the no-bias
+// kernels 1-7% slower (docs/perf.md, W2 v2), and without a bias there is nothing to stage.
+template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true>
 struct Fp8Traits {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -27,6 +30,7 @@ struct Fp8Traits {
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
   static constexpr bool kFused = kFused_;
+  static constexpr bool kStaged = kStaged_ || kFused_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kWgmmaK = 32;
