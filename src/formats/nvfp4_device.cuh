@@ -22,8 +22,11 @@ __device__ __forceinline__ uint32_t e2m1x2_from_word_scaled(uint32_t x) {
   constexpr int kSign = 12 - 4 * u;  // >= 0
   constexpr int kBits = 6 - 4 * u;   // 6, 2, -2, -6
   const uint32_t sign = (x << kSign) & 0x80008000u;
-  const uint32_t bits = (kBits >= 0 ? (x << (kBits >= 0 ? kBits : 0)) : (x >> (kBits < 0 ? -kBits : 0))) & 0x01C001C0u;
-  return sign | bits;
+  if constexpr (kBits >= 0) {
+    return sign | ((x << kBits) & 0x01C001C0u);
+  } else {
+    return sign | ((x >> -kBits) & 0x01C001C0u);
+  }
 }
 
 // Two E4M3 scales (bits 0..7 and 8..15 of `two`) -> BF16x2 of each scale times 2^118. The 7
