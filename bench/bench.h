@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lowbit/gemm.h"
@@ -29,9 +30,13 @@ struct Options {
 };
 
 struct Shape {
+  Shape() = default;
+  Shape(std::string s, int64_t m_, int64_t n_, int64_t k_, int64_t period_ = 0, std::vector<int64_t> group_m_ = {})
+      : suite(std::move(s)), m(m_), n(n_), k(k_), period(period_), group_m(std::move(group_m_)) {}
   std::string suite;
-  int64_t m, n, k;
+  int64_t m = 0, n = 0, k = 0;
   int64_t period = 0;  // W2: patches per image (rows of the positional embedding)
+  std::vector<int64_t> group_m;  // grouped suites: M of each group (m is then unused)
 };
 
 struct Result {
@@ -50,11 +55,14 @@ struct Result {
   double us_w4a16 = 0;             // ours with BF16 activations
   double us_fp8_ours = 0;          // our FP8 GEMM
   double compute_floor_us = 0;     // FLOPs at the BF16 dense tensor rate (the kernel's MMA)
+  // Grouped suites: our dense kernel launched once per group.
+  double us_loop = 0, x_loop = 0;
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_nvfp4_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_blockscaled_shape(const Options& opt, const Shape& shape, Result* r);
 
 // Nominal dense BF16 tensor rate (H100 SXM): the NVFP4 kernel's MMAs run at it.
 constexpr double kPeakBf16Tflops = 989.0;

@@ -40,6 +40,16 @@ __global__ void k_fill_u8_range(uint8_t* dst, size_t n, int lo, int hi, uint64_t
     dst[i] = static_cast<uint8_t>(lo + static_cast<int>(mix(seed ^ mix(i)) % static_cast<uint64_t>(hi - lo + 1)));
 }
 
+__global__ void k_fill_f32_scales(float* dst, size_t n, int lo_exp, int hi_exp, bool pow2, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed ^ mix(i));
+    const int e = lo_exp + static_cast<int>(h % static_cast<uint64_t>(hi_exp - lo_exp + 1));
+    // Not a power of two: a mantissa in [1, 2) as well.
+    const float mant = pow2 ? 1.0f : 1.0f + static_cast<float>((h >> 32) & 0xFFFFFF) / 16777216.0f;
+    dst[i] = ldexpf(mant, e);
+  }
+}
+
 __global__ void k_fill_u16(uint16_t* dst, size_t n, uint16_t bits) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = bits;
@@ -66,6 +76,12 @@ cudaError_t fill_bf16_uniform(void* dst, size_t count, float range, uint64_t see
 }
 cudaError_t fill_u8_range(void* dst, size_t count, int lo, int hi, uint64_t seed, cudaStream_t s) {
   k_fill_u8_range<<<blocks_for(count), 256, 0, s>>>(static_cast<uint8_t*>(dst), count, lo, hi, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_f32_scales(float* dst, size_t count, int lo_exp, int hi_exp, bool pow2, uint64_t seed,
+                            cudaStream_t s) {
+  k_fill_f32_scales<<<blocks_for(count), 256, 0, s>>>(dst, count, lo_exp, hi_exp, pow2, seed);
   return cudaGetLastError();
 }
 

@@ -17,6 +17,10 @@ cudaError_t fill_e4m3_int(void* dst, size_t count, int lim, uint64_t seed, cudaS
 cudaError_t fill_bf16_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s);
 // Bytes uniform in [lo, hi]: packed E2M1 pairs (0..255 are all valid) or E4M3 scale codes.
 cudaError_t fill_u8_range(void* dst, size_t count, int lo, int hi, uint64_t seed, cudaStream_t s);
+// Positive FP32 scales 2^e * mant, e uniform in [lo_exp, hi_exp]; mant = 1 when pow2 (exact
+// products), else uniform in [1, 2).
+cudaError_t fill_f32_scales(float* dst, size_t count, int lo_exp, int hi_exp, bool pow2, uint64_t seed,
+                            cudaStream_t s);
 // Poison: every 16-bit word set to `bits` (0xFFFF is a BF16 NaN and, twice, an FP32 NaN).
 cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s);
 

@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -38,6 +38,18 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     for (const auto& p : nk) v.push_back({"W4", 128, p[0], p[1]});
     for (int64_t m : {1, 16, 512, 4096}) v.push_back({"W4", m, 7168, 16384});
   }
+  if (suite == "BS-grouped" || suite == "default") {
+    // Block-scaled FP8 grouped GEMM: DeepGEMM's contiguous (G=4 x 8192 x 4096 x 7168, G=8 x 4096 x
+    // 7168 x 2048) and masked (G=4 x 256 x 7168 x 2048) tables.
+    v.push_back({"BS-grouped", 8192, 4096, 7168, 0, {8192, 8192, 8192, 8192}});
+    v.push_back({"BS-grouped", 4096, 7168, 2048, 0, {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}});
+    v.push_back({"BS-grouped", 256, 7168, 2048, 0, {256, 256, 256, 256}});
+  }
+  if (suite == "BS-dense") {
+    v.push_back({"BS-dense", 4096, 8192, 8192});
+    v.push_back({"BS-dense", 128, 7168, 2048});
+    v.push_back({"BS-dense", 4096, 7168, 2048});
+  }
   if (suite == "W1-llm" || suite == "default") {
     const int64_t ms[] = {64, 128, 4096};
     const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
@@ -56,7 +68,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG]...\n");
 }
@@ -130,9 +142,10 @@ int main(int argc, char** argv) {
   bool any_fail = false;
   for (const auto& sh : shapes) {
     Result r;
-    const Status st = sh.suite == "W2"   ? run_patch_embed_shape(opt, sh, &r)
-                      : sh.suite == "W4" ? run_nvfp4_shape(opt, sh, &r)
-                                         : run_fp8_shape(opt, sh, &r);
+    const Status st = sh.suite == "W2"                ? run_patch_embed_shape(opt, sh, &r)
+                      : sh.suite == "W4"              ? run_nvfp4_shape(opt, sh, &r)
+                      : sh.suite.rfind("BS-", 0) == 0 ? run_blockscaled_shape(opt, sh, &r)
+                                                      : run_fp8_shape(opt, sh, &r);
     if (!st.ok()) {
       r.shape = sh;
       r.status = "ERROR: " + st.to_string();
@@ -174,6 +187,19 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (r.shape.suite.rfind("BS-", 0) == 0) {
+      const int groups = r.shape.group_m.empty() ? 1 : static_cast<int>(r.shape.group_m.size());
+      std::printf("%-9s %2dx%5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | per-group loop %9.1f us %6.3f x"
+                  " | %8.2e sim %8.2e | %s %s\n",
+                  r.shape.suite.c_str(), groups, (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_loop, r.x_loop, r.err, r.max_err,
+                  r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
     if (r.shape.suite == "W4") {
       std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | bf16 %8.2f %6.3f x | w4a16 %8.2f"
                   " | fp8(ours) %8.2f | bf16-mma floor %6.2f | %8.2e | %s %s\n",
@@ -209,6 +235,8 @@ int main(int argc, char** argv) {
         << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
         << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"compute_floor_us\":" << r.compute_floor_us
+        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
+        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.max_err
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
         << "\",\"status\":\"" << r.status << "\"}";
     }

@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "lowbit/blockscaled.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 #include "lowbit/patch_embed.h"
@@ -144,4 +147,111 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   b.whole_images = false;
   b.m = 196 * 4 + 1;  // allowed when the caller does not require whole images: fails later only for the device
   EXPECT_NE(patch_embed_fp8(b, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- block-scaled and grouped
+namespace {
+
+Fp8BlockScaledArgs valid_blockscaled() {
+  Fp8BlockScaledArgs a;
+  a.m = 100;
+  a.n = 256;
+  a.k = 512;
+  a.a = reinterpret_cast<const void*>(0x10000);
+  a.b = reinterpret_cast<const void*>(0x20000);
+  a.d = reinterpret_cast<void*>(0x30000);
+  a.sfa = reinterpret_cast<const float*>(0x40000);
+  a.sfa_ld = 100;
+  a.sfb = reinterpret_cast<const float*>(0x50000);
+  return a;
+}
+
+void expect_invalid_bs(const Fp8BlockScaledArgs& a, const char* needle) {
+  const Status st = fp8_blockscaled_gemm(a, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+}
+
+Fp8GroupedProblem valid_group() {
+  return Fp8GroupedProblem{64, 128, 256, 0, reinterpret_cast<const void*>(0x10000),
+                           reinterpret_cast<const void*>(0x20000), reinterpret_cast<void*>(0x30000),
+                           reinterpret_cast<const float*>(0x40000), reinterpret_cast<const float*>(0x50000), 64};
+}
+
+}  // namespace
+
+TEST(BlockScaledValidation, RejectsBadDenseArguments) {
+  auto a = valid_blockscaled();
+  a.m = 0;
+  expect_invalid_bs(a, "M must be");
+  a = valid_blockscaled();
+  a.n = 40;
+  expect_invalid_bs(a, "N must be");
+  a = valid_blockscaled();
+  a.k = 8;
+  expect_invalid_bs(a, "K must be");
+  a = valid_blockscaled();
+  a.sfb = nullptr;
+  expect_invalid_bs(a, "non-null");
+  a = valid_blockscaled();
+  a.sfa = reinterpret_cast<const float*>(0x40004);
+  expect_invalid_bs(a, "16-byte aligned");
+  a = valid_blockscaled();
+  a.sfa_ld = 96;
+  expect_invalid_bs(a, "sfa_ld");
+  a = valid_blockscaled();
+  a.sfa_ld = 102;
+  expect_invalid_bs(a, "sfa_ld");
+  a = valid_blockscaled();
+  BlockScaledConfig c;
+  c.raster_group = 0;
+  const Status st = fp8_blockscaled_gemm(a, nullptr, &c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+}
+
+TEST(BlockScaledValidation, ParsesConfig) {
+  BlockScaledConfig c;
+  ASSERT_TRUE(parse_blockscaled_config("grid=66,group=4,turns=1", &c).ok());
+  EXPECT_EQ(c.grid, 66);
+  EXPECT_EQ(c.raster_group, 4);
+  EXPECT_EQ(c.mma_turns, 1);
+  EXPECT_FALSE(parse_blockscaled_config("bn=128", &c).ok());
+  EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
+  EXPECT_FALSE(parse_blockscaled_config("turns=2", &c).ok());
+}
+
+TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
+  alignas(128) static char ws[4096];
+  const auto* probs = reinterpret_cast<const Fp8GroupedProblem*>(0x60000);
+  EXPECT_EQ(fp8_grouped_gemm(probs, 0, OutType::kBF16, ws, sizeof(ws), nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fp8_grouped_gemm(nullptr, 2, OutType::kBF16, ws, sizeof(ws), nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fp8_grouped_gemm(probs, 2, OutType::kBF16, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fp8_grouped_gemm(probs, 100, OutType::kBF16, ws, 64, nullptr).code(), StatusCode::kWorkspaceTooSmall);
+  EXPECT_GT(fp8_grouped_workspace_size(1024), 1024u * 3 * 128);
+}
+
+TEST(BlockScaledValidation, HostDescriptorRules) {
+  std::vector<Fp8GroupedProblem> g(4, valid_group());
+  EXPECT_TRUE(fp8_grouped_validate(g.data(), 4).ok());
+  g[3].m = 0;
+  g[3].a = nullptr;  // empty groups' pointers are not read
+  EXPECT_TRUE(fp8_grouped_validate(g.data(), 4).ok());
+  auto bad = [&](int idx, const char* needle) {
+    const Status st = fp8_grouped_validate(g.data(), 4);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("group " + std::to_string(idx)), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+    g.assign(4, valid_group());
+  };
+  g[1].m = -1;
+  bad(1, "m < 0");
+  g[2].n = 24;
+  bad(2, "multiples of 16");
+  g[0].d = nullptr;
+  bad(0, "non-null");
+  g[2].b = reinterpret_cast<const void*>(0x20008);
+  bad(2, "aligned");
+  g[1].sfa_ld = 60;
+  bad(1, "sfa_ld");
+  EXPECT_FALSE(fp8_grouped_validate(g.data(), 0).ok());
 }

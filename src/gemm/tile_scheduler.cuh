@@ -18,6 +18,19 @@ struct WorkUnit {
   int kb_end;    // one past the last
 };
 
+// Rasterization shared by every layout: tile t of a tiles_m x tiles_n grid, walked in bands of
+// group_m tile rows, column by column inside a band.
+__host__ __device__ __forceinline__ void raster_tile(int t, int tiles_m, int tiles_n, int group_m, int* m_block,
+                                                     int* n_block) {
+  const int per_band = group_m * tiles_n;
+  const int band = t / per_band;
+  const int first_m = band * group_m;
+  const int rows_in_band = (tiles_m - first_m) < group_m ? (tiles_m - first_m) : group_m;
+  const int r = t - band * per_band;
+  *m_block = first_m + r % rows_in_band;
+  *n_block = r / rows_in_band;
+}
+
 struct TileSchedule {
   int tiles_m = 0;
   int tiles_n = 0;
@@ -34,17 +47,32 @@ struct TileSchedule {
     WorkUnit w;
     w.split = u % splits;
     w.tile = u / splits;
-    const int per_group = group_m * tiles_n;
-    const int group = w.tile / per_group;
-    const int first_m = group * group_m;
-    const int rows_in_group = (tiles_m - first_m) < group_m ? (tiles_m - first_m) : group_m;
-    const int r = w.tile - group * per_group;
-    w.m_block = first_m + r % rows_in_group;
-    w.n_block = r / rows_in_group;
+    raster_tile(w.tile, tiles_m, tiles_n, group_m, &w.m_block, &w.n_block);
     // Balanced K ranges: split s covers [s*kb/S, (s+1)*kb/S).
     w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * k_blocks) / splits);
     w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
     return w;
+  }
+};
+
+// Grouped layout: the tiles of G problems laid end to end. tile_start[g] is the first tile of
+// group g (an exclusive prefix sum written on the device, tile_start[G] = all tiles), so the
+// whole walk is sized on the device and a CUDA graph can be replayed with new group sizes.
+// Units are whole tiles (no split-K); empty groups own no tiles.
+struct GroupedTileSchedule {
+  const int* tile_start;  // [groups + 1], shared or global memory
+  int groups;
+
+  __device__ __forceinline__ int num_units() const { return tile_start[groups]; }
+  // The group owning tile t: the last g with tile_start[g] <= t (binary search; empty groups
+  // share their start with the next group and are never returned).
+  __device__ __forceinline__ int group_of(int t) const {
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (tile_start[mid] <= t) lo = mid; else hi = mid - 1;
+    }
+    return lo;
   }
 };
 

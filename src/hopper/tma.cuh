@@ -52,6 +52,37 @@ __device__ __forceinline__ void tma_store_wait_all() {
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<N>{});
 }
 
+// ---- Tensor maps patched on the device (grouped GEMMs build one per group from a host-encoded
+// template, so no host work per call). The writes go through the generic proxy; the TMA unit
+// reads maps through the tensormap proxy, hence the release / acquire pair.
+
+// Copies `tmpl` to `dst` (global memory, 64-byte aligned) and points it at a 2-D tensor of
+// rows x cols elements with the given row pitch; box, swizzle and data type stay the template's.
+__device__ __forceinline__ void tensor_map_patch_2d(CUtensorMap* dst, const CUtensorMap& tmpl, const void* base,
+                                                    uint32_t cols, uint32_t rows, uint64_t row_stride_bytes) {
+  const uint4* src = reinterpret_cast<const uint4*>(&tmpl);
+  uint4* out = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(CUtensorMap) / 16); ++i) out[i] = src[i];
+  cuda::ptx::tensormap_replace_global_address(cuda::ptx::space_global, dst, reinterpret_cast<uint64_t>(base));
+  cuda::ptx::tensormap_replace_global_dim(cuda::ptx::space_global, dst, cuda::ptx::n32_t<0>{}, cols);
+  cuda::ptx::tensormap_replace_global_dim(cuda::ptx::space_global, dst, cuda::ptx::n32_t<1>{}, rows);
+  // Stride index 0 is the pitch of dimension 1 (dimension 0 is packed), in bytes.
+  cuda::ptx::tensormap_replace_global_stride(cuda::ptx::space_global, dst, cuda::ptx::n32_t<0>{},
+                                             static_cast<int64_t>(row_stride_bytes));
+}
+
+// After patching: makes this thread's tensor-map writes visible to the tensormap proxy, GPU-wide.
+__device__ __forceinline__ void tensor_map_release() {
+  cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
+}
+
+// Before the first copy through a map patched elsewhere (another kernel or CTA).
+__device__ __forceinline__ void tensor_map_acquire(const CUtensorMap* map) {
+  cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu, map,
+                                           cuda::ptx::n32_t<128>{});
+}
+
 // Shared memory written by ordinary stores must be fenced before TMA (the async proxy) reads it.
 __device__ __forceinline__ void fence_async_shared() {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);

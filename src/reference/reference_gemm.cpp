@@ -20,18 +20,62 @@ double gemm_element(const GemmProblem& p, int64_t row, int64_t col) {
   return s;
 }
 
-std::vector<double> gemm_full(const GemmProblem& p) {
-  std::vector<double> out(static_cast<size_t>(p.m * p.n));
+namespace {
+
+// Runs row(r) for every r in [0, m) on up to 16 threads.
+template <class Row>
+void parallel_rows(int64_t m, const Row& row) {
   const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
+  for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
-      for (int64_t r = t; r < p.m; r += threads)
-        for (int64_t c = 0; c < p.n; ++c) out[static_cast<size_t>(r * p.n + c)] = gemm_element(p, r, c);
+      for (int64_t r = t; r < m; r += threads) row(r);
     });
-  }
   for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+std::vector<double> gemm_full(const GemmProblem& p) {
+  std::vector<double> out(static_cast<size_t>(p.m * p.n));
+  parallel_rows(p.m, [&](int64_t r) {
+    for (int64_t c = 0; c < p.n; ++c) out[static_cast<size_t>(r * p.n + c)] = gemm_element(p, r, c);
+  });
   return out;
+}
+
+double blockscaled_element(const BlockScaledProblem& p, int64_t row, int64_t col) {
+  const int64_t kblocks = (p.k + 127) / 128;
+  const float* a = p.a + row * p.k;
+  const float* b = p.b + col * p.k;
+  double sum = 0.0;
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    double block = 0.0;
+    for (int64_t k = kb * 128; k < std::min(p.k, kb * 128 + 128); ++k)
+      block += static_cast<double>(a[k]) * static_cast<double>(b[k]);
+    sum += block * static_cast<double>(p.sfa[kb * p.sfa_ld + row]) * static_cast<double>(p.sfb[(col / 128) * kblocks + kb]);
+  }
+  return sum;
+}
+
+std::vector<double> blockscaled_full(const BlockScaledProblem& p) {
+  std::vector<double> out(static_cast<size_t>(p.m * p.n));
+  parallel_rows(p.m, [&](int64_t r) {
+    for (int64_t c = 0; c < p.n; ++c) out[static_cast<size_t>(r * p.n + c)] = blockscaled_element(p, r, c);
+  });
+  return out;
+}
+
+double similarity_diff(const std::vector<double>& ref, const std::vector<double>& got) {
+  double xy = 0.0, xx = 0.0, yy = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    xy += ref[i] * got[i];
+    xx += ref[i] * ref[i];
+    yy += got[i] * got[i];
+  }
+  const double den = xx + yy;
+  if (!std::isfinite(xy) || !std::isfinite(den)) return 1.0;
+  return den == 0.0 ? 0.0 : 1.0 - 2.0 * xy / den;
 }
 
 ErrorStats compare(const std::vector<double>& ref, const std::vector<double>& got) {

@@ -27,6 +27,22 @@ double gemm_element(const GemmProblem& p, int64_t row, int64_t col);
 // The whole [m, n] output in FP64 (threads over rows).
 std::vector<double> gemm_full(const GemmProblem& p);
 
+// Block-scaled GEMM (lowbit/blockscaled.h): out[r][c] = sum over 128-wide K blocks kb of
+// sfa[kb * sfa_ld + r] * sfb[(c / 128) * kblocks + kb] * sum_{k in kb} a[r,k] * b[c,k], in FP64.
+struct BlockScaledProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;  // [m, k] decoded E4M3 values
+  const float* b = nullptr;  // [n, k]
+  const float* sfa = nullptr;
+  int64_t sfa_ld = 0;
+  const float* sfb = nullptr;
+};
+double blockscaled_element(const BlockScaledProblem& p, int64_t row, int64_t col);
+std::vector<double> blockscaled_full(const BlockScaledProblem& p);
+
+// DeepGEMM's accuracy measure: 1 - 2 sum(x y) / (sum x^2 + sum y^2) (0 = identical).
+double similarity_diff(const std::vector<double>& ref, const std::vector<double>& got);
+
 // Error of `got` (m*n values read through `get`) against `ref`: the norm-wise relative error
 // ||got - ref|| / ||ref|| and the largest element error relative to max|ref|.
 struct ErrorStats {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/key_value.h"
 #include "gemm/fp8/variants.h"
 
 namespace lowbit {
@@ -107,21 +108,7 @@ std::string Fp8GemmConfig::to_string() const {
 
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   Fp8GemmConfig c;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) return Status::Invalid("config item '" + item + "' is not key=value");
-    const std::string key = item.substr(0, eq);
-    int value = 0;
-    try {
-      size_t used = 0;
-      value = std::stoi(item.substr(eq + 1), &used);
-      if (used != item.size() - eq - 1) throw std::invalid_argument("trailing");
-    } catch (...) {
-      return Status::Invalid("config item '" + item + "' has no integer value");
-    }
+  LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "bn") c.block_n = value;
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
@@ -129,7 +116,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "turns") c.mma_turns = value;
     else if (key == "stages") c.stages = value;
     else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns)");
-  }
+    return Status::Ok();
+  }));
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))
     return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 192)");

@@ -114,19 +114,19 @@ struct Fp8Epilogue {
   }
 
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
-                                        const CUtensorMap* tm_d, const Fp8KernelParams& p,
-                                        const gemm::WorkUnit& w, float (&acc)[T::kBlockN / 2]) {
+                                        const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
+                                        float (&acc)[T::kBlockN / 2]) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     const int col0 = w.n_block * T::kBlockN;
-    if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
+    if (row0 >= m) return;  // whole warpgroup slice below the matrix (small M)
 
 #pragma unroll
     for (int c = 0; c < T::kEpiChunks; ++c) {
       const int chunk_col = col0 + c * T::kEpiChunkCols;
-      if (chunk_col >= p.n) break;  // uniform over the warpgroup
+      if (chunk_col >= n) break;  // uniform over the warpgroup
       uint8_t* buf = ss.epi[consumer_wg][chunk_counter & 1];
       // The store issued two chunks ago read this slot; wait until it has.
       if (t == 0) hopper::tma_store_wait_read<1>();

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if (staged) StagedOps::wait(ss, parity);
       if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
       if (staged) StagedOps::release(ss);
-      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p, w, acc);
+      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
     }
     turn.finish();
     epilogue.drain();

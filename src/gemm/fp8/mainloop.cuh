@@ -13,19 +13,27 @@
 
 namespace lowbit::fp8 {
 
+// Extra bytes a mainloop variant lands in each stage besides the A and B tiles (the block-scaled
+// GEMM's per-row A scales); the plain GEMM has none.
+struct NoStageExtra {
+  __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
+};
+
 // One elected thread streams A[128 x 128] and B[BN x 128] tiles of each K block into the
 // ring; TMA zero-fills rows and columns past the tensor's edge, so partial tiles need no
-// special case here.
-template <class T>
+// special case here. `stage_bytes` counts everything that completes on the stage's barrier.
+template <class T, class StageExtra = NoStageExtra>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
-                                             uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos) {
+                                             uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
+                                             const StageExtra& extra = StageExtra{}) {
   for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, w.m_block * T::kBlockM);
     hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
+    extra(pos.stage, kb, full);
     pos.advance();
   }
 }
@@ -59,6 +67,23 @@ struct MmaTurn {
   }
 };
 
+// How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
+// it; the block-scaled GEMM multiplies it by its rows' A scales and the tile's B scale first
+// (gemm/blockscaled/mainloop.cuh). `Pending` travels with each in-flight partial (what the
+// promotion fetched when the block was issued), `Scale` is read from the stage before the stage
+// is released.
+struct PlainPromotion {
+  struct Pending {};
+  struct Scale {};
+  __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
+  __device__ __forceinline__ Scale scale(const Pending&, int /*stage*/, int /*consumer_wg*/) const { return {}; }
+  template <int R>
+  __device__ __forceinline__ void apply(const Scale&, const float (&part)[R], float (&acc)[R]) const {
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] += part[i];
+  }
+};
+
 // One consumer warpgroup computes its 64 x BN slice of the unit. The tensor cores' FP8
 // accumulator keeps fewer mantissa bits than FP32, so each K block (4 wgmma k-steps) goes into a
 // fresh partial accumulator that is then added to the FP32 `acc` in registers ("promotion").
@@ -68,81 +93,86 @@ struct MmaTurn {
 // cores always have a block queued and a stage's round trip is not bounded by MMA latency --
 // what decides small-M, bandwidth-bound shapes. Otherwise block j is retired before j+1 issues,
 // and the other consumer warpgroup covers the adds (see MmaTurn).
-template <class T>
+template <class T, class Promotion = PlainPromotion>
 struct Consumer {
   using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, T::kBlockN>;
   static constexpr int kRegs = T::kBlockN / 2;
   static constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
 
+  struct Partial {
+    float r[kRegs];
+    typename Promotion::Pending pending;
+    int stage;  // whose MMAs are issued but not yet retired
+  };
+
   typename T::SharedStorage& ss;
   int consumer_wg;
   hopper::RingPosition<T::kStages>& pos;
   MmaTurn& turn;
-  int pending_stage = -1;  // stage whose MMAs are issued but not yet retired
+  Promotion promotion{};
 
-  __device__ __forceinline__ void issue(float (&part)[kRegs]) {
+  __device__ __forceinline__ void issue(Partial& part, int kb) {
+    promotion.issued(part.pending, kb);
     ss.bars.consumer_wait(pos);
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[pos.stage] + consumer_wg * 64 * T::kBlockK, 0,
                                                    kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
     const uint64_t desc_b =
         hopper::make_smem_desc(ss.b[pos.stage], 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
-    hopper::fence_operands(part);
+    hopper::fence_operands(part.r);
     turn.before_issue();
     hopper::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
-      Op::mma(part, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
+      Op::mma(part.r, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
               ks > 0);
     }
     hopper::wgmma_commit_group();
     turn.after_issue();
-    pending_stage = pos.stage;
+    part.stage = pos.stage;
     pos.advance();
   }
 
   // Waits until at most kInFlight committed groups remain, hands the retired block's stage back
   // (its bytes are no longer read) and promotes its partial into acc.
   template <int kInFlight>
-  __device__ __forceinline__ void retire(float (&part)[kRegs], int stage, float (&acc)[kRegs]) {
+  __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs]) {
     hopper::wgmma_wait_group<kInFlight>();
-    hopper::fence_operands(part);
-    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] += part[i];
+    hopper::fence_operands(part.r);
+    const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage, consumer_wg);
+    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(part.stage);
+    promotion.apply(scale, part.r, acc);
   }
 
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     if constexpr (T::kDoubleBuffer) {
-      float p0[kRegs], p1[kRegs];
+      Partial p0, p1;
       // Unrolled by two so each partial stays a fixed register array.
       int kb = w.kb_begin;
-      issue(p0);
+      issue(p0, kb);
       ++kb;
       while (true) {
         if (kb == w.kb_end) {
-          retire<0>(p0, pending_stage, acc);
+          retire<0>(p0, acc);
           break;
         }
-        int prev = pending_stage;
-        issue(p1);
+        issue(p1, kb);
         ++kb;
-        retire<1>(p0, prev, acc);
+        retire<1>(p0, acc);
         if (kb == w.kb_end) {
-          retire<0>(p1, pending_stage, acc);
+          retire<0>(p1, acc);
           break;
         }
-        prev = pending_stage;
-        issue(p0);
+        issue(p0, kb);
         ++kb;
-        retire<1>(p1, prev, acc);
+        retire<1>(p1, acc);
       }
     } else {
-      float part[kRegs];
+      Partial part;
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-        issue(part);
-        retire<0>(part, pending_stage, acc);
+        issue(part, kb);
+        retire<0>(part, acc);
       }
     }
   }

@@ -1,0 +1,232 @@
+// Block-scaled FP8 (1x128 A scales, 128x128 B scales): our grouped GEMM (one persistent launch
+// after a preparation launch) against, in the same process on the same inputs, cuBLASLt's
+// block-scaled FP8 GEMM launched once per group and our dense block-scaled GEMM launched once
+// per group. G = 1 shapes time the dense kernel against cuBLASLt alone.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "cublaslt_blockscaled.h"
+#include "device_fill.h"
+#include "formats/e4m3.h"
+#include "lowbit/blockscaled.h"
+#include "lowbit/device.h"
+#include "reference/reference_gemm.h"
+#include "timing.h"
+
+namespace lowbit::bench {
+namespace {
+
+struct GroupData {
+  int64_t m = 0;
+  int64_t sfa_ld = 0;
+  DeviceBuffer a, d, d_base, sfa;
+};
+
+// One input set: every group's A and scales, the shared-shape B (one weight matrix per group).
+struct InputSet {
+  std::vector<GroupData> g;
+  std::vector<DeviceBuffer> b, sfb;
+  DeviceBuffer problems;  // device descriptors of the grouped call
+};
+
+}  // namespace
+
+Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
+  r->shape = sh;
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const std::vector<int64_t> ms = sh.group_m.empty() ? std::vector<int64_t>{sh.m} : sh.group_m;
+  const int G = static_cast<int>(ms.size());
+  const bool grouped = !sh.group_m.empty();
+  const int64_t n = sh.n, k = sh.k, kblocks = (k + 127) / 128, nblocks = (n + 127) / 128;
+  const OutType out = opt.out;
+  const size_t ob = out == OutType::kFP32 ? 4 : 2;
+  int64_t total_m = 0;
+  for (int64_t m : ms) total_m += m;
+  const size_t set_bytes = static_cast<size_t>(total_m * k + G * n * k);
+  const int sets = std::max(1, static_cast<int>(std::min<size_t>(8, (2 * dev.l2_bytes + set_bytes - 1) / set_bytes)));
+
+  OwnedStream stream;
+  LOWBIT_RETURN_IF_ERROR(stream.create());
+  cudaStream_t s = stream.s;
+  const uint64_t seed = opt.seed * 1000 + 555;
+  std::vector<InputSet> in(sets);
+  for (int i = 0; i < sets; ++i) {
+    InputSet& set = in[i];
+    set.g.resize(G);
+    set.b.resize(G);
+    set.sfb.resize(G);
+    std::vector<Fp8GroupedProblem> desc(G);
+    for (int g = 0; g < G; ++g) {
+      GroupData& gd = set.g[g];
+      gd.m = ms[g];
+      gd.sfa_ld = (gd.m + 3) / 4 * 4;
+      const uint64_t sd = seed + 100 * i + 10 * g;
+      LOWBIT_RETURN_IF_ERROR(gd.a.alloc(static_cast<size_t>(gd.m * k)));
+      LOWBIT_RETURN_IF_ERROR(gd.d.alloc(static_cast<size_t>(gd.m * n) * ob));
+      LOWBIT_RETURN_IF_ERROR(gd.d_base.alloc(static_cast<size_t>(gd.m * n) * ob));
+      LOWBIT_RETURN_IF_ERROR(gd.sfa.alloc(static_cast<size_t>(kblocks * gd.sfa_ld) * 4));
+      LOWBIT_RETURN_IF_ERROR(set.b[g].alloc(static_cast<size_t>(n * k)));
+      LOWBIT_RETURN_IF_ERROR(set.sfb[g].alloc(static_cast<size_t>(nblocks * kblocks) * 4));
+      // Values over E4M3's whole range, scales like a quantizer's amax / 448.
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(gd.a.p, gd.m * k, 448.0f, sd, s), "fill A"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(set.b[g].p, n * k, 448.0f, sd + 1, s), "fill B"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(
+          fill_f32_scales(static_cast<float*>(gd.sfa.p), kblocks * gd.sfa_ld, -12, -6, false, sd + 2, s), "fill sfa"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(
+          fill_f32_scales(static_cast<float*>(set.sfb[g].p), nblocks * kblocks, -12, -6, false, sd + 3, s), "fill sfb"));
+      desc[g] = Fp8GroupedProblem{static_cast<int32_t>(gd.m), static_cast<int32_t>(n), static_cast<int32_t>(k), 0,
+                                  gd.a.p, set.b[g].p, gd.d.p, static_cast<const float*>(gd.sfa.p),
+                                  static_cast<const float*>(set.sfb[g].p), gd.sfa_ld};
+    }
+    LOWBIT_RETURN_IF_ERROR(set.problems.alloc(sizeof(Fp8GroupedProblem) * G));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(set.problems.p, desc.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice, s),
+        "descriptors"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "setup"));  // desc is a host temporary
+  }
+  BlockScaledConfig cfg;
+  if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
+  r->config = cfg.to_string();
+  const size_t ws_bytes = fp8_grouped_workspace_size(G);
+  DeviceBuffer ws;
+  LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+
+  auto dense_args = [&](const InputSet& set, int g, bool base_out) {
+    const GroupData& gd = set.g[g];
+    Fp8BlockScaledArgs a;
+    a.m = gd.m;
+    a.n = n;
+    a.k = k;
+    a.a = gd.a.p;
+    a.b = set.b[g].p;
+    a.d = base_out ? gd.d_base.p : gd.d.p;
+    a.sfa = static_cast<const float*>(gd.sfa.p);
+    a.sfa_ld = gd.sfa_ld;
+    a.sfb = static_cast<const float*>(set.sfb[g].p);
+    a.out_type = out;
+    return a;
+  };
+  auto ours = [&](cudaStream_t st, int i) {
+    const InputSet& set = in[i % sets];
+    if (!grouped) return fp8_blockscaled_gemm(dense_args(set, 0, false), st, &cfg);
+    return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, &cfg);
+  };
+  auto ours_loop = [&](cudaStream_t st, int i) {
+    const InputSet& set = in[i % sets];
+    for (int g = 0; g < G; ++g)
+      if (set.g[g].m > 0) LOWBIT_RETURN_IF_ERROR(fp8_blockscaled_gemm(dense_args(set, g, true), st, &cfg));
+    return Status::Ok();
+  };
+
+  // Correctness on set 0: poison, run, check sampled elements of every group against FP64.
+  for (int g = 0; g < G; ++g)
+    LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(in[0].g[g].d.p, ms[g] * n * ob / 2, 0xFFFF, s), "poison"));
+  LOWBIT_RETURN_IF_ERROR(ours(s, 0));
+  if (grouped) LOWBIT_RETURN_IF_ERROR(fp8_grouped_check_status(ws.p, s));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
+  {
+    std::vector<double> ref, got;
+    int64_t unwritten = 0;
+    std::mt19937_64 rng(seed ^ 0xB10C);
+    std::vector<uint8_t> hb(static_cast<size_t>(n * k));
+    std::vector<float> fb(hb.size()), hsfb(static_cast<size_t>(nblocks * kblocks));
+    for (int g = 0; g < G; ++g) {
+      const GroupData& gd = in[0].g[g];
+      if (gd.m == 0) continue;
+      std::vector<uint8_t> ha(static_cast<size_t>(gd.m * k)), hd(static_cast<size_t>(gd.m * n) * ob);
+      std::vector<float> fa(ha.size()), hsfa(static_cast<size_t>(kblocks * gd.sfa_ld));
+      cudaMemcpy(ha.data(), gd.a.p, ha.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(hb.data(), in[0].b[g].p, hb.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(hsfa.data(), gd.sfa.p, hsfa.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hsfb.data(), in[0].sfb[g].p, hsfb.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hd.data(), gd.d.p, hd.size(), cudaMemcpyDeviceToHost);
+      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
+      for (size_t e = 0; e < ha.size(); ++e) fa[e] = formats::e4m3_to_float(ha[e]);
+      for (size_t e = 0; e < hb.size(); ++e) fb[e] = formats::e4m3_to_float(hb[e]);
+      for (size_t e = 0; e < static_cast<size_t>(gd.m * n); ++e)
+        if (!std::isfinite(read_output(hd, out, e))) ++unwritten;
+      reference::BlockScaledProblem p;
+      p.m = gd.m;
+      p.n = n;
+      p.k = k;
+      p.a = fa.data();
+      p.b = fb.data();
+      p.sfa = hsfa.data();
+      p.sfa_ld = gd.sfa_ld;
+      p.sfb = hsfb.data();
+      for (int t = 0; t < 256; ++t) {
+        const int64_t row = static_cast<int64_t>(rng() % gd.m), col = static_cast<int64_t>(rng() % n);
+        ref.push_back(reference::blockscaled_element(p, row, col));
+        got.push_back(read_output(hd, out, static_cast<size_t>(row * n + col)));
+      }
+    }
+    const auto e = reference::compare(ref, got);
+    r->err = e.rel_fro;
+    r->max_err = reference::similarity_diff(ref, got);  // DeepGEMM's measure, reported as max_err
+    if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
+    else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
+    else if (r->max_err > 1e-3) r->status = "FAIL: similarity diff " + std::to_string(r->max_err);
+  }
+
+  // cuBLASLt block-scaled, once per group, with scales converted to its layout at setup.
+  std::vector<std::vector<CublasLtFp8BlockScaled>> lt(sets);
+  bool lt_ok = opt.baseline;
+  std::string lt_err;
+  for (int i = 0; i < sets && lt_ok; ++i) {
+    lt[i] = std::vector<CublasLtFp8BlockScaled>(G);
+    for (int g = 0; g < G && lt_ok; ++g) {
+      const GroupData& gd = in[i].g[g];
+      Status st = lt[i][g].plan(gd.m, n, k, out);
+      if (st.ok())
+        st = lt[i][g].convert_scales(static_cast<const float*>(gd.sfa.p), gd.sfa_ld,
+                                     static_cast<const float*>(in[i].sfb[g].p), s);
+      if (!st.ok()) {
+        lt_ok = false;
+        lt_err = st.to_string();
+      }
+    }
+  }
+  if (!lt_ok && opt.baseline) std::printf("  cuBLASLt block-scaled baseline unavailable: %s\n", lt_err.c_str());
+  auto base = [&](cudaStream_t st, int i) {
+    const InputSet& set = in[i % sets];
+    for (int g = 0; g < G; ++g)
+      LOWBIT_RETURN_IF_ERROR(lt[i % sets][g].run(set.g[g].a.p, set.b[g].p, set.g[g].d_base.p, st));
+    return Status::Ok();
+  };
+
+  double rough = 0.0;
+  LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, s, &rough));
+  const int batch = std::clamp(static_cast<int>(3000.0 / std::max(rough, 1.0)), 2, 200);
+  std::vector<LaunchFn> launches = {ours};
+  int i_lt = -1, i_loop = -1;
+  if (lt_ok) { i_lt = static_cast<int>(launches.size()); launches.push_back(base); }
+  if (grouped && opt.baseline) { i_loop = static_cast<int>(launches.size()); launches.push_back(ours_loop); }
+  std::vector<Timing> t;
+  LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &t));
+
+  const double flops = 2.0 * total_m * n * k;
+  const double bytes = static_cast<double>(total_m * k + G * n * k) + static_cast<double>(total_m * n) * ob;
+  r->us = t[0].median_us;
+  r->us_base = i_lt >= 0 ? t[i_lt].median_us : 0.0;
+  r->us_loop = i_loop >= 0 ? t[i_loop].median_us : 0.0;
+  r->tflops = flops / (r->us * 1e6);
+  r->gbs = bytes / (r->us * 1e3);
+  r->floor_us = std::max(flops / (kPeakFp8Tflops * 1e6), bytes / (kCopyTBs * 1e6));
+  r->pct_floor = 100.0 * r->floor_us / r->us;
+  r->speedup = r->us_base > 0 ? r->us_base / r->us : 0.0;
+  r->x_loop = r->us_loop > 0 ? r->us_loop / r->us : 0.0;
+  r->batch = batch;
+  r->samples = opt.samples;
+  if (r->status.empty()) r->status = "ok";
+  return Status::Ok();
+}
+
+}  // namespace lowbit::bench

@@ -1,0 +1,92 @@
+// Block-scaled FP8 (E4M3) GEMM on Hopper, dense and grouped -- the DeepSeek-V3 recipe:
+//   D[m][n] = sum over K blocks kb of  sfa(m, kb) * sfb(n / 128, kb) * sum_{k in kb} A[m][k] * B[n][k]
+// A [M,K] and B [N,K] are E4M3, row-major and K-major; D [M,N] is row-major BF16 or FP32.
+// A has one FP32 scale per row per 128-wide K block ("1x128", per token), B one per 128 x 128
+// block. Each K block's product is accumulated by the tensor cores, scaled in FP32 and added to
+// an FP32 accumulator, so precision matches DeepGEMM's.
+//
+// Scale layouts (kblocks = ceil(K / 128), nblocks = ceil(N / 128)):
+//   sfa(m, kb) = sfa[kb * sfa_ld + m]     K-block-major, sfa_ld >= M and a multiple of 4
+//                                         (each K block's scales are 16-byte aligned rows)
+//   sfb(nb, kb) = sfb[nb * kblocks + kb]  row-major [nblocks, kblocks]
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lowbit/gemm.h"
+#include "lowbit/status.h"
+
+namespace lowbit {
+
+struct Fp8BlockScaledArgs {
+  int64_t m = 0;  // >= 1
+  int64_t n = 0;  // multiple of 16
+  int64_t k = 0;  // multiple of 16
+  const void* a = nullptr;  // E4M3 [m, k], 16-byte aligned
+  const void* b = nullptr;  // E4M3 [n, k], 16-byte aligned
+  void* d = nullptr;        // [m, n] of out_type, 16-byte aligned
+  const float* sfa = nullptr;  // [kblocks, sfa_ld], 16-byte aligned
+  int64_t sfa_ld = 0;          // >= m, multiple of 4
+  const float* sfb = nullptr;  // [nblocks, kblocks], 4-byte aligned
+  OutType out_type = OutType::kBF16;
+};
+
+// Launch knobs of the block-scaled kernels, printable and forceable from lowbit-bench.
+struct BlockScaledConfig {
+  int grid = 0;          // persistent CTAs; 0 = the device's SM count (dense: at most one per tile)
+  int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
+  int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
+  std::string to_string() const;
+};
+// Parses "grid=132,group=8,turns=0" (any subset); unknown keys are an error.
+Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
+
+// Dense block-scaled GEMM on `stream`: no allocation, no synchronization.
+Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& args, cudaStream_t stream,
+                            const BlockScaledConfig* config = nullptr);
+
+// ---------------------------------------------------------------- grouped
+// One problem of a grouped GEMM. An array of these lives in device memory, so a captured CUDA
+// graph can be replayed after the caller rewrites sizes and pointers on the device.
+struct Fp8GroupedProblem {
+  int32_t m;  // rows of A and D; 0 = empty group (costs nothing, its pointers are not read)
+  int32_t n;  // multiple of 16
+  int32_t k;  // multiple of 16
+  int32_t reserved;
+  const void* a;  // E4M3 [m, k]
+  const void* b;  // E4M3 [n, k]
+  void* d;        // [m, n] of the call's out_type
+  const float* sfa;  // [ceil(k/128), sfa_ld], 16-byte aligned
+  const float* sfb;  // [ceil(n/128), ceil(k/128)]
+  int64_t sfa_ld;    // >= m, multiple of 4
+};
+
+// Workspace of a grouped call with up to `max_groups` groups: the per-group tensor maps (built
+// on the device from the descriptors by a preparation kernel in the same stream), the tile
+// offsets and a status word. Caller-owned; no initialization needed; calls that may run
+// concurrently need separate workspaces.
+size_t fp8_grouped_workspace_size(int max_groups);
+
+// Grouped block-scaled GEMM: one persistent launch over the tiles of every group (after a small
+// preparation launch), all on `stream`, no host synchronization -- capturable in a graph.
+// `problems` points to `groups` descriptors in device memory; they are validated on the device:
+// a group that breaks a rule (negative m, n or k not a positive multiple of 16, a null or
+// misaligned pointer in a non-empty group, sfa_ld too small) is skipped -- its D is not written
+// -- and recorded in the workspace's status word (fp8_grouped_check_status reads it).
+// Host-side checks: groups >= 1, problems and workspace non-null, workspace large enough.
+Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType out_type, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream, const BlockScaledConfig* config = nullptr);
+
+// Host-side validation of descriptors the caller holds on the host (the same rules the device
+// applies), with a message naming the first bad group.
+Status fp8_grouped_validate(const Fp8GroupedProblem* host_problems, int groups);
+
+// Reads the status word the last fp8_grouped_gemm on this workspace left: Ok, or the first
+// invalid group and why. Synchronizes `stream` (a checking aid, not for the hot path).
+Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream);
+
+}  // namespace lowbit

@@ -1,0 +1,99 @@
+// The grouped GEMM's preparation launch (one CTA, on the caller's stream before the GEMM):
+// validates every group descriptor on the device, writes the tile offsets of the groups (an
+// exclusive prefix sum; invalid and empty groups own no tiles) and patches one set of tensor
+// maps (A, B, D) per non-empty group from host-encoded templates. Nothing here needs the host,
+// so a captured graph replays correctly after the caller rewrites the descriptors.
+#pragma once
+
+#include <cuda.h>
+
+#include <climits>
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+
+#include "gemm/blockscaled/grouped_workspace.h"
+#include "hopper/tma.cuh"
+#include "lowbit/blockscaled.h"
+
+namespace lowbit::blockscaled {
+
+constexpr int kPrepareThreads = 256;
+
+__host__ __device__ __forceinline__ bool misaligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 != 0;
+}
+
+// The rules for one group descriptor, applied on the device here and by fp8_grouped_validate
+// on the host; returns a GroupError code.
+__host__ __device__ __forceinline__ int check_group(const Fp8GroupedProblem& g) {
+  if (g.m < 0) return kGroupNegativeM;
+  if (g.m == 0) return kGroupOk;
+  if (g.n <= 0 || g.n % 16 != 0 || g.k <= 0 || g.k % 16 != 0) return kGroupBadNK;
+  if (!g.a || !g.b || !g.d || !g.sfa || !g.sfb) return kGroupNullPointer;
+  if (misaligned16(g.a) || misaligned16(g.b) || misaligned16(g.d) || misaligned16(g.sfa) ||
+      reinterpret_cast<uintptr_t>(g.sfb) % 4 != 0)
+    return kGroupMisaligned;
+  if (g.sfa_ld < g.m || g.sfa_ld % 4 != 0) return kGroupBadScaleLd;
+  return kGroupOk;
+}
+
+__global__ void __launch_bounds__(kPrepareThreads)
+    grouped_prepare_kernel(const Fp8GroupedProblem* problems, int groups, GroupedWorkspace ws, int out_bytes,
+                           const __grid_constant__ CUtensorMap tmpl_a, const __grid_constant__ CUtensorMap tmpl_b,
+                           const __grid_constant__ CUtensorMap tmpl_d) {
+  using Scan = cub::BlockScan<long long, kPrepareThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int first_bad;
+  __shared__ long long carry;
+  if (threadIdx.x == 0) {
+    first_bad = INT_MAX;
+    carry = 0;
+  }
+  __syncthreads();
+  for (int base = 0; base < groups; base += kPrepareThreads) {
+    const int gi = base + static_cast<int>(threadIdx.x);
+    Fp8GroupedProblem g{};
+    int err = kGroupOk;
+    long long tiles = 0;
+    if (gi < groups) {
+      g = problems[gi];
+      err = check_group(g);
+      if (err != kGroupOk) atomicMin(&first_bad, gi);
+      else tiles = static_cast<long long>((g.m + 127) / 128) * ((g.n + 127) / 128);
+    }
+    long long offset = 0, chunk_total = 0;
+    Scan(scan_tmp).ExclusiveSum(tiles, offset, chunk_total);
+    const long long start = carry + offset;
+    if (gi < groups) ws.tile_start[gi] = static_cast<int>(start < INT_MAX ? start : INT_MAX);
+    if (gi < groups && tiles > 0) {
+      CUtensorMap* maps = ws.maps + 3 * static_cast<int64_t>(gi);
+      hopper::tensor_map_patch_2d(maps + 0, tmpl_a, g.a, static_cast<uint32_t>(g.k), static_cast<uint32_t>(g.m),
+                                  static_cast<uint64_t>(g.k));
+      hopper::tensor_map_patch_2d(maps + 1, tmpl_b, g.b, static_cast<uint32_t>(g.k), static_cast<uint32_t>(g.n),
+                                  static_cast<uint64_t>(g.k));
+      hopper::tensor_map_patch_2d(maps + 2, tmpl_d, g.d, static_cast<uint32_t>(g.n), static_cast<uint32_t>(g.m),
+                                  static_cast<uint64_t>(g.n) * out_bytes);
+      hopper::tensor_map_release();
+    }
+    __syncthreads();  // scan_tmp and carry are reused by the next chunk
+    if (threadIdx.x == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    int status = kGroupOk, bad = -1;
+    if (first_bad != INT_MAX) {
+      bad = first_bad;
+      status = check_group(problems[bad]);
+    }
+    // More tiles than an int counts: compute nothing rather than part of the problem.
+    const bool overflow = carry > INT_MAX;
+    if (overflow && status == kGroupOk) status = kGroupTooManyTiles;
+    ws.tile_start[groups] = overflow ? 0 : static_cast<int>(carry);
+    if (overflow)
+      for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
+    ws.status[0] = status;
+    ws.status[1] = bad;
+  }
+}
+
+}  // namespace lowbit::blockscaled

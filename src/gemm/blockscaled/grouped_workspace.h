@@ -1,0 +1,53 @@
+// Layout of the grouped GEMM's workspace, shared by the host launcher and the device kernels:
+// a status word, the groups' tile offsets and their tensor maps (A, B, D per group).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lowbit::blockscaled {
+
+// Why a group was skipped (status[0]); status[1] is the first such group's index.
+enum GroupError : int {
+  kGroupOk = 0,
+  kGroupNegativeM = 1,
+  kGroupBadNK = 2,        // n or k not a positive multiple of 16
+  kGroupNullPointer = 3,  // a, b, d, sfa or sfb null in a non-empty group
+  kGroupMisaligned = 4,   // a, b, d, sfa not 16-byte aligned, or sfb not 4-byte aligned
+  kGroupBadScaleLd = 5,   // sfa_ld < m or not a multiple of 4
+  kGroupTooManyTiles = 6, // all groups together exceed 2^31 - 1 tiles: nothing is computed
+};
+
+inline const char* group_error_text(int code) {
+  switch (code) {
+    case kGroupOk: return "ok";
+    case kGroupNegativeM: return "m < 0";
+    case kGroupBadNK: return "n and k must be positive multiples of 16";
+    case kGroupNullPointer: return "a, b, d, sfa and sfb must be non-null in a non-empty group";
+    case kGroupMisaligned: return "a, b, d and sfa must be 16-byte aligned, sfb 4-byte aligned";
+    case kGroupBadScaleLd: return "sfa_ld must be >= m and a multiple of 4";
+    case kGroupTooManyTiles: return "the groups together have more than 2^31 - 1 tiles";
+  }
+  return "unknown";
+}
+
+struct GroupedWorkspace {
+  int* status;       // [2]: GroupError, first bad group (-1 if none)
+  int* tile_start;   // [groups + 1]
+  CUtensorMap* maps; // [groups * 3], 128-byte aligned
+
+  static size_t tile_offset_bytes() { return 128; }
+  static size_t maps_offset(int max_groups) {
+    return (tile_offset_bytes() + (static_cast<size_t>(max_groups) + 1) * sizeof(int) + 127) / 128 * 128;
+  }
+  static size_t bytes(int max_groups) { return maps_offset(max_groups) + static_cast<size_t>(max_groups) * 3 * 128; }
+  static GroupedWorkspace at(void* base, int max_groups) {
+    char* b = static_cast<char*>(base);
+    return GroupedWorkspace{reinterpret_cast<int*>(b), reinterpret_cast<int*>(b + tile_offset_bytes()),
+                            reinterpret_cast<CUtensorMap*>(b + maps_offset(max_groups))};
+  }
+};
+
+}  // namespace lowbit::blockscaled

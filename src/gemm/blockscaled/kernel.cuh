@@ -1,0 +1,108 @@
+// Block-scaled FP8 GEMM kernel, dense or grouped (the problem layout is a template parameter):
+// persistent, warp-specialized (one TMA producer warpgroup, two WGMMA consumer warpgroups), a
+// ring of stages carrying A, B and the A scales, FP32 promotion with the block scales, TMA-store
+// epilogue (the FP8 GEMM's).
+// Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
+// mainloop -> epilogue.
+#pragma once
+
+#include <cuda.h>
+
+#include "gemm/blockscaled/mainloop.cuh"
+#include "gemm/blockscaled/problems.cuh"
+#include "gemm/blockscaled/traits.cuh"
+#include "gemm/fp8/epilogue.cuh"
+#include "gemm/fp8/mainloop.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/registers.cuh"
+#include "hopper/tma.cuh"
+
+namespace lowbit::blockscaled {
+
+template <class T, bool kGrouped>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    blockscaled_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                            const __grid_constant__ CUtensorMap tm_d, const BlockScaledParams p) {
+  // Static checks.
+  static_assert(T::kBlockN == 128 && T::kBlockK == 128, "one B scale (128 x 128) per tile per K block");
+  static_assert(T::kBlockM == 128 && T::kConsumerWarpgroups == 2, "two consumer warpgroups of 64 rows");
+  static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
+
+  // Shared-memory budget.
+  static_assert(T::kSmemBytes <= fp8::kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t align_pad = (1024u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(smem_raw) % 1024u)) % 1024u;
+  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
+  const int warpgroup = threadIdx.x / 128;
+
+  // Barrier init: each of the 8 consumer warps releases a stage once per phase. Grouped: the
+  // tile offsets come into shared memory for the per-unit group lookup.
+  if (threadIdx.x == 0) {
+    ss.bars.init(8);
+    hopper::mbarrier_init_fence();
+    if constexpr (!kGrouped) {
+      hopper::tma_prefetch_descriptor(&tm_a);
+      hopper::tma_prefetch_descriptor(&tm_b);
+      hopper::tma_prefetch_descriptor(&tm_d);
+    }
+  }
+  const bool table_in_smem = kGrouped && p.groups + 1 <= kSmemGroupTable + 1;
+  if (table_in_smem)
+    for (int i = threadIdx.x; i <= p.groups; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
+  __syncthreads();
+
+  auto make_problems = [&](bool issues_tma) {
+    if constexpr (kGrouped) {
+      return GroupedProblems{p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups},
+                             issues_tma};
+    } else {
+      (void)issues_tma;
+      return DenseProblems{p, &tm_a, &tm_b, &tm_d};
+    }
+  };
+
+  // Role split.
+  if (warpgroup == 0) {
+    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      auto problems = make_problems(true);
+      const int num_units = problems.num_units();
+      hopper::RingPosition<T::kStages> pos;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        const UnitView v = problems.resolve(u);
+        const int rows = min(v.m - v.w.m_block * T::kBlockM, T::kBlockM);
+        const uint32_t scale_bytes = static_cast<uint32_t>((rows + 3) / 4) * 16u;
+        fp8::produce_unit<T>(ss, v.tm_a, v.tm_b, v.w, static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes, pos,
+                             ScaleStageLoad<T>{&ss, v.sfa, v.sfa_ld, scale_bytes});
+      }
+    }
+  } else {
+    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int consumer_wg = warpgroup - 1;
+    const int t = threadIdx.x % 128;
+    auto problems = make_problems(t == 0);  // thread 0 of each consumer warpgroup issues its stores
+    const int num_units = problems.num_units();
+    hopper::RingPosition<T::kStages> pos;
+    fp8::Fp8Epilogue<T> epilogue;
+    fp8::MmaTurn turn{consumer_wg, p.mma_turns != 0};
+    using Promotion = BlockScalePromotion<T>;
+    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
+                                         Promotion{&ss, nullptr, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4}};
+    float acc[T::kBlockN / 2];
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      const UnitView v = problems.resolve(u);
+      // Mainloop.
+      consumer.promotion.sfb_row = v.sfb;
+      consumer.run(v.w, acc);
+      // Epilogue.
+      epilogue.store(ss, consumer_wg, v.tm_d, v.m, v.n, v.w, acc);
+    }
+    turn.finish();
+    epilogue.drain();
+  }
+#endif
+}
+
+}  // namespace lowbit::blockscaled

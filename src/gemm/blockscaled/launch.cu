@@ -1,0 +1,274 @@
+// Host side of the block-scaled FP8 GEMM (dense and grouped): argument checks, tensor maps,
+// launches. Stream-ordered; no allocation and no synchronization (except in
+// fp8_grouped_check_status, which exists to synchronize).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "common/key_value.h"
+#include "gemm/blockscaled/grouped_prepare.cuh"
+#include "gemm/blockscaled/grouped_workspace.h"
+#include "gemm/blockscaled/kernel.cuh"
+#include "hopper/tensor_map.h"
+#include "lowbit/blockscaled.h"
+#include "lowbit/device.h"
+
+namespace lowbit {
+namespace {
+
+using blockscaled::BlockScaledParams;
+
+template <bool kOutFp32>
+using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(), kOutFp32>;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status cuda_status(const char* what, cudaError_t e) {
+  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <bool kOutFp32, bool kGrouped>
+cudaError_t launch_gemm(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                        const CUtensorMap& d, const BlockScaledParams& p, int device) {
+  using T = Traits<kOutFp32>;
+  static std::atomic<uint64_t> configured{0};  // the shared-memory opt-in is per device
+  const uint64_t bit = device < 64 ? (1ull << device) : 0;
+  if (!bit || !(configured.load() & bit)) {
+    const cudaError_t e = cudaFuncSetAttribute(blockscaled::blockscaled_gemm_kernel<T, kGrouped>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    configured.fetch_or(bit);
+  }
+  blockscaled::blockscaled_gemm_kernel<T, kGrouped><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
+  return cudaGetLastError();
+}
+
+template <bool kGrouped>
+cudaError_t launch_for(OutType out, int grid, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
+                       const CUtensorMap& d, const BlockScaledParams& p, int device) {
+  return out == OutType::kFP32 ? launch_gemm<true, kGrouped>(grid, s, a, b, d, p, device)
+                               : launch_gemm<false, kGrouped>(grid, s, a, b, d, p, device);
+}
+
+Status check_smem(const DeviceInfo& dev, OutType out) {
+  const int need = out == OutType::kFP32 ? Traits<true>::kSmemBytes : Traits<false>::kSmemBytes;
+  if (static_cast<size_t>(need) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice,
+                         "block-scaled GEMM needs " + std::to_string(need) +
+                             " bytes of shared memory per block; the device allows " +
+                             std::to_string(dev.smem_per_block_optin));
+  return Status::Ok();
+}
+
+Status check_config(const char* who, const BlockScaledConfig& c) {
+  if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
+  if (c.raster_group < 1) return Status::Invalid(std::string(who) + ": raster_group must be >= 1");
+  if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid(std::string(who) + ": mma_turns must be 0 or 1");
+  return Status::Ok();
+}
+
+// The three maps of one problem. Boxes: A and B 128 x 128 bytes (one K block of one tile),
+// D 64 rows x 128 bytes (the epilogue's store chunk).
+struct MapShapes {
+  hopper::TensorMap2dSpec a, b, d;
+};
+
+MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out) {
+  MapShapes s;
+  s.a.base = a;
+  s.a.rows = m;
+  s.a.cols = k;
+  s.a.row_stride_bytes = k;
+  s.a.box_rows = 128;
+  s.a.box_cols = 128;
+  s.b = s.a;
+  s.b.base = b;
+  s.b.rows = n;
+  const bool f32 = out == OutType::kFP32;
+  s.d.base = d;
+  s.d.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  s.d.elem_bytes = f32 ? 4 : 2;
+  s.d.rows = m;
+  s.d.cols = n;
+  s.d.row_stride_bytes = n * s.d.elem_bytes;
+  s.d.box_rows = 64;
+  s.d.box_cols = 128 / s.d.elem_bytes;
+  s.d.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  return s;
+}
+
+// Templates for the grouped maps: box, swizzle, data type and L2 policy set once per output
+// type; the device patches base, sizes and pitch per group. Encoded once per process (the
+// base address is a placeholder the device always replaces).
+Status grouped_templates(OutType out, const CUtensorMap** maps3) {
+  static CUtensorMap cache[2][3];
+  static Status cache_status[2];
+  static std::once_flag once[2];
+  const int i = out == OutType::kFP32 ? 1 : 0;
+  std::call_once(once[i], [i, out] {
+    void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
+    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out);
+    Status st = hopper::make_tensor_map_2d(s.a, &cache[i][0]);
+    if (st.ok()) st = hopper::make_tensor_map_2d(s.b, &cache[i][1]);
+    if (st.ok()) st = hopper::make_tensor_map_2d(s.d, &cache[i][2]);
+    cache_status[i] = st;
+  });
+  *maps3 = cache[i];
+  return cache_status[i];
+}
+
+}  // namespace
+
+std::string BlockScaledConfig::to_string() const {
+  return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",turns=" + std::to_string(mma_turns);
+}
+
+Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
+  BlockScaledConfig c;
+  LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
+    if (key == "grid") c.grid = value;
+    else if (key == "group") c.raster_group = value;
+    else if (key == "turns") c.mma_turns = value;
+    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, turns)");
+    return Status::Ok();
+  }));
+  LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
+  *out = c;
+  return Status::Ok();
+}
+
+Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, const BlockScaledConfig* forced) {
+  const char* who = "fp8_blockscaled_gemm";
+  if (x.m <= 0) return Status::Invalid(std::string(who) + ": M must be >= 1 (got " + std::to_string(x.m) + ")");
+  if (x.n <= 0 || x.n % 16 != 0)
+    return Status::Invalid(std::string(who) + ": N must be a positive multiple of 16 (got " + std::to_string(x.n) + ")");
+  if (x.k <= 0 || x.k % 16 != 0)
+    return Status::Invalid(std::string(who) + ": K must be a positive multiple of 16 (got " + std::to_string(x.k) + ")");
+  if (x.m > INT_MAX - 256 || x.n > INT_MAX - 256 || x.k > INT_MAX - 256)
+    return Status::Invalid(std::string(who) + ": M, N and K must each be below 2^31");
+  if (!x.a || !x.b || !x.d || !x.sfa || !x.sfb)
+    return Status::Invalid(std::string(who) + ": A, B, D, sfa and sfb must be non-null");
+  if (!aligned16(x.a) || !aligned16(x.b) || !aligned16(x.d) || !aligned16(x.sfa))
+    return Status::Invalid(std::string(who) + ": A, B, D and sfa must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(x.sfb) % 4 != 0) return Status::Invalid(std::string(who) + ": sfb must be 4-byte aligned");
+  if (x.sfa_ld < x.m || x.sfa_ld % 4 != 0)
+    return Status::Invalid(std::string(who) + ": sfa_ld must be >= M and a multiple of 4 (got " +
+                           std::to_string(x.sfa_ld) + ")");
+  if (x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32)
+    return Status::Invalid(std::string(who) + ": unknown out_type");
+  const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type));
+
+  const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
+                                 static_cast<uint64_t>(x.k), x.out_type);
+  CUtensorMap tm_a, tm_b, tm_d;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &tm_a));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &tm_b));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.d, &tm_d));
+
+  BlockScaledParams p{};
+  p.mma_turns = cfg.mma_turns;
+  p.group_m = cfg.raster_group;
+  p.sched.tiles_m = static_cast<int>((x.m + 127) / 128);
+  p.sched.tiles_n = static_cast<int>((x.n + 127) / 128);
+  p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
+  p.sched.splits = 1;
+  p.sched.group_m = cfg.raster_group;
+  p.m = static_cast<int>(x.m);
+  p.n = static_cast<int>(x.n);
+  p.sfa = x.sfa;
+  p.sfa_ld = x.sfa_ld;
+  p.sfb = x.sfb;
+  const int64_t tiles = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
+  if (tiles > INT_MAX) return Status::Invalid(std::string(who) + ": more than 2^31 - 1 output tiles");
+  int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
+  if (grid > tiles) grid = static_cast<int>(tiles);
+  const cudaError_t e = launch_for<false>(x.out_type, grid, stream, tm_a, tm_b, tm_d, p, dev.device);
+  if (e != cudaSuccess) return cuda_status("fp8_blockscaled_gemm launch", e);
+  return Status::Ok();
+}
+
+size_t fp8_grouped_workspace_size(int max_groups) {
+  return max_groups > 0 ? blockscaled::GroupedWorkspace::bytes(max_groups) : 0;
+}
+
+Status fp8_grouped_validate(const Fp8GroupedProblem* problems, int groups) {
+  if (groups <= 0) return Status::Invalid("fp8_grouped_gemm: groups must be >= 1 (got " + std::to_string(groups) + ")");
+  if (!problems) return Status::Invalid("fp8_grouped_gemm: null problem array");
+  for (int g = 0; g < groups; ++g) {
+    const int err = blockscaled::check_group(problems[g]);
+    if (err != blockscaled::kGroupOk)
+      return Status::Invalid("fp8_grouped_gemm: group " + std::to_string(g) + ": " + blockscaled::group_error_text(err));
+  }
+  return Status::Ok();
+}
+
+Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType out_type, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream, const BlockScaledConfig* forced) {
+  const char* who = "fp8_grouped_gemm";
+  if (groups <= 0) return Status::Invalid(std::string(who) + ": groups must be >= 1 (got " + std::to_string(groups) + ")");
+  if (!problems) return Status::Invalid(std::string(who) + ": null problem array");
+  if (reinterpret_cast<uintptr_t>(problems) % alignof(Fp8GroupedProblem) != 0)
+    return Status::Invalid(std::string(who) + ": problem array must be " + std::to_string(alignof(Fp8GroupedProblem)) +
+                           "-byte aligned");
+  if (!workspace) return Status::Invalid(std::string(who) + ": null workspace");
+  if (reinterpret_cast<uintptr_t>(workspace) % 128 != 0)
+    return Status::Invalid(std::string(who) + ": workspace must be 128-byte aligned");
+  const size_t need = fp8_grouped_workspace_size(groups);
+  if (workspace_bytes < need)
+    return Status::Error(StatusCode::kWorkspaceTooSmall, std::string(who) + ": " + std::to_string(groups) +
+                                                             " groups need " + std::to_string(need) +
+                                                             " bytes of workspace, got " +
+                                                             std::to_string(workspace_bytes));
+  if (out_type != OutType::kBF16 && out_type != OutType::kFP32)
+    return Status::Invalid(std::string(who) + ": unknown out_type");
+  const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type));
+  const CUtensorMap* tmpl = nullptr;
+  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, &tmpl));
+
+  const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
+  const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
+  blockscaled::grouped_prepare_kernel<<<1, blockscaled::kPrepareThreads, 0, stream>>>(
+      problems, groups, ws, out_bytes, tmpl[0], tmpl[1], tmpl[2]);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm prepare launch", e);
+
+  BlockScaledParams p{};
+  p.mma_turns = cfg.mma_turns;
+  p.group_m = cfg.raster_group;
+  p.problems = problems;
+  p.groups = groups;
+  p.tile_start = ws.tile_start;
+  p.maps = ws.maps;
+  // The tile count is known only on the device: one CTA per SM, idle ones exit at once.
+  const int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
+  e = launch_for<true>(out_type, grid, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
+  if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm launch", e);
+  return Status::Ok();
+}
+
+Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream) {
+  if (!workspace) return Status::Invalid("fp8_grouped_check_status: null workspace");
+  int host[2] = {0, -1};
+  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_status("fp8_grouped_check_status", e);
+  if (host[0] == blockscaled::kGroupOk) return Status::Ok();
+  return Status::Invalid("fp8_grouped_gemm: " +
+                         (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) +
+                         blockscaled::group_error_text(host[0]));
+}
+
+}  // namespace lowbit

@@ -1,0 +1,62 @@
+// Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the double-buffered partial
+// accumulators are the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
+//  - each stage also carries the K block's A scales for the tile's 128 rows (a bulk copy the
+//    producer issues with the A and B tiles, completing on the same barrier), and
+//  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
+//    B scale for that K block) before adding it to the FP32 accumulator: one FFMA per element,
+//    the same instruction count as the plain GEMM's FADD.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/fp8/mainloop.cuh"
+#include "hopper/tma.cuh"
+
+namespace lowbit::blockscaled {
+
+// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage]. `sfa` points at the
+// tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
+// a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
+// only scale zero-filled A rows, whose outputs the store clips.
+template <class T>
+struct ScaleStageLoad {
+  typename T::SharedStorage* ss;
+  const float* sfa;
+  int64_t sfa_ld;
+  uint32_t bytes;
+  __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
+    hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
+  }
+};
+
+// Consumer side (fp8::Consumer's Promotion policy). The B scale of a K block is one float per
+// tile, loaded from global memory (L2) when the block is issued and used a block later, so its
+// latency hides behind the wait for the next stage. Accumulator fragment of m64nN: element
+// 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
+template <class T>
+struct BlockScalePromotion {
+  typename T::SharedStorage* ss;
+  const float* sfb_row;  // the tile's B scales, one per K block
+  int row;               // this thread's first fragment row in the tile
+
+  struct Pending { float sb; };
+  struct Scale { float s0, s1; };
+
+  __device__ __forceinline__ void issued(Pending& p, int kb) const { p.sb = __ldg(sfb_row + kb); }
+  __device__ __forceinline__ Scale scale(const Pending& p, int stage, int /*consumer_wg*/) const {
+    const float* sa = ss->sfa[stage] + row;
+    return Scale{sa[0] * p.sb, sa[8] * p.sb};
+  }
+  template <int R>
+  __device__ __forceinline__ void apply(const Scale& s, const float (&part)[R], float (&acc)[R]) const {
+#pragma unroll
+    for (int g = 0; g < R / 4; ++g) {
+      acc[4 * g + 0] = fmaf(part[4 * g + 0], s.s0, acc[4 * g + 0]);
+      acc[4 * g + 1] = fmaf(part[4 * g + 1], s.s0, acc[4 * g + 1]);
+      acc[4 * g + 2] = fmaf(part[4 * g + 2], s.s1, acc[4 * g + 2]);
+      acc[4 * g + 3] = fmaf(part[4 * g + 3], s.s1, acc[4 * g + 3]);
+    }
+  }
+};
+
+}  // namespace lowbit::blockscaled

@@ -1,0 +1,113 @@
+// Where a block-scaled unit's operands come from: the problem layout, a parameter of the one
+// kernel. Dense: a single problem, tensor maps passed as __grid_constant__ parameters. Grouped:
+// G problems described in device memory, tensor maps patched per group on the device, tiles of
+// all groups walked as one sequence (gemm::GroupedTileSchedule). Both answer the same question
+// for unit u: which tile, of which operands, with which scales.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/tma.cuh"
+#include "lowbit/blockscaled.h"
+
+namespace lowbit::blockscaled {
+
+struct BlockScaledParams {
+  int mma_turns;
+  int group_m;  // raster band height
+  // Dense.
+  gemm::TileSchedule sched;
+  int m, n;
+  const float* sfa;
+  int64_t sfa_ld;
+  const float* sfb;
+  // Grouped.
+  const Fp8GroupedProblem* problems;
+  int groups;
+  const int* tile_start;    // [groups + 1] in the workspace
+  const CUtensorMap* maps;  // [groups][3] (A, B, D) in the workspace
+};
+
+struct UnitView {
+  gemm::WorkUnit w;
+  const CUtensorMap* tm_a;
+  const CUtensorMap* tm_b;
+  const CUtensorMap* tm_d;
+  int m, n, k_blocks;
+  const float* sfa;  // the tile's first row
+  int64_t sfa_ld;
+  const float* sfb;  // the tile's B scales (row n_block of sfb)
+};
+
+__device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
+
+struct DenseProblems {
+  const BlockScaledParams& p;
+  const CUtensorMap* tm_a;
+  const CUtensorMap* tm_b;
+  const CUtensorMap* tm_d;
+
+  __device__ __forceinline__ int num_units() const { return p.sched.num_units(); }
+  __device__ __forceinline__ UnitView resolve(int u) {
+    UnitView v;
+    v.w = p.sched.unit(u);
+    v.tm_a = tm_a;
+    v.tm_b = tm_b;
+    v.tm_d = tm_d;
+    v.m = p.m;
+    v.n = p.n;
+    v.k_blocks = p.sched.k_blocks;
+    v.sfa = p.sfa + v.w.m_block * 128;
+    v.sfa_ld = p.sfa_ld;
+    v.sfb = p.sfb + static_cast<int64_t>(v.w.n_block) * v.k_blocks;
+    return v;
+  }
+};
+
+// Each role keeps its own cursor: the group's descriptor is re-read only when the walk enters
+// a new group, and each thread that uses a group's tensor maps acquires them first (they were
+// written by the preparation kernel through the generic proxy).
+struct GroupedProblems {
+  const BlockScaledParams& p;
+  gemm::GroupedTileSchedule sched;  // tile_start in shared memory when it fits
+  bool acquire_maps;                // this thread issues TMA through the maps
+  int group = -1;
+  Fp8GroupedProblem prob{};
+
+  __device__ __forceinline__ int num_units() const { return sched.num_units(); }
+  __device__ __forceinline__ UnitView resolve(int u) {
+    const int g = sched.group_of(u);
+    const CUtensorMap* maps = p.maps + 3 * g;
+    if (g != group) {
+      group = g;
+      prob = p.problems[g];
+      if (acquire_maps) {
+        hopper::tensor_map_acquire(maps + 0);
+        hopper::tensor_map_acquire(maps + 1);
+        hopper::tensor_map_acquire(maps + 2);
+      }
+    }
+    UnitView v;
+    v.w.tile = u;
+    v.w.split = 0;
+    v.k_blocks = blocks_of(prob.k, 128);
+    v.w.kb_begin = 0;
+    v.w.kb_end = v.k_blocks;
+    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128), blocks_of(prob.n, 128), p.group_m,
+                      &v.w.m_block, &v.w.n_block);
+    v.tm_a = maps + 0;
+    v.tm_b = maps + 1;
+    v.tm_d = maps + 2;
+    v.m = prob.m;
+    v.n = prob.n;
+    v.sfa = prob.sfa + v.w.m_block * 128;
+    v.sfa_ld = prob.sfa_ld;
+    v.sfb = prob.sfb + static_cast<int64_t>(v.w.n_block) * v.k_blocks;
+    return v;
+  }
+};
+
+}  // namespace lowbit::blockscaled

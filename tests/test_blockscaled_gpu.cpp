@@ -1,0 +1,369 @@
+// Block-scaled FP8 GEMM (dense and grouped) on the GPU against the FP64 CPU reference on the
+// same E4M3 inputs and FP32 scales. Skips (with the reason) when there is no Hopper GPU.
+// Label: gpu.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "cublaslt_blockscaled.h"
+#include "device_fill.h"
+#include "formats/bf16.h"
+#include "formats/e4m3.h"
+#include "lowbit/blockscaled.h"
+#include "lowbit/device.h"
+#include "reference/reference_gemm.h"
+#include "test_seed.h"
+
+using namespace lowbit;
+
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class BlockScaledGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status st = require_hopper();
+    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
+  }
+};
+
+enum class Inputs { kSmallInts, kUniform };
+
+// One problem's device tensors, filled on the device from a seed, and their host copies.
+struct Problem {
+  int m = 0, n = 0, k = 0;
+  int64_t sfa_ld = 0;
+  OutType out = OutType::kBF16;
+  bench::DeviceBuffer a, b, d, sfa, sfb;
+  std::vector<float> fa, fb, hsfa, hsfb;
+
+  int kblocks() const { return (k + 127) / 128; }
+  int nblocks() const { return (n + 127) / 128; }
+  size_t out_bytes() const { return static_cast<size_t>(m) * n * (out == OutType::kFP32 ? 4 : 2); }
+
+  void make(int m_, int n_, int k_, OutType o, Inputs in, uint64_t seed, int sfa_pad = 0) {
+    m = m_;
+    n = n_;
+    k = k_;
+    out = o;
+    sfa_ld = (m + 3) / 4 * 4 + sfa_pad;
+    const size_t na = static_cast<size_t>(m) * k, nb = static_cast<size_t>(n) * k;
+    const size_t nsa = static_cast<size_t>(kblocks()) * sfa_ld, nsb = static_cast<size_t>(nblocks()) * kblocks();
+    ASSERT_TRUE(a.alloc(na).ok());
+    ASSERT_TRUE(b.alloc(nb).ok());
+    ASSERT_TRUE(d.alloc(out_bytes()).ok());
+    ASSERT_TRUE(sfa.alloc(nsa * 4).ok());
+    ASSERT_TRUE(sfb.alloc(nsb * 4).ok());
+    const bool ints = in == Inputs::kSmallInts;
+    if (na) {
+      CUDA_OK(ints ? bench::fill_e4m3_int(a.p, na, 4, seed, nullptr)
+                   : bench::fill_e4m3_uniform(a.p, na, 448.0f, seed, nullptr));
+    }
+    CUDA_OK(ints ? bench::fill_e4m3_int(b.p, nb, 4, seed + 1, nullptr)
+                 : bench::fill_e4m3_uniform(b.p, nb, 448.0f, seed + 1, nullptr));
+    // Exact mode: powers of two in [2^-2, 2^2] keep every partial sum exact in FP32.
+    if (nsa) {
+      CUDA_OK(bench::fill_f32_scales(static_cast<float*>(sfa.p), nsa, ints ? -2 : -12, ints ? 2 : -6, ints, seed + 2,
+                                     nullptr));
+    }
+    CUDA_OK(bench::fill_f32_scales(static_cast<float*>(sfb.p), nsb, ints ? -2 : -12, ints ? 2 : -6, ints, seed + 3,
+                                   nullptr));
+    poison();
+    std::vector<uint8_t> ha(na), hb(nb);
+    hsfa.resize(nsa);
+    hsfb.resize(nsb);
+    CUDA_OK(cudaMemcpy(ha.data(), a.p, na, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hb.data(), b.p, nb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hsfa.data(), sfa.p, nsa * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hsfb.data(), sfb.p, nsb * 4, cudaMemcpyDeviceToHost));
+    fa.resize(na);
+    fb.resize(nb);
+    for (size_t i = 0; i < na; ++i) fa[i] = formats::e4m3_to_float(ha[i]);
+    for (size_t i = 0; i < nb; ++i) fb[i] = formats::e4m3_to_float(hb[i]);
+  }
+  void poison() {
+    if (out_bytes()) {
+      ASSERT_EQ(bench::fill_u16(d.p, out_bytes() / 2, 0xFFFF, nullptr), cudaSuccess);  // NaN
+    }
+  }
+  std::vector<double> reference() const {
+    reference::BlockScaledProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.a = fa.data();
+    p.b = fb.data();
+    p.sfa = hsfa.data();
+    p.sfa_ld = sfa_ld;
+    p.sfb = hsfb.data();
+    return reference::blockscaled_full(p);
+  }
+  std::vector<double> read(const void* dev) const {
+    std::vector<uint8_t> raw(out_bytes());
+    EXPECT_EQ(cudaMemcpy(raw.data(), dev, raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<double> got(static_cast<size_t>(m) * n);
+    for (size_t i = 0; i < got.size(); ++i) got[i] = bench::read_output(raw, out, i);
+    return got;
+  }
+  Fp8GroupedProblem descriptor() const {
+    return Fp8GroupedProblem{m, n, k, 0, a.p, b.p, d.p, static_cast<const float*>(sfa.p),
+                             static_cast<const float*>(sfb.p), sfa_ld};
+  }
+  std::string name() const {
+    return std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+           (out == OutType::kFP32 ? " fp32" : " bf16");
+  }
+};
+
+double round_to_out(double v, OutType out) {
+  return out == OutType::kFP32 ? static_cast<double>(static_cast<float>(v))
+                               : static_cast<double>(formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(v))));
+}
+
+// Exact mode: every element equals the FP64 reference rounded to the output type.
+void expect_exact(const Problem& p, const std::vector<double>& got, const std::string& what) {
+  const auto ref = p.reference();
+  int64_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double want = round_to_out(ref[i], p.out);
+    if (!(got[i] == want)) {
+      if (bad < 5)
+        ADD_FAILURE() << what << " " << p.name() << ": element (" << i / p.n << ", " << i % p.n << ") = " << got[i]
+                      << ", want " << want;
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " " << p.name();
+}
+
+// Random mode: every element finite (nothing left poisoned), norm-wise error within 2x
+// cuBLASLt's on the same inputs when given, and DeepGEMM's similarity measure <= 1e-3.
+void expect_close(const Problem& p, const std::vector<double>& got, const std::string& what,
+                  const reference::ErrorStats* cublas = nullptr) {
+  const auto ref = p.reference();
+  const auto e = reference::compare(ref, got);
+  const double sim = reference::similarity_diff(ref, got);
+  EXPECT_EQ(e.nonfinite, 0) << what << " " << p.name() << ": non-finite output (first at " << e.worst_index << ")";
+  const double own_bound = p.out == OutType::kFP32 ? 1e-4 : 8e-3;  // FP8 MMA blocks; one BF16 rounding
+  EXPECT_LE(e.rel_fro, own_bound) << what << " " << p.name();
+  EXPECT_LE(sim, 1e-3) << what << " " << p.name();
+  if (cublas) {
+    EXPECT_LE(e.rel_fro, 2.0 * cublas->rel_fro + 1e-7)
+        << what << " " << p.name() << ": ours " << e.rel_fro << " vs cuBLASLt " << cublas->rel_fro;
+  }
+  std::printf("[lowbit] %s %s: rel_fro %.3g max_rel %.3g sim %.3g%s\n", what.c_str(), p.name().c_str(), e.rel_fro,
+              e.max_rel, sim, cublas ? (" (cuBLASLt rel_fro " + std::to_string(cublas->rel_fro) + ")").c_str() : "");
+}
+
+Fp8BlockScaledArgs dense_args(const Problem& p) {
+  Fp8BlockScaledArgs x;
+  x.m = p.m;
+  x.n = p.n;
+  x.k = p.k;
+  x.a = p.a.p;
+  x.b = p.b.p;
+  x.d = p.d.p;
+  x.sfa = static_cast<const float*>(p.sfa.p);
+  x.sfa_ld = p.sfa_ld;
+  x.sfb = static_cast<const float*>(p.sfb.p);
+  x.out_type = p.out;
+  return x;
+}
+
+uint64_t seed_for(int salt) { return lowbit_test::seed() * 6271 + static_cast<uint64_t>(salt) * 101; }
+
+TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
+  struct S { int m, n, k; OutType out; int pad; };
+  const S shapes[] = {{128, 128, 128, OutType::kFP32, 0}, {1, 128, 256, OutType::kBF16, 0},
+                      {3, 256, 384, OutType::kFP32, 4},   {127, 144, 1040, OutType::kBF16, 0},
+                      {129, 272, 2048, OutType::kFP32, 8}, {300, 16, 16, OutType::kBF16, 0},
+                      {257, 400, 512, OutType::kBF16, 0}};
+  int salt = 0;
+  for (const auto& s : shapes) {
+    Problem p;
+    p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
+    const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    expect_exact(p, p.read(p.d.p), "dense");
+  }
+}
+
+TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
+  struct S { int m, n, k; OutType out; };
+  const S shapes[] = {{256, 512, 1024, OutType::kBF16}, {129, 384, 7168, OutType::kBF16},
+                      {64, 256, 2048, OutType::kFP32}, {1000, 1024, 512, OutType::kBF16}};
+  int salt = 100;
+  for (const auto& s : shapes) {
+    Problem p;
+    p.make(s.m, s.n, s.k, s.out, Inputs::kUniform, seed_for(++salt));
+    const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = p.read(p.d.p);
+    // cuBLASLt's block-scaled FP8 on the same inputs: its error is the bar.
+    bench::CublasLtFp8BlockScaled lt;
+    bench::DeviceBuffer dl;
+    ASSERT_TRUE(dl.alloc(p.out_bytes()).ok());
+    Status lst = lt.plan(p.m, p.n, p.k, p.out);
+    if (lst.ok()) lst = lt.convert_scales(static_cast<const float*>(p.sfa.p), p.sfa_ld, static_cast<const float*>(p.sfb.p), nullptr);
+    if (lst.ok()) lst = lt.run(p.a.p, p.b.p, dl.p, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (!lst.ok()) {
+      ADD_FAILURE() << p.name() << ": cuBLASLt block-scaled baseline failed: " << lst.to_string();
+      expect_close(p, got, "dense");
+      continue;
+    }
+    const auto ref = p.reference();
+    const auto el = reference::compare(ref, p.read(dl.p));
+    expect_close(p, got, "dense", &el);
+  }
+}
+
+// Runs the grouped GEMM over `probs` (descriptors copied to the device) and checks every group.
+void run_grouped(std::vector<std::unique_ptr<Problem>>& probs, Inputs in, const std::string& what) {
+  const int G = static_cast<int>(probs.size());
+  std::vector<Fp8GroupedProblem> host(G);
+  for (int g = 0; g < G; ++g) host[g] = probs[g]->descriptor();
+  ASSERT_TRUE(fp8_grouped_validate(host.data(), G).ok());
+  bench::DeviceBuffer dp, ws;
+  ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem) * G).ok());
+  const size_t wsb = fp8_grouped_workspace_size(G);
+  ASSERT_TRUE(ws.alloc(wsb).ok());
+  CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice));
+  const OutType out = probs[0]->out;
+  const Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), G, out, ws.p, wsb, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const Status cs = fp8_grouped_check_status(ws.p, nullptr);
+  EXPECT_TRUE(cs.ok()) << cs.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int g = 0; g < G; ++g) {
+    const Problem& p = *probs[g];
+    if (p.m == 0) continue;
+    const std::string name = what + " group " + std::to_string(g);
+    if (in == Inputs::kSmallInts) expect_exact(p, p.read(p.d.p), name);
+    else expect_close(p, p.read(p.d.p), name);
+  }
+}
+
+TEST_F(BlockScaledGpu, GroupedEdgeGroupsExact) {
+  // Empty groups (first, middle, last), M = 1, 127, 129, mixed N and K per group.
+  struct S { int m, n, k; };
+  const S shapes[] = {{0, 128, 128}, {1, 128, 256}, {127, 144, 384}, {0, 64, 64},
+                      {129, 256, 1040}, {256, 16, 128}, {3, 512, 2048}, {0, 16, 16}};
+  for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+    std::vector<std::unique_ptr<Problem>> probs;
+    int salt = 200;
+    for (const auto& s : shapes) {
+      probs.emplace_back(new Problem);
+      probs.back()->make(s.m, s.n, s.k, out, Inputs::kSmallInts, seed_for(++salt));
+    }
+    run_grouped(probs, Inputs::kSmallInts, out == OutType::kFP32 ? "grouped fp32" : "grouped bf16");
+  }
+}
+
+TEST_F(BlockScaledGpu, GroupedRandom) {
+  const int ms[] = {80, 176, 128, 72, 64, 248, 96, 160};
+  std::vector<std::unique_ptr<Problem>> probs;
+  int salt = 300;
+  for (int m : ms) {
+    probs.emplace_back(new Problem);
+    probs.back()->make(m, 512, 1024, OutType::kBF16, Inputs::kUniform, seed_for(++salt));
+  }
+  run_grouped(probs, Inputs::kUniform, "grouped random");
+}
+
+// More groups than the kernel's shared-memory group table (the global-memory lookup) and more
+// than one chunk of the preparation kernel's scan.
+TEST_F(BlockScaledGpu, GroupedManyTinyGroups) {
+  std::vector<std::unique_ptr<Problem>> probs;
+  for (int g = 0; g < 1100; ++g) {
+    probs.emplace_back(new Problem);
+    probs.back()->make(g % 4, 16 * (1 + g % 3), 16 * (1 + g % 2), OutType::kBF16, Inputs::kSmallInts, seed_for(400 + g));
+  }
+  run_grouped(probs, Inputs::kSmallInts, "grouped x1100");
+}
+
+// Captured once, replayed with descriptors rewritten on the device between replays: the second
+// replay must compute the new sizes and pointers.
+TEST_F(BlockScaledGpu, GroupedGraphReplayNewDescriptors) {
+  const int G = 4;
+  std::vector<std::unique_ptr<Problem>> first, second;
+  const int m1[G] = {64, 0, 200, 17}, m2[G] = {0, 130, 5, 256};
+  for (int g = 0; g < G; ++g) {
+    first.emplace_back(new Problem);
+    first.back()->make(m1[g], 256, 512, OutType::kBF16, Inputs::kSmallInts, seed_for(1500 + g));
+    second.emplace_back(new Problem);
+    second.back()->make(m2[g], 128 + 16 * g, 256, OutType::kBF16, Inputs::kSmallInts, seed_for(1600 + g));
+  }
+  std::vector<Fp8GroupedProblem> h1(G), h2(G);
+  for (int g = 0; g < G; ++g) {
+    h1[g] = first[g]->descriptor();
+    h2[g] = second[g]->descriptor();
+  }
+  bench::DeviceBuffer dp, ws;
+  ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem) * G).ok());
+  const size_t wsb = fp8_grouped_workspace_size(G);
+  ASSERT_TRUE(ws.alloc(wsb).ok());
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  CUDA_OK(cudaMemcpy(dp.p, h1.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), G, OutType::kBF16, ws.p, wsb, s.s);
+  CUDA_OK(cudaStreamEndCapture(s.s, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  for (int g = 0; g < G; ++g)
+    if (first[g]->m) expect_exact(*first[g], first[g]->read(first[g]->d.p), "graph replay 1 group " + std::to_string(g));
+  CUDA_OK(cudaMemcpyAsync(dp.p, h2.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice, s.s));
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  for (int g = 0; g < G; ++g)
+    if (second[g]->m) expect_exact(*second[g], second[g]->read(second[g]->d.p), "graph replay 2 group " + std::to_string(g));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// A bad descriptor on the device: that group is skipped (its output stays poisoned), the others
+// are computed, and the status word names it.
+TEST_F(BlockScaledGpu, GroupedBadDescriptorReported) {
+  std::vector<std::unique_ptr<Problem>> probs;
+  for (int g = 0; g < 3; ++g) {
+    probs.emplace_back(new Problem);
+    probs.back()->make(100 + g, 128, 256, OutType::kBF16, Inputs::kSmallInts, seed_for(1700 + g));
+  }
+  std::vector<Fp8GroupedProblem> host(3);
+  for (int g = 0; g < 3; ++g) host[g] = probs[g]->descriptor();
+  host[1].sfb = nullptr;
+  EXPECT_FALSE(fp8_grouped_validate(host.data(), 3).ok());
+  bench::DeviceBuffer dp, ws;
+  ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem) * 3).ok());
+  ASSERT_TRUE(ws.alloc(fp8_grouped_workspace_size(3)).ok());
+  CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem) * 3, cudaMemcpyHostToDevice));
+  ASSERT_TRUE(fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 3, OutType::kBF16, ws.p,
+                               fp8_grouped_workspace_size(3), nullptr)
+                  .ok());
+  const Status cs = fp8_grouped_check_status(ws.p, nullptr);
+  EXPECT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("group 1"), std::string::npos) << cs.to_string();
+  expect_exact(*probs[0], probs[0]->read(probs[0]->d.p), "bad-descriptor run group 0");
+  expect_exact(*probs[2], probs[2]->read(probs[2]->d.p), "bad-descriptor run group 2");
+  const auto skipped = probs[1]->read(probs[1]->d.p);
+  int64_t written = 0;
+  for (double v : skipped) written += std::isnan(v) ? 0 : 1;
+  EXPECT_EQ(written, 0) << "the invalid group's output was written";
+}
+
+}  // namespace
