@@ -152,7 +152,9 @@ void expect_close(const Problem& p, const std::vector<double>& got, const std::s
   const auto e = reference::compare(ref, got);
   const double sim = reference::similarity_diff(ref, got);
   EXPECT_EQ(e.nonfinite, 0) << what << " " << p.name() << ": non-finite output (first at " << e.worst_index << ")";
-  const double own_bound = p.out == OutType::kFP32 ? 1e-4 : 8e-3;  // FP8 MMA blocks; one BF16 rounding
+  // FP32 out: the error of the tensor cores' FP8 accumulation inside each K block (cuBLASLt
+  // measured 1.07e-4 on such inputs); BF16 out: one BF16 rounding on top.
+  const double own_bound = p.out == OutType::kFP32 ? 5e-4 : 8e-3;
   EXPECT_LE(e.rel_fro, own_bound) << what << " " << p.name();
   EXPECT_LE(sim, 1e-3) << what << " " << p.name();
   if (cublas) {
@@ -199,7 +201,8 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
 
 TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
   struct S { int m, n, k; OutType out; };
-  const S shapes[] = {{256, 512, 1024, OutType::kBF16}, {129, 384, 7168, OutType::kBF16},
+  // cuBLASLt's block-scaled modes need M and N multiples of 4 (the exact tests cover M = 129).
+  const S shapes[] = {{256, 512, 1024, OutType::kBF16}, {132, 384, 7168, OutType::kBF16},
                       {64, 256, 2048, OutType::kFP32}, {1000, 1024, 512, OutType::kBF16}};
   int salt = 100;
   for (const auto& s : shapes) {
