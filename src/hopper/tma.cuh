@@ -23,6 +23,15 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
                                   coords, bar);
 }
 
+// 2-D tile load multicast to every CTA in `cta_mask` of the cluster: the box lands at the same
+// shared-memory offset in each and completes `bytes` on the barrier at `bar`'s offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUtensorMap* map, uint64_t* bar,
+                                                      int32_t inner, int32_t outer, uint16_t cta_mask) {
+  const int32_t coords[2] = {inner, outer};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, map, coords, bar,
+                                  cta_mask);
+}
+
 // Plain bulk copy global -> shared of `bytes` contiguous bytes (a multiple of 16; both addresses
 // 16-byte aligned), completing on `bar` like a tile load. For data no tensor map describes, such
 // as rows gathered by an index.

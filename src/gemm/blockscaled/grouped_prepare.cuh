@@ -1,6 +1,6 @@
 // The grouped GEMM's preparation launch (one CTA, on the caller's stream before the GEMM):
-// validates every group descriptor on the device, writes the tile offsets of the groups (an
-// exclusive prefix sum; invalid and empty groups own no tiles) and patches one set of tensor
+// validates every group descriptor on the device, writes the unit offsets of the groups (an
+// exclusive prefix sum of cluster tiles; invalid and empty groups own none) and patches one set of tensor
 // maps (A, B, D) per non-empty group from host-encoded templates. Nothing here needs the host,
 // so a captured graph replays correctly after the caller rewrites the descriptors.
 #pragma once
@@ -38,7 +38,7 @@ __host__ __device__ __forceinline__ int check_group(const Fp8GroupedProblem& g) 
 }
 
 __global__ void __launch_bounds__(kPrepareThreads)
-    grouped_prepare_kernel(const Fp8GroupedProblem* problems, int groups, GroupedWorkspace ws, int out_bytes,
+    grouped_prepare_kernel(const Fp8GroupedProblem* problems, int groups, GroupedWorkspace ws, int out_bytes, int cluster_m,
                            const __grid_constant__ CUtensorMap tmpl_a, const __grid_constant__ CUtensorMap tmpl_b,
                            const __grid_constant__ CUtensorMap tmpl_d) {
   using Scan = cub::BlockScan<long long, kPrepareThreads>;
@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
       g = problems[gi];
       err = check_group(g);
       if (err != kGroupOk) atomicMin(&first_bad, gi);
-      else tiles = static_cast<long long>((g.m + 127) / 128) * ((g.n + 127) / 128);
+      // Units: one tile per CTA of a cluster (cluster_m vertically adjacent tiles share B).
+      else tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + 127) / 128);
     }
     long long offset = 0, chunk_total = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, offset, chunk_total);

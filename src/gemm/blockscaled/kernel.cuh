@@ -13,6 +13,7 @@
 #include "gemm/blockscaled/traits.cuh"
 #include "gemm/fp8/epilogue.cuh"
 #include "gemm/fp8/mainloop.cuh"
+#include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/tma.cuh"
@@ -37,10 +38,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
   const int warpgroup = threadIdx.x / 128;
 
-  // Barrier init: each of the 8 consumer warps releases a stage once per phase. Grouped: the
-  // tile offsets come into shared memory for the per-unit group lookup.
+  // Barrier init: each of the 8 consumer warps of every CTA in the cluster releases a stage once
+  // per phase (peers multicast into it). Grouped: the tile offsets come into shared memory for
+  // the per-unit group lookup.
   if (threadIdx.x == 0) {
-    ss.bars.init(8);
+    ss.bars.init(8 * T::kClusterM);
     hopper::mbarrier_init_fence();
     if constexpr (!kGrouped) {
       hopper::tma_prefetch_descriptor(&tm_a);
@@ -51,15 +53,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const bool table_in_smem = kGrouped && p.groups + 1 <= kSmemGroupTable + 1;
   if (table_in_smem)
     for (int i = threadIdx.x; i <= p.groups; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
-  __syncthreads();
+  // Peers' barriers must be initialized before the first multicast or remote arrival.
+  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+  else __syncthreads();
+  // Each role computes its own walk after setmaxnreg: values kept live across it were spilled.
+  auto cluster_id = [] { return static_cast<int>(blockIdx.x) / T::kClusterM; };
+  auto clusters = [] { return static_cast<int>(gridDim.x) / T::kClusterM; };
 
   auto make_problems = [&](bool issues_tma) {
+    const int rank = T::kClusterM > 1 ? static_cast<int>(hopper::cluster_rank()) : 0;
     if constexpr (kGrouped) {
       return GroupedProblems{p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups},
-                             issues_tma};
+                             issues_tma, rank};
     } else {
       (void)issues_tma;
-      return DenseProblems{p, &tm_a, &tm_b, &tm_d};
+      return DenseProblems{p, &tm_a, &tm_b, &tm_d, rank};
     }
   };
 
@@ -70,9 +78,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       auto problems = make_problems(true);
       const int num_units = problems.num_units();
       hopper::RingPosition<T::kStages> pos;
-      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      for (int u = cluster_id(); u < num_units; u += clusters()) {
         const UnitView v = problems.resolve(u);
-        const int rows = min(v.m - v.w.m_block * T::kBlockM, T::kBlockM);
+        const int rows = max(0, min(v.m - v.w.m_block * T::kBlockM, T::kBlockM));
         const uint32_t scale_bytes = static_cast<uint32_t>((rows + 3) / 4) * 16u;
         fp8::produce_unit<T>(ss, v.tm_a, v.tm_b, v.w, static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes, pos,
                              ScaleStageLoad<T>{&ss, v.sfa, v.sfa_ld, scale_bytes});
@@ -91,17 +99,24 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
                                          Promotion{&ss, nullptr, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4}};
     float acc[T::kBlockN / 2];
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
-      const UnitView v = problems.resolve(u);
+    for (int u = cluster_id(); u < num_units; u += clusters()) {
       // Mainloop.
-      consumer.promotion.sfb_row = v.sfb;
-      consumer.run(v.w, acc);
-      // Epilogue.
+      {
+        const UnitView v = problems.resolve(u);
+        consumer.promotion.sfb_row = v.sfb;
+        consumer.run(v.w, acc);
+      }
+      // Epilogue. The unit is resolved again (a shared-memory lookup) rather than kept live
+      // across the mainloop, where the 232 registers are all taken.
+      const UnitView v = problems.resolve(u);
       epilogue.store(ss, consumer_wg, v.tm_d, v.m, v.n, v.w, acc);
     }
     turn.finish();
     epilogue.drain();
   }
+  // No CTA leaves while a peer may still multicast into its shared memory or arrive on its
+  // barriers.
+  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
 #endif
 }
 

@@ -3,6 +3,7 @@
 // fp8_grouped_check_status, which exists to synchronize).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -23,8 +24,8 @@ namespace {
 
 using blockscaled::BlockScaledParams;
 
-template <bool kOutFp32>
-using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(), kOutFp32>;
+template <bool kOutFp32, int kClusterM = 1>
+using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(), kOutFp32, kClusterM>;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -32,27 +33,85 @@ Status cuda_status(const char* what, cudaError_t e) {
   return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-template <bool kOutFp32, bool kGrouped>
-cudaError_t launch_gemm(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                        const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  using T = Traits<kOutFp32>;
-  static std::atomic<uint64_t> configured{0};  // the shared-memory opt-in is per device
-  const uint64_t bit = device < 64 ? (1ull << device) : 0;
-  if (!bit || !(configured.load() & bit)) {
-    const cudaError_t e = cudaFuncSetAttribute(blockscaled::blockscaled_gemm_kernel<T, kGrouped>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+// One compiled variant: output type x problem layout x cluster size. The grid is a multiple of
+// the cluster size and no larger than the clusters the device can hold at once (asked once per
+// device: GPCs need not divide evenly into clusters), so every persistent CTA is resident.
+template <bool kOutFp32, bool kGrouped, int kClusterM>
+struct Launcher {
+  using T = Traits<kOutFp32, kClusterM>;
+  static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
+
+  static cudaError_t prepare(int device, int* max_ctas) {
+    static std::mutex mu;
+    static int cached[64] = {};
+    std::lock_guard<std::mutex> lock(mu);
+    if (device < 64 && cached[device] > 0) {
+      *max_ctas = cached[device];
+      return cudaSuccess;
+    }
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
     if (e != cudaSuccess) return e;
-    configured.fetch_or(bit);
+    int ctas = 0;
+    if (kClusterM > 1) {
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = kClusterM;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.gridDim = dim3(kClusterM * 1024);
+      cfg.blockDim = dim3(T::kThreads);
+      cfg.dynamicSmemBytes = T::kSmemBytes;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+      if (e != cudaSuccess) return e;
+      ctas = clusters * kClusterM;
+    } else {
+      e = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device);
+      if (e != cudaSuccess) return e;
+    }
+    if (ctas <= 0) return cudaErrorInvalidConfiguration;
+    if (device < 64) cached[device] = ctas;
+    *max_ctas = ctas;
+    return cudaSuccess;
   }
-  blockscaled::blockscaled_gemm_kernel<T, kGrouped><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
-  return cudaGetLastError();
-}
+
+  // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.
+  static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const BlockScaledParams& p, int device) {
+    int max_ctas = 0;
+    cudaError_t e = prepare(device, &max_ctas);
+    if (e != cudaSuccess) return e;
+    int ctas = grid > 0 ? std::min(grid, max_ctas) : max_ctas;
+    if (max_units > 0) ctas = std::min(ctas, max_units * kClusterM);
+    ctas = std::max(kClusterM, ctas / kClusterM * kClusterM);
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kClusterM;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(T::kThreads);
+    cfg.dynamicSmemBytes = T::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, a, b, d, p);
+  }
+};
 
 template <bool kGrouped>
-cudaError_t launch_for(OutType out, int grid, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
-                       const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  return out == OutType::kFP32 ? launch_gemm<true, kGrouped>(grid, s, a, b, d, p, device)
-                               : launch_gemm<false, kGrouped>(grid, s, a, b, d, p, device);
+cudaError_t launch_for(OutType out, int cluster, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
+                       const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
+  const bool f32 = out == OutType::kFP32;
+  if (cluster == 2)
+    return f32 ? Launcher<true, kGrouped, 2>::launch(grid, max_units, s, a, b, d, p, device)
+               : Launcher<false, kGrouped, 2>::launch(grid, max_units, s, a, b, d, p, device);
+  return f32 ? Launcher<true, kGrouped, 1>::launch(grid, max_units, s, a, b, d, p, device)
+             : Launcher<false, kGrouped, 1>::launch(grid, max_units, s, a, b, d, p, device);
 }
 
 Status check_smem(const DeviceInfo& dev, OutType out) {
@@ -69,6 +128,7 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
   if (c.raster_group < 1) return Status::Invalid(std::string(who) + ": raster_group must be >= 1");
   if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid(std::string(who) + ": mma_turns must be 0 or 1");
+  if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
   return Status::Ok();
 }
 
@@ -78,7 +138,9 @@ struct MapShapes {
   hopper::TensorMap2dSpec a, b, d;
 };
 
-MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out) {
+// With a cluster of c CTAs, each loads 128 / c rows of the B tile (and multicasts them).
+MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out,
+                     int cluster) {
   MapShapes s;
   s.a.base = a;
   s.a.rows = m;
@@ -89,6 +151,7 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
   s.b = s.a;
   s.b.base = b;
   s.b.rows = n;
+  s.b.box_rows = static_cast<uint32_t>(128 / cluster);
   const bool f32 = out == OutType::kFP32;
   s.d.base = d;
   s.d.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -105,14 +168,14 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
 // Templates for the grouped maps: box, swizzle, data type and L2 policy set once per output
 // type; the device patches base, sizes and pitch per group. Encoded once per process (the
 // base address is a placeholder the device always replaces).
-Status grouped_templates(OutType out, const CUtensorMap** maps3) {
-  static CUtensorMap cache[2][3];
-  static Status cache_status[2];
-  static std::once_flag once[2];
-  const int i = out == OutType::kFP32 ? 1 : 0;
-  std::call_once(once[i], [i, out] {
+Status grouped_templates(OutType out, int cluster, const CUtensorMap** maps3) {
+  static CUtensorMap cache[4][3];
+  static Status cache_status[4];
+  static std::once_flag once[4];
+  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * (cluster - 1);
+  std::call_once(once[i], [i, out, cluster] {
     void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
-    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out);
+    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, cluster);
     Status st = hopper::make_tensor_map_2d(s.a, &cache[i][0]);
     if (st.ok()) st = hopper::make_tensor_map_2d(s.b, &cache[i][1]);
     if (st.ok()) st = hopper::make_tensor_map_2d(s.d, &cache[i][2]);
@@ -125,7 +188,8 @@ Status grouped_templates(OutType out, const CUtensorMap** maps3) {
 }  // namespace
 
 std::string BlockScaledConfig::to_string() const {
-  return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",turns=" + std::to_string(mma_turns);
+  return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",turns=" +
+         std::to_string(mma_turns) + ",cluster=" + std::to_string(cluster);
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -134,7 +198,8 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
     if (key == "grid") c.grid = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "turns") c.mma_turns = value;
-    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, turns)");
+    else if (key == "cluster") c.cluster = value;
+    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, turns, cluster)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -167,17 +232,23 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type));
 
+  const int cluster_for_maps = cfg.cluster > 0 ? cfg.cluster : ((x.m + 127) / 128 >= 2 ? 2 : 1);
   const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
-                                 static_cast<uint64_t>(x.k), x.out_type);
+                                 static_cast<uint64_t>(x.k), x.out_type, cluster_for_maps);
   CUtensorMap tm_a, tm_b, tm_d;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &tm_a));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &tm_b));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.d, &tm_d));
 
+  const int tiles_m = static_cast<int>((x.m + 127) / 128);
+  // Auto: pairs share B unless there is a single tile row (the pair's second CTA would only
+  // help load B).
+  const int cluster = cfg.cluster > 0 ? cfg.cluster : (tiles_m >= 2 ? 2 : 1);
   BlockScaledParams p{};
   p.mma_turns = cfg.mma_turns;
+  p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
-  p.sched.tiles_m = static_cast<int>((x.m + 127) / 128);
+  p.sched.tiles_m = (tiles_m + cluster - 1) / cluster;
   p.sched.tiles_n = static_cast<int>((x.n + 127) / 128);
   p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
   p.sched.splits = 1;
@@ -187,11 +258,10 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.sfa = x.sfa;
   p.sfa_ld = x.sfa_ld;
   p.sfb = x.sfb;
-  const int64_t tiles = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
-  if (tiles > INT_MAX) return Status::Invalid(std::string(who) + ": more than 2^31 - 1 output tiles");
-  int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
-  if (grid > tiles) grid = static_cast<int>(tiles);
-  const cudaError_t e = launch_for<false>(x.out_type, grid, stream, tm_a, tm_b, tm_d, p, dev.device);
+  const int64_t units = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
+  if (units > INT_MAX / 2) return Status::Invalid(std::string(who) + ": more than 2^30 output tiles");
+  const cudaError_t e = launch_for<false>(x.out_type, cluster, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
+                                          tm_d, p, dev.device);
   if (e != cudaSuccess) return cuda_status("fp8_blockscaled_gemm launch", e);
   return Status::Ok();
 }
@@ -235,26 +305,27 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type));
+  const int cluster = cfg.cluster > 0 ? cfg.cluster : 2;
   const CUtensorMap* tmpl = nullptr;
-  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, &tmpl));
+  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, cluster, &tmpl));
 
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
   blockscaled::grouped_prepare_kernel<<<1, blockscaled::kPrepareThreads, 0, stream>>>(
-      problems, groups, ws, out_bytes, tmpl[0], tmpl[1], tmpl[2]);
+      problems, groups, ws, out_bytes, cluster, tmpl[0], tmpl[1], tmpl[2]);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};
   p.mma_turns = cfg.mma_turns;
+  p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
   p.problems = problems;
   p.groups = groups;
   p.tile_start = ws.tile_start;
   p.maps = ws.maps;
-  // The tile count is known only on the device: one CTA per SM, idle ones exit at once.
-  const int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
-  e = launch_for<true>(out_type, grid, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
+  // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
+  e = launch_for<true>(out_type, cluster, cfg.grid, 0, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
   if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm launch", e);
   return Status::Ok();
 }

@@ -25,6 +25,7 @@ struct ScaleStageLoad {
   int64_t sfa_ld;
   uint32_t bytes;
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
+    if (bytes == 0) return;  // a cluster's phantom tile past the last M block
     hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
   }
 };
@@ -39,6 +40,7 @@ struct BlockScalePromotion {
   const float* sfb_row;  // the tile's B scales, one per K block
   int row;               // this thread's first fragment row in the tile
 
+  static constexpr bool kReadsStage = true;  // the stage's A scales
   struct Pending { float sb; };
   struct Scale { float s0, s1; };
 

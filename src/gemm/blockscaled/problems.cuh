@@ -17,6 +17,7 @@ namespace lowbit::blockscaled {
 
 struct BlockScaledParams {
   int mma_turns;
+  int cluster_m;  // CTAs per cluster along M (= the kernel's T::kClusterM); units count cluster tiles
   int group_m;  // raster band height
   // Dense.
   gemm::TileSchedule sched;
@@ -44,16 +45,22 @@ struct UnitView {
 
 __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
 
+// A unit is one tile per CTA of a cluster: the cluster's CTAs take vertically adjacent M blocks
+// (rank r of a cluster of c takes M block c * mb + r) of the same N block, so they share B. A
+// CTA whose M block lies past the matrix (odd tile rows) still loads and multicasts its share of
+// B; its own A is all out of bounds (zeros) and its store is skipped.
 struct DenseProblems {
   const BlockScaledParams& p;
   const CUtensorMap* tm_a;
   const CUtensorMap* tm_b;
   const CUtensorMap* tm_d;
+  int rank;  // in the cluster
 
   __device__ __forceinline__ int num_units() const { return p.sched.num_units(); }
   __device__ __forceinline__ UnitView resolve(int u) {
     UnitView v;
-    v.w = p.sched.unit(u);
+    v.w = p.sched.unit(u);  // sched.tiles_m counts cluster rows
+    v.w.m_block = v.w.m_block * p.cluster_m + rank;
     v.tm_a = tm_a;
     v.tm_b = tm_b;
     v.tm_d = tm_d;
@@ -72,10 +79,18 @@ struct DenseProblems {
 // written by the preparation kernel through the generic proxy).
 struct GroupedProblems {
   const BlockScaledParams& p;
-  gemm::GroupedTileSchedule sched;  // tile_start in shared memory when it fits
+  gemm::GroupedTileSchedule sched;  // tile_start in shared memory when it fits; counts cluster units
   bool acquire_maps;                // this thread issues TMA through the maps
+  int rank;                         // in the cluster
   int group = -1;
-  Fp8GroupedProblem prob{};
+  // What the walk needs of the current group's descriptor (its operand pointers live in the
+  // tensor maps); kept small, it stays in registers across the consumers' mainloop.
+  struct Cached {
+    int m, n, k;
+    const float* sfa;
+    int64_t sfa_ld;
+    const float* sfb;
+  } prob{};
 
   __device__ __forceinline__ int num_units() const { return sched.num_units(); }
   __device__ __forceinline__ UnitView resolve(int u) {
@@ -83,7 +98,8 @@ struct GroupedProblems {
     const CUtensorMap* maps = p.maps + 3 * g;
     if (g != group) {
       group = g;
-      prob = p.problems[g];
+      const Fp8GroupedProblem& d = p.problems[g];
+      prob = Cached{d.m, d.n, d.k, d.sfa, d.sfa_ld, d.sfb};
       if (acquire_maps) {
         hopper::tensor_map_acquire(maps + 0);
         hopper::tensor_map_acquire(maps + 1);
@@ -96,8 +112,9 @@ struct GroupedProblems {
     v.k_blocks = blocks_of(prob.k, 128);
     v.w.kb_begin = 0;
     v.w.kb_end = v.k_blocks;
-    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128), blocks_of(prob.n, 128), p.group_m,
-                      &v.w.m_block, &v.w.n_block);
+    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128 * p.cluster_m), blocks_of(prob.n, 128),
+                      p.group_m, &v.w.m_block, &v.w.n_block);
+    v.w.m_block = v.w.m_block * p.cluster_m + rank;
     v.tm_a = maps + 0;
     v.tm_b = maps + 1;
     v.tm_d = maps + 2;

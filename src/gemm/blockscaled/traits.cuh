@@ -16,7 +16,10 @@ namespace lowbit::blockscaled {
 // this the lookup reads the offsets from global memory (L2).
 constexpr int kSmemGroupTable = 1024;
 
-template <int kStages_, bool kOutFp32_>
+// kClusterM_: CTAs per cluster along M. With 2, the CTA pair computes vertically adjacent tiles
+// of the same B tile and each multicasts half of it (docs/perf.md: the 128 x 128 tile without
+// multicast was L2-bound, 4.7 GB through L2 against cuBLASLt's 3.0 GB at 4096 x 8192 x 8192).
+template <int kStages_, bool kOutFp32_, int kClusterM_ = 1>
 struct BlockScaledTraits {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = 128;  // = the B scale block: one B scale per tile per K block
@@ -26,6 +29,8 @@ struct BlockScaledTraits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kWgmmaK = 32;
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static constexpr int kSmemA = kBlockM * kBlockK;
   static constexpr int kSmemB = kBlockN * kBlockK;
   static constexpr int kScaleBytes = kBlockM * 4;
@@ -38,8 +43,9 @@ struct BlockScaledTraits {
   static constexpr int kEpiSlots = 2;
   static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
 
-  // As the FP8 GEMM: 40 / 232 is the balanced setmaxnreg split; two partials + the FP32
-  // accumulator (3 x 64) fit in 232 with room for scales and addresses.
+  // Two partials + the FP32 accumulator (3 x 64) fit in 232 with room for scales and addresses.
+  // The producer keeps 48 (40 spilled in the cluster variants: group descriptor, multicast
+  // coordinates); 128 x (168 - 48) + 1024 = 256 x (232 - 168) exactly.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include "gemm/tile_scheduler.cuh"
+#include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
@@ -22,6 +23,9 @@ struct NoStageExtra {
 // One elected thread streams A[128 x 128] and B[BN x 128] tiles of each K block into the
 // ring; TMA zero-fills rows and columns past the tensor's edge, so partial tiles need no
 // special case here. `stage_bytes` counts everything that completes on the stage's barrier.
+// With a cluster of T::kClusterM CTAs along M (all on the same B tile), each CTA loads
+// 1/kClusterM of the B rows and multicasts them to every CTA of the cluster: L2 serves each B
+// tile once per cluster instead of once per CTA.
 template <class T, class StageExtra = NoStageExtra>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
@@ -32,7 +36,14 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, w.m_block * T::kBlockM);
-    hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
+    if constexpr (T::kClusterM == 1) {
+      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
+    } else {
+      constexpr int kRows = T::kBlockN / T::kClusterM;
+      const int rank = static_cast<int>(hopper::cluster_rank());
+      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kRows * T::kBlockK, tm_b, full, kb * T::kBlockK,
+                                    w.n_block * T::kBlockN + rank * kRows, (1u << T::kClusterM) - 1u);
+    }
     extra(pos.stage, kb, full);
     pos.advance();
   }
@@ -73,6 +84,7 @@ struct MmaTurn {
 // promotion fetched when the block was issued), `Scale` is read from the stage before the stage
 // is released.
 struct PlainPromotion {
+  static constexpr bool kReadsStage = false;  // reads nothing the producer writes
   struct Pending {};
   struct Scale {};
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
@@ -133,13 +145,29 @@ struct Consumer {
   }
 
   // Waits until at most kInFlight committed groups remain, hands the retired block's stage back
-  // (its bytes are no longer read) and promotes its partial into acc.
+  // (its bytes are no longer read) and promotes its partial into acc. In a cluster the stage is
+  // handed back to every CTA whose producer multicasts into it (peers only write the B rows,
+  // which only this warpgroup's retired wgmmas read, so the remote arrival can be relaxed).
   template <int kInFlight>
   __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs]) {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part.r);
     const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage, consumer_wg);
-    if (threadIdx.x % 32 == 0) ss.bars.consumer_release(part.stage);
+    if constexpr (Promotion::kReadsStage) {
+      // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
+      // into it is an async-proxy write.
+      hopper::fence_async_shared();
+      __syncwarp();
+    }
+    if (threadIdx.x % 32 == 0) {
+      ss.bars.consumer_release(part.stage);
+      if constexpr (T::kClusterM > 1) {
+        const uint32_t rank = hopper::cluster_rank();
+#pragma unroll
+        for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
+          hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage], (rank + peer) % T::kClusterM);
+      }
+    }
     promotion.apply(scale, part.r, acc);
   }
 

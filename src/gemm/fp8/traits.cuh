@@ -34,6 +34,7 @@ struct Fp8Traits {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kWgmmaK = 32;
+  static constexpr int kClusterM = 1;  // no TMA multicast (see fp8::produce_unit)
 
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;
