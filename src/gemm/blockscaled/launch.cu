@@ -87,6 +87,10 @@ struct Launcher {
     int ctas = grid > 0 ? std::min(grid, max_ctas) : max_ctas;
     if (max_units > 0) ctas = std::min(ctas, max_units * kClusterM);
     ctas = std::max(kClusterM, ctas / kClusterM * kClusterM);
+    static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+    if (log_launches)
+      std::fprintf(stderr, "[lowbit] blockscaled %s: %d CTAs in clusters of %d (at most %d resident)\n",
+                   kGrouped ? "grouped" : "dense", ctas, kClusterM, max_ctas);
     cudaLaunchConfig_t cfg{};
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
