@@ -189,13 +189,17 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
                       {129, 272, 2048, OutType::kFP32, 8}, {300, 16, 16, OutType::kBF16, 0},
                       {257, 400, 512, OutType::kBF16, 0}};
   int salt = 0;
-  for (const auto& s : shapes) {
-    Problem p;
-    p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
-    const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    CUDA_OK(cudaDeviceSynchronize());
-    expect_exact(p, p.read(p.d.p), "dense");
+  for (int cluster : {1, 2}) {  // 2: CTA pairs multicasting B, with a phantom tile when tile rows are odd
+    BlockScaledConfig cfg;
+    cfg.cluster = cluster;
+    for (const auto& s : shapes) {
+      Problem p;
+      p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
+      const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr, &cfg);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      CUDA_OK(cudaDeviceSynchronize());
+      expect_exact(p, p.read(p.d.p), "dense cluster=" + std::to_string(cluster));
+    }
   }
 }
 
@@ -232,7 +236,8 @@ TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
 }
 
 // Runs the grouped GEMM over `probs` (descriptors copied to the device) and checks every group.
-void run_grouped(std::vector<std::unique_ptr<Problem>>& probs, Inputs in, const std::string& what) {
+void run_grouped(std::vector<std::unique_ptr<Problem>>& probs, Inputs in, const std::string& what,
+                 const BlockScaledConfig* cfg = nullptr) {
   const int G = static_cast<int>(probs.size());
   std::vector<Fp8GroupedProblem> host(G);
   for (int g = 0; g < G; ++g) host[g] = probs[g]->descriptor();
@@ -243,7 +248,7 @@ void run_grouped(std::vector<std::unique_ptr<Problem>>& probs, Inputs in, const 
   ASSERT_TRUE(ws.alloc(wsb).ok());
   CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice));
   const OutType out = probs[0]->out;
-  const Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), G, out, ws.p, wsb, nullptr);
+  const Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), G, out, ws.p, wsb, nullptr, cfg);
   ASSERT_TRUE(st.ok()) << st.to_string();
   const Status cs = fp8_grouped_check_status(ws.p, nullptr);
   EXPECT_TRUE(cs.ok()) << cs.to_string();
@@ -262,15 +267,21 @@ TEST_F(BlockScaledGpu, GroupedEdgeGroupsExact) {
   struct S { int m, n, k; };
   const S shapes[] = {{0, 128, 128}, {1, 128, 256}, {127, 144, 384}, {0, 64, 64},
                       {129, 256, 1040}, {256, 16, 128}, {3, 512, 2048}, {0, 16, 16}};
-  for (OutType out : {OutType::kBF16, OutType::kFP32}) {
-    std::vector<std::unique_ptr<Problem>> probs;
-    int salt = 200;
-    for (const auto& s : shapes) {
-      probs.emplace_back(new Problem);
-      probs.back()->make(s.m, s.n, s.k, out, Inputs::kSmallInts, seed_for(++salt));
+  int salt = 200;
+  for (int cluster : {1, 2})
+    for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      std::vector<std::unique_ptr<Problem>> probs;
+      for (const auto& s : shapes) {
+        probs.emplace_back(new Problem);
+        probs.back()->make(s.m, s.n, s.k, out, Inputs::kSmallInts, seed_for(++salt));
+      }
+      BlockScaledConfig cfg;
+      cfg.cluster = cluster;
+      run_grouped(probs, Inputs::kSmallInts,
+                  std::string(out == OutType::kFP32 ? "grouped fp32" : "grouped bf16") + " cluster=" +
+                      std::to_string(cluster),
+                  &cfg);
     }
-    run_grouped(probs, Inputs::kSmallInts, out == OutType::kFP32 ? "grouped fp32" : "grouped bf16");
-  }
 }
 
 TEST_F(BlockScaledGpu, GroupedRandom) {

@@ -40,8 +40,8 @@ struct BlockScaledConfig {
   int grid = 0;          // persistent CTAs; 0 = the device's SM count (dense: at most one per tile)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
   int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
-  // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (2 unless the
-  // dense problem has a single tile row).
+  // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1: the
+  // multicast pairs measured slower so far, docs/perf.md).
   int cluster = 0;
   std::string to_string() const;
 };

@@ -29,6 +29,10 @@ using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(),
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Multicast pairs (cluster = 2) cut L2 traffic by a fifth yet ran 6-22% slower on every measured
+// shape (docs/perf.md, block-scaled v2), so single CTAs are the default until that is understood.
+constexpr int kDefaultCluster = 1;
+
 Status cuda_status(const char* what, cudaError_t e) {
   return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -236,7 +240,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type));
 
-  const int cluster_for_maps = cfg.cluster > 0 ? cfg.cluster : ((x.m + 127) / 128 >= 2 ? 2 : 1);
+  const int cluster_for_maps = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
   const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
                                  static_cast<uint64_t>(x.k), x.out_type, cluster_for_maps);
   CUtensorMap tm_a, tm_b, tm_d;
@@ -245,9 +249,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.d, &tm_d));
 
   const int tiles_m = static_cast<int>((x.m + 127) / 128);
-  // Auto: pairs share B unless there is a single tile row (the pair's second CTA would only
-  // help load B).
-  const int cluster = cfg.cluster > 0 ? cfg.cluster : (tiles_m >= 2 ? 2 : 1);
+  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
   BlockScaledParams p{};
   p.mma_turns = cfg.mma_turns;
   p.cluster_m = cluster;
@@ -309,7 +311,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type));
-  const int cluster = cfg.cluster > 0 ? cfg.cluster : 2;
+  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
   const CUtensorMap* tmpl = nullptr;
   LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, cluster, &tmpl));
 
