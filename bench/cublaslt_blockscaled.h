@@ -21,12 +21,12 @@
 // aligned); otherwise it rewrites them (cudaMemcpy2DAsync) into buffers allocated by plan().
 #pragma once
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
+#include "cublaslt_plan.h"
 #include "lowbit/gemm.h"
 #include "lowbit/status.h"
 
@@ -49,31 +49,13 @@ class CublasLtFp8BlockScaled {
   Status convert_scales(const float* sfa, int64_t sfa_ld, const float* sfb, cudaStream_t s);
   // Enqueues one matmul (alpha 1, beta 0) on the stream, with the scales of the last convert_scales.
   Status run(const void* a, const void* b, void* d, cudaStream_t s);
-  const std::string& algo_note() const { return note_; }
-
-  // The scale buffers cuBLASLt reads (after convert_scales), for tests.
-  const float* lt_scale_a() const { return lt_a_scale_; }  // BLK128x128 of our B
-  const float* lt_scale_b() const { return lt_b_scale_; }  // VEC128 of our A
-  int64_t kblocks() const { return kblocks_; }
-  int64_t kblocks_padded() const { return kblocks4_; }
+  const std::string& algo_note() const { return lt_.note(); }
 
  private:
   void release();
   Status set_scale_pointers(const float* a_scale, const float* b_scale);
-  void describe(int index);
 
-  cublasLtHandle_t handle_ = nullptr;
-  cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr, ld_ = nullptr;
-  static constexpr int kMaxAlgos = 8;
-  cublasLtMatmulHeuristicResult_t heuristics_[kMaxAlgos]{};
-  int num_algos_ = 0;
-  int chosen_ = 0;
-  bool locked_ = false;  // an algorithm ran: never switch afterwards (timing stays on one)
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
-  std::string note_;
-
+  LtTnPlan lt_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
   int64_t kblocks_ = 0;   // L  = ceil(K / 128)
   int64_t kblocks4_ = 0;  // L4 = round_up(L, 4)
