@@ -57,6 +57,7 @@ struct Result {
   double compute_floor_us = 0;     // FLOPs at the BF16 dense tensor rate (the kernel's MMA)
   // Grouped suites: our dense kernel launched once per group.
   double us_loop = 0, x_loop = 0;
+  double similarity = 0;  // DeepGEMM's 1 - 2 sum(xy) / (sum x^2 + sum y^2) on the sampled outputs
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       std::printf("%-9s %2dx%5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | per-group loop %9.1f us %6.3f x"
                   " | %8.2e sim %8.2e | %s %s\n",
                   r.shape.suite.c_str(), groups, (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
-                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_loop, r.x_loop, r.err, r.max_err,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_loop, r.x_loop, r.err, r.similarity,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       if (r.speedup > 0) {
         log_sum += std::log(r.speedup);
@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
         << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
-        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.max_err
+        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
         << "\",\"status\":\"" << r.status << "\"}";
     }

@@ -45,6 +45,23 @@ struct Launcher {
   using T = Traits<kOutFp32, kClusterM>;
   static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
 
+  // `attr` (the cluster shape) must outlive the returned config's use.
+  static cudaLaunchConfig_t config(int ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
+    *attr = cudaLaunchAttribute{};
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = kClusterM;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(T::kThreads);
+    cfg.dynamicSmemBytes = T::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+  }
+
   static cudaError_t prepare(int device, int* max_ctas) {
     static std::mutex mu;
     static int cached[64] = {};
@@ -57,17 +74,8 @@ struct Launcher {
     if (e != cudaSuccess) return e;
     int ctas = 0;
     if (kClusterM > 1) {
-      cudaLaunchConfig_t cfg{};
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = kClusterM;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      cfg.gridDim = dim3(kClusterM * 1024);
-      cfg.blockDim = dim3(T::kThreads);
-      cfg.dynamicSmemBytes = T::kSmemBytes;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = config(kClusterM * 1024, nullptr, &attr);
       int clusters = 0;
       e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
       if (e != cudaSuccess) return e;
@@ -95,18 +103,8 @@ struct Launcher {
     if (log_launches)
       std::fprintf(stderr, "[lowbit] blockscaled %s: %d CTAs in clusters of %d (at most %d resident)\n",
                    kGrouped ? "grouped" : "dense", ctas, kClusterM, max_ctas);
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kClusterM;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(T::kThreads);
-    cfg.dynamicSmemBytes = T::kSmemBytes;
-    cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = config(ctas, stream, &attr);
     return cudaLaunchKernelEx(&cfg, kernel, a, b, d, p);
   }
 };
@@ -240,16 +238,15 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type));
 
-  const int cluster_for_maps = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
+  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
   const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
-                                 static_cast<uint64_t>(x.k), x.out_type, cluster_for_maps);
+                                 static_cast<uint64_t>(x.k), x.out_type, cluster);
   CUtensorMap tm_a, tm_b, tm_d;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &tm_a));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &tm_b));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.d, &tm_d));
 
   const int tiles_m = static_cast<int>((x.m + 127) / 128);
-  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
   BlockScaledParams p{};
   p.mma_turns = cfg.mma_turns;
   p.cluster_m = cluster;

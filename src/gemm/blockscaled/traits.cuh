@@ -20,7 +20,7 @@ constexpr int kSmemGroupTable = 1024;
 // of the same B tile and each multicasts half of it (docs/perf.md: the 128 x 128 tile without
 // multicast was L2-bound, 4.7 GB through L2 against cuBLASLt's 3.0 GB at 4096 x 8192 x 8192).
 template <int kStages_, bool kOutFp32_, int kClusterM_ = 1>
-struct BlockScaledTraits {
+struct BlockScaledTraits : fp8::EpilogueStaging<128, kOutFp32_>, fp8::RegisterSplit {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = 128;  // = the B scale block: one B scale per tile per K block
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
@@ -35,26 +35,15 @@ struct BlockScaledTraits {
   static constexpr int kSmemB = kBlockN * kBlockK;
   static constexpr int kScaleBytes = kBlockM * 4;
 
-  // The epilogue (fp8::Fp8Epilogue::store) stages 64 x 128-byte chunks, two slots per consumer
-  // warpgroup.
-  static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
-  static constexpr int kEpiChunkCols = 128 / kOutBytes;
-  static constexpr int kEpiChunkBytes = 64 * 128;
-  static constexpr int kEpiSlots = 2;
-  static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
-
-  // Two partials + the FP32 accumulator (3 x 64) fit in 232 with room for scales and addresses.
-  // The producer keeps 48 (40 spilled in the cluster variants: group descriptor, multicast
-  // coordinates); 128 x (168 - 48) + 1024 = 256 x (232 - 168) exactly.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
-  static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");
+  // Two partials + the FP32 accumulator (3 x 64) fit in the consumers' 232 registers with room
+  // for scales and addresses (fp8::RegisterSplit).
   static constexpr bool kDoubleBuffer = true;
+  using Staging = fp8::EpilogueStaging<128, kOutFp32_>;
 
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][kEpiSlots][kEpiChunkBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
     alignas(16) float sfa[kStages][kBlockM];  // the stage's A scales, one per tile row
     int tile_start[kSmemGroupTable + 1];      // grouped: first tile of each group (prefix sum)
     hopper::StageBarriers<kStages> bars;

@@ -22,8 +22,31 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // kStaged_: the bias (and, fused, the row broadcast) is staged in shared memory by a producer
 // warp. The launcher uses the unstaged variant only without a bias: staging made the no-bias
 // kernels 1-7% slower (docs/perf.md, W2 v2), and without a bias there is nothing to stage.
+// The TMA-store epilogue's staging (Fp8Epilogue::store): 64 rows x 128 bytes per chunk (the TMA
+// store box with 128B swizzle), two slots per consumer warpgroup so one chunk is written while
+// the previous is stored.
+template <int kBlockN, bool kOutFp32>
+struct EpilogueStaging {
+  static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
+  static constexpr int kEpiChunkCols = 128 / kOutBytes;
+  static constexpr int kEpiChunkBytes = 64 * 128;
+  static constexpr int kEpiSlots = 2;
+  static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
+};
+
+// Register budget after setmaxnreg for one producer + two consumer warpgroups. The block starts
+// with 168 per thread (65536 / 384, rounded down to 8) = 64512 of the SM's 65536; the consumers'
+// increase must be covered by what the producer gives back plus the 1024 never allocated, or
+// setmaxnreg.inc waits forever. 40 / 232: frees 128 * 128, takes 256 * 64 -- balanced.
+// (32 / 240 hung the GPU tests.)
+struct RegisterSplit {
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");
+};
+
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true>
-struct Fp8Traits {
+struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
@@ -38,26 +61,12 @@ struct Fp8Traits {
 
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;
+  using Staging = EpilogueStaging<kBlockN_, kOutFp32_>;
   // Bytes TMA lands per stage when the A box has `a_rows` rows (128, or 64 when M <= 64).
   __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
     return static_cast<uint32_t>(a_rows * kBlockK + kSmemB);
   }
 
-  // Epilogue staging: 64 rows x 128 bytes per chunk (the TMA store box with 128B swizzle),
-  // two slots per consumer warpgroup so one chunk is written while the previous is stored.
-  static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
-  static constexpr int kEpiChunkCols = 128 / kOutBytes;
-  static constexpr int kEpiChunkBytes = 64 * 128;
-  static constexpr int kEpiSlots = 2;
-  static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
-
-  // Register budget after setmaxnreg. The block starts with 168 per thread (65536 / 384, rounded
-  // down to 8) = 64512 of the SM's 65536; the consumers' increase must be covered by what the
-  // producer gives back plus the 1024 never allocated, or setmaxnreg.inc waits forever.
-  // 40 / 232: frees 128 * 128, takes 256 * 64 -- balanced. (32 / 240 hung the GPU tests.)
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
-  static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");
   // Two partial accumulators + the FP32 accumulator must fit in kConsumerRegs with room for
   // addresses: 3 x 64 = 192 for BN = 128 does, 3 x 96 = 288 for BN = 192 does not.
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
@@ -76,7 +85,7 @@ struct Fp8Traits {
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][kEpiSlots][kEpiChunkBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
     StagedOperands ops;
     hopper::StageBarriers<kStages> bars;
     int fixup_is_last;
