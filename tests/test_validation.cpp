@@ -3,11 +3,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "lowbit/blockscaled.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
+#include "lowbit/moe.h"
 #include "lowbit/patch_embed.h"
 
 using namespace lowbit;
@@ -254,4 +256,96 @@ TEST(BlockScaledValidation, HostDescriptorRules) {
   g[1].sfa_ld = 60;
   bad(1, "sfa_ld");
   EXPECT_FALSE(fp8_grouped_validate(g.data(), 0).ok());
+}
+
+namespace {
+
+FusedMoeArgs valid_moe() {
+  FusedMoeArgs a;
+  a.shape = MoeShape{128, 512, 2048, 256, 8};
+  a.logits = reinterpret_cast<const void*>(0x10000);
+  a.softcap = 30.0f;
+  a.x = reinterpret_cast<const void*>(0x20000);
+  a.w = reinterpret_cast<const void*>(0x30000);
+  a.w_scales = reinterpret_cast<const float*>(0x40000);
+  a.y = reinterpret_cast<void*>(0x50000);
+  return a;
+}
+
+// Checked before the GPU is touched: a fake, large-enough workspace pointer never gets used.
+void expect_moe_invalid(const FusedMoeArgs& a, const char* needle, StatusCode code = StatusCode::kInvalidArgument) {
+  const size_t bytes = fused_moe_workspace_size(valid_moe().shape, MoeReduce::kDeterministic, OutType::kBF16) * 4;
+  const Status st = fused_moe_fp8(a, reinterpret_cast<void*>(0x1000000), bytes, nullptr);
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+}
+
+}  // namespace
+
+TEST(MoeValidation, RejectsBadShapesAndArguments) {
+  FusedMoeArgs a = valid_moe();
+  a.shape.top_k = 257;
+  expect_moe_invalid(a, "top_k");
+  a = valid_moe();
+  a.shape.top_k = 0;
+  expect_moe_invalid(a, "top_k");
+  a = valid_moe();
+  a.shape.k = 2000;
+  expect_moe_invalid(a, "multiple of 128");
+  a = valid_moe();
+  a.shape.n = 500;
+  expect_moe_invalid(a, "multiple of 16");
+  a = valid_moe();
+  a.shape.experts = 2048;
+  expect_moe_invalid(a, "experts");
+  a = valid_moe();
+  a.shape.m = -1;
+  expect_moe_invalid(a, "m must be");
+  for (float cap : {std::nanf(""), INFINITY, -1.0f}) {
+    a = valid_moe();
+    a.softcap = cap;
+    expect_moe_invalid(a, "softcap");
+  }
+  a = valid_moe();
+  a.logits = nullptr;
+  expect_moe_invalid(a, "logits");
+  a = valid_moe();
+  a.topk_ids = reinterpret_cast<const int32_t*>(0x60000);
+  expect_moe_invalid(a, "both topk_ids and topk_weights");
+  a = valid_moe();
+  a.w = reinterpret_cast<const void*>(0x30008);
+  expect_moe_invalid(a, "aligned");
+  a = valid_moe();
+  a.y = nullptr;
+  expect_moe_invalid(a, "non-null");
+  a = valid_moe();
+  const Status st = fused_moe_fp8(a, reinterpret_cast<void*>(0x1000000), 1024, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall) << st.to_string();
+  EXPECT_EQ(fused_moe_fp8(a, nullptr, 1 << 30, nullptr).code(), StatusCode::kInvalidArgument);
+  const MoeConfig bad_tile{24, 0, 0};
+  EXPECT_EQ(fused_moe_fp8(a, reinterpret_cast<void*>(0x1000000), size_t{1} << 30, nullptr, &bad_tile).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(fused_moe_workspace_size(MoeShape{1, 16, 100, 4, 2}, MoeReduce::kAtomic, OutType::kFP32), 0u);
+}
+
+TEST(MoeValidation, ConfigChoiceAndParsing) {
+  MoeConfig c;
+  EXPECT_TRUE(parse_moe_config("tile=32,splits=2,grid=100", &c).ok());
+  EXPECT_EQ(c.token_tile, 32);
+  EXPECT_EQ(c.splits, 2);
+  EXPECT_EQ(c.grid, 100);
+  EXPECT_FALSE(parse_moe_config("tile=48", &c).ok());
+  EXPECT_FALSE(parse_moe_config("splits=3", &c).ok());
+  EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
+  std::string why;
+  // The seed's shape: 4 tokens per expert on average -> the smallest tile, 1008 tiles -> no split.
+  MoeConfig seed = moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
+  EXPECT_EQ(seed.token_tile, 16) << why;
+  EXPECT_EQ(seed.splits, 1) << why;
+  // M = 1: 8 experts x 4 N blocks = 32 tiles on 132 SMs -> split K.
+  MoeConfig one = moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
+  EXPECT_EQ(one.splits, 4) << why;
+  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, nullptr).splits, 1);
+  EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).token_tile, 128);
+  EXPECT_FALSE(moe_config_table().empty());
 }

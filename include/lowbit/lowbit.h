@@ -2,7 +2,9 @@
 #pragma once
 
 #include "lowbit/device.h"
+#include "lowbit/blockscaled.h"
 #include "lowbit/gemm.h"
+#include "lowbit/moe.h"
 #include "lowbit/nvfp4.h"
 #include "lowbit/patch_embed.h"
 #include "lowbit/status.h"

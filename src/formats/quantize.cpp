@@ -18,4 +18,22 @@ QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x) {
   return q;
 }
 
+QuantizedRows quantize_e4m3_rows_1x128(const std::vector<float>& x, int64_t rows, int64_t k) {
+  QuantizedRows q;
+  const int64_t kb = k / 128;
+  q.codes.resize(static_cast<size_t>(rows * k));
+  q.scales.resize(static_cast<size_t>(rows * kb));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < kb; ++b) {
+      const float* v = x.data() + r * k + b * 128;
+      float amax = 0.0f;
+      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float scale = std::max(amax, kBlockScaleFloor) / kE4M3Max;
+      q.scales[r * kb + b] = scale;
+      for (int i = 0; i < 128; ++i) q.codes[r * k + b * 128 + i] = float_to_e4m3(v[i] / scale);
+    }
+  }
+  return q;
+}
+
 }  // namespace lowbit::formats

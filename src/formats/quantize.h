@@ -14,4 +14,15 @@ struct QuantizedE4M3 {
 
 QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x);
 
+// Per row per 128-wide K block (the "1x128" activation scaling of block-scaled GEMMs and the MoE
+// gather stage): scale = max(amax, 1e-12) / 448 in FP32, q = e4m3(x / scale). x is [rows, k]
+// with k a multiple of 128; scales come out row-major [rows, k / 128]. The device quantizer
+// (moe/gather.cuh) applies the same FP32 operations, so both give identical bytes.
+constexpr float kBlockScaleFloor = 1e-12f;
+struct QuantizedRows {
+  std::vector<uint8_t> codes;   // [rows, k]
+  std::vector<float> scales;    // [rows, k / 128]
+};
+QuantizedRows quantize_e4m3_rows_1x128(const std::vector<float>& x, int64_t rows, int64_t k);
+
 }  // namespace lowbit::formats

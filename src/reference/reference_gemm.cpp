@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
+
+#include "reference/parallel.h"
 
 namespace lowbit::reference {
 
@@ -20,21 +21,6 @@ double gemm_element(const GemmProblem& p, int64_t row, int64_t col) {
   return s;
 }
 
-namespace {
-
-// Runs row(r) for every r in [0, m) on up to 16 threads.
-template <class Row>
-void parallel_rows(int64_t m, const Row& row) {
-  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t r = t; r < m; r += threads) row(r);
-    });
-  for (auto& th : pool) th.join();
-}
-
-}  // namespace
 
 std::vector<double> gemm_full(const GemmProblem& p) {
   std::vector<double> out(static_cast<size_t>(p.m * p.n));

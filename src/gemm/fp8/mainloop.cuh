@@ -20,33 +20,44 @@ struct NoStageExtra {
   __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
 };
 
-// One elected thread streams A[128 x 128] and B[BN x 128] tiles of each K block into the
-// ring; TMA zero-fills rows and columns past the tensor's edge, so partial tiles need no
-// special case here. `stage_bytes` counts everything that completes on the stage's barrier.
+// One elected thread streams the A and B tiles of each K block into the ring: A rows
+// [a_row, a_row + T::kBlockM) and B rows [b_row, b_row + T::kBlockN). TMA zero-fills rows and
+// columns past the tensor's edge, so partial tiles need no special case here. `stage_bytes`
+// counts everything that completes on the stage's barrier.
 // With a cluster of T::kClusterM CTAs along M (all on the same B tile), each CTA loads
 // 1/kClusterM of the B rows and multicasts them to every CTA of the cluster: L2 serves each B
 // tile once per cluster instead of once per CTA.
+template <class T, class StageExtra = NoStageExtra>
+__device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
+                                             const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
+                                             uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
+                                             const StageExtra& extra = StageExtra{}) {
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    ss.bars.producer_acquire(pos);
+    uint64_t* full = &ss.bars.full[pos.stage];
+    hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
+    hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, a_row);
+    if constexpr (T::kClusterM == 1) {
+      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
+    } else {
+      constexpr int kRows = T::kBlockN / T::kClusterM;
+      const int rank = static_cast<int>(hopper::cluster_rank());
+      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kRows * T::kBlockK, tm_b, full, kb * T::kBlockK,
+                                    b_row + rank * kRows, (1u << T::kClusterM) - 1u);
+    }
+    extra(pos.stage, kb, full);
+    pos.advance();
+  }
+}
+
+// The tile of a work unit of the M x N tile grid.
 template <class T, class StageExtra = NoStageExtra>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{}) {
-  for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-    ss.bars.producer_acquire(pos);
-    uint64_t* full = &ss.bars.full[pos.stage];
-    hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
-    hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, w.m_block * T::kBlockM);
-    if constexpr (T::kClusterM == 1) {
-      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, w.n_block * T::kBlockN);
-    } else {
-      constexpr int kRows = T::kBlockN / T::kClusterM;
-      const int rank = static_cast<int>(hopper::cluster_rank());
-      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kRows * T::kBlockK, tm_b, full, kb * T::kBlockK,
-                                    w.n_block * T::kBlockN + rank * kRows, (1u << T::kClusterM) - 1u);
-    }
-    extra(pos.stage, kb, full);
-    pos.advance();
-  }
+  produce_rows<T>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN, w.kb_begin, w.kb_end, stage_bytes,
+                  pos, extra);
 }
 
 // The two consumer warpgroups take turns issuing their MMAs for each K block (0, 1, 0, 1, ...).

@@ -1,0 +1,121 @@
+// Fused FP8 Mixture-of-Experts forward on Hopper (workload W6):
+//   Y[t] = sum over the top-k experts e of token t of  weight(t, e) * (X[t] . W_e^T)
+// with X quantized per token per 128 of K to E4M3 (FP32 scale amax / 448) and W_e E4M3 with one
+// FP32 scale per 128 x 128 block (the block-scaled recipe of lowbit/blockscaled.h).
+//
+// Stages, all on the caller's stream, no host synchronization, no allocation -- the whole call
+// can be captured in a CUDA graph and replayed with new inputs in the same buffers:
+//   1. route:     softcap c * tanh(x / c) (c = 0: none) -> softmax over E -> top-k ids and
+//                 weights (ties broken by the lower id), optionally renormalized to sum to 1.
+//   2. layout:    tokens per expert, expert segment offsets and the GEMM's tile schedule
+//                 (a parallel count and block scan).
+//   3. quantize + gather: each token quantized once and its rows written into its experts'
+//                 segments of the expert-sorted activation buffer.
+//   4. expert GEMM with the weighted scatter fused into its epilogue: only experts with tokens
+//                 have tiles. Atomic mode adds each row into Y (FP32 atomics, run-to-run order
+//                 varies); deterministic mode writes each (token, expert) row and a finishing
+//                 pass sums a token's k rows in a fixed order: bitwise reproducible.
+//   5. finish (only for BF16 output or deterministic mode): the FP32 sums -> Y.
+// Each stage can also be called alone (moe_run_stage), e.g. with the caller's own router: pass
+// topk_ids / topk_weights and start at the layout stage.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lowbit/gemm.h"
+#include "lowbit/status.h"
+
+namespace lowbit {
+
+enum class MoeReduce { kAtomic, kDeterministic };
+
+// Sizes. Limits (checked, with a message): 1 <= experts <= 1024, 1 <= top_k <= min(32, experts),
+// k a positive multiple of 128, n a positive multiple of 16, m >= 0 (m = 0 writes nothing).
+struct MoeShape {
+  int m = 0;        // tokens
+  int n = 0;        // expert output features
+  int k = 0;        // hidden size
+  int experts = 0;  // E
+  int top_k = 0;
+};
+
+struct FusedMoeArgs {
+  MoeShape shape;
+  // Routing from gating logits [m, experts] (FP32 or BF16)...
+  const void* logits = nullptr;
+  OutType logits_type = OutType::kFP32;
+  float softcap = 0.0f;      // finite, >= 0; 0 = no softcap
+  bool renormalize = true;   // top-k weights divided by their sum
+  // ...or the caller's routing (both device arrays [m, top_k]); when given, the route stage is
+  // skipped and logits may be null. Ids are checked on the device: a pair whose id is out of
+  // range is left out of Y and reported by moe_check_status.
+  const int32_t* topk_ids = nullptr;
+  const float* topk_weights = nullptr;
+  const void* x = nullptr;         // BF16 [m, k], 16-byte aligned
+  const void* w = nullptr;         // E4M3 [experts, n, k], 16-byte aligned
+  const float* w_scales = nullptr; // FP32 [experts, n / 128 rounded up, k / 128]
+  void* y = nullptr;               // [m, n] of y_type, 16-byte aligned
+  OutType y_type = OutType::kFP32;
+  MoeReduce reduce = MoeReduce::kAtomic;
+};
+
+// Launch knobs of the expert GEMM, printable and forceable from lowbit-bench. 0 = chosen from
+// the shape by moe_choose_config (a table with a reason per row: moe_config_table()).
+struct MoeConfig {
+  int token_tile = 0;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
+  int splits = 0;      // K split into this many ranges, added by the atomics (atomic mode only)
+  int grid = 0;        // persistent CTAs; 0 = the device's SM count
+  std::string to_string() const;
+};
+// Parses "tile=16,splits=2,grid=132" (any subset); unknown keys are an error.
+Status parse_moe_config(const std::string& text, MoeConfig* out);
+// The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
+MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                            std::string* reason = nullptr);
+// The selection rules as a printable table.
+std::string moe_config_table();
+
+// Bytes of caller-owned workspace one call with this shape needs (depends on reduce and
+// y_type). No initialization needed; calls that may run concurrently need separate workspaces.
+size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType y_type);
+
+// The whole pipeline.
+Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                     const MoeConfig* config = nullptr);
+
+enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish };
+// One stage alone, reading what the earlier stages left in the same workspace (route writes ids
+// and weights into the workspace unless the caller passed its own). The config must be the same
+// for the layout and GEMM stages of one forward pass.
+Status moe_run_stage(MoeStage stage, const FusedMoeArgs& args, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream, const MoeConfig* config = nullptr);
+
+// Where the intermediate results live in a workspace (device pointers), for callers that run
+// stages alone and for tests.
+struct MoeWorkspaceView {
+  int32_t* topk_ids;       // [m, top_k]   (the route stage's output)
+  float* topk_weights;     // [m, top_k]
+  int32_t* counts;         // [experts]    tokens routed to each expert
+  int32_t* offsets;        // [experts + 1] first sorted row of each expert's segment (segments
+                           //               are padded to a multiple of 4 rows)
+  int32_t* tile_start;     // [experts + 1] the GEMM's first tile of each expert
+  uint8_t* xq;             // E4M3 [rows, k] expert-sorted quantized activations
+  float* x_scales;         // [k / 128, rows] their per-128 scales, K-block-major
+  int32_t* row_pair;       // [rows] token * top_k + slot of each sorted row
+  float* row_weight;       // [rows]
+  int64_t rows;            // capacity of the sorted buffers
+  int32_t* status;         // [2] moe error code, first bad pair
+};
+Status moe_workspace_view(const MoeShape& shape, MoeReduce reduce, OutType y_type, void* workspace,
+                          size_t workspace_bytes, MoeWorkspaceView* out);
+
+// Reads the status word the last layout / gather stage left: Ok, or the first routing pair with
+// an out-of-range expert id. Synchronizes `stream` (a checking aid, not for the hot path).
+Status moe_check_status(const MoeShape& shape, MoeReduce reduce, OutType y_type, const void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace lowbit

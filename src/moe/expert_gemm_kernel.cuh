@@ -1,0 +1,95 @@
+// MoE expert GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
+// consumer warpgroups), swap-AB block-scaled FP8 over the tiles of the experts that received
+// tokens, weighted scatter fused into the epilogue.
+// Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
+// mainloop -> epilogue.
+#pragma once
+
+#include <cuda.h>
+
+#include "gemm/blockscaled/mainloop.cuh"
+#include "gemm/fp8/mainloop.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/registers.cuh"
+#include "hopper/tma.cuh"
+#include "moe/expert_gemm_mainloop.cuh"
+#include "moe/expert_gemm_traits.cuh"
+#include "moe/expert_tiles.cuh"
+#include "moe/scatter_epilogue.cuh"
+#include "moe/workspace.h"
+
+namespace lowbit::moe {
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    expert_gemm_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
+                       const MoeParams p) {
+  // Static checks.
+  static_assert(T::kBlockM == 128 && T::kBlockK == 128, "one W scale (128 x 128) per tile per K block");
+  static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 128, "token tile of 16..128");
+  static_assert(T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
+
+  // Shared-memory budget.
+  static_assert(T::kSmemBytes <= fp8::kSm90MaxSmemPerBlock, "stages + output tile exceed sm_90 shared memory");
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t align_pad = (1024u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(smem_raw) % 1024u)) % 1024u;
+  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
+  const int warpgroup = threadIdx.x / 128;
+
+  // Barrier init: each of the 8 consumer warps releases a stage once per phase. The experts'
+  // tile offsets come into shared memory for the per-unit expert lookup.
+  if (threadIdx.x == 0) {
+    ss.bars.init(8);
+    hopper::mbarrier_init_fence();
+    hopper::tma_prefetch_descriptor(&tm_w);
+    hopper::tma_prefetch_descriptor(&tm_x);
+  }
+  for (int i = threadIdx.x; i <= p.experts; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
+  __syncthreads();
+  const ExpertTiles tiles{p, gemm::GroupedTileSchedule{ss.tile_start, p.experts}};
+  const int num_units = tiles.num_units();
+
+  // Role split.
+  if (warpgroup == 0) {
+    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      hopper::RingPosition<T::kStages> pos;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        const ExpertUnit v = tiles.resolve(u);
+        // Only the tile's real rows' scales (a multiple of 4 stays inside the padded segment).
+        const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
+        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end,
+                             static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes, pos,
+                             blockscaled::ScaleStageLoad<T>{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes});
+      }
+    }
+  } else {
+    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int consumer_wg = warpgroup - 1;
+    hopper::RingPosition<T::kStages> pos;
+    fp8::MmaTurn turn{consumer_wg, false};
+    using Promotion = TokenScalePromotion<T>;
+    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn, Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)}};
+    const ScatterEpilogue<T> epilogue;
+    float acc[T::kBlockN / 2];
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      // Mainloop.
+      {
+        const ExpertUnit v = tiles.resolve(u);
+        consumer.promotion.sfb_row =
+            p.w_scales + (static_cast<int64_t>(v.expert) * p.nblocks + v.nb) * p.kblocks;
+        gemm::WorkUnit w{};
+        w.kb_begin = v.kb_begin;
+        w.kb_end = v.kb_end;
+        consumer.run(w, acc);
+      }
+      // Epilogue (the unit is resolved again rather than kept live across the mainloop).
+      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc);
+    }
+  }
+#endif
+}
+
+}  // namespace lowbit::moe

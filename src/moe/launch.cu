@@ -1,0 +1,378 @@
+// Host side of the fused FP8 MoE: argument checks, config choice, workspace carving, tensor
+// maps, launches. Stream-ordered; no allocation and no synchronization (except in
+// moe_check_status, which exists to synchronize).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "common/key_value.h"
+#include "hopper/tensor_map.h"
+#include "lowbit/device.h"
+#include "lowbit/moe.h"
+#include "moe/expert_gemm_kernel.cuh"
+#include "moe/finish.cuh"
+#include "moe/gather.cuh"
+#include "moe/layout.cuh"
+#include "moe/route.cuh"
+#include "moe/workspace.h"
+
+namespace lowbit {
+namespace {
+
+using moe::MoeParams;
+
+Status cuda_status(const char* what, cudaError_t e) {
+  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+Status check_shape(const char* who, const MoeShape& s) {
+  const std::string w(who);
+  if (s.m < 0) return Status::Invalid(w + ": m must be >= 0 (got " + std::to_string(s.m) + ")");
+  if (s.experts < 1 || s.experts > moe::kMaxExperts)
+    return Status::Invalid(w + ": experts must be in [1, " + std::to_string(moe::kMaxExperts) + "] (got " +
+                           std::to_string(s.experts) + ")");
+  if (s.top_k < 1 || s.top_k > s.experts || s.top_k > moe::kMaxTopK)
+    return Status::Invalid(w + ": top_k must be in [1, min(experts, " + std::to_string(moe::kMaxTopK) + ")] (got " +
+                           std::to_string(s.top_k) + " with " + std::to_string(s.experts) + " experts)");
+  if (s.k <= 0 || s.k % 128 != 0)
+    return Status::Invalid(w + ": k must be a positive multiple of 128 (got " + std::to_string(s.k) + ")");
+  if (s.n <= 0 || s.n % 16 != 0)
+    return Status::Invalid(w + ": n must be a positive multiple of 16 (got " + std::to_string(s.n) + ")");
+  // Sorted rows, weight rows (experts * n) and tile counts are ints on the device.
+  const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
+  if (moe::sorted_rows(s) > INT_MAX / 2 || static_cast<int64_t>(s.experts) * s.n > INT_MAX / 2 ||
+      (pairs + s.experts) * ((s.n + 127) / 128) * 4 > INT_MAX / 2)
+    return Status::Invalid(w + ": m * top_k, experts * n or the tile count exceed the 2^30 limit");
+  return Status::Ok();
+}
+
+Status check_config(const char* who, const MoeConfig& c) {
+  const std::string w(who);
+  if (c.token_tile != 0 && c.token_tile != 16 && c.token_tile != 32 && c.token_tile != 64 && c.token_tile != 128)
+    return Status::Invalid(w + ": token_tile must be 0 (auto), 16, 32, 64 or 128");
+  if (c.splits != 0 && c.splits != 1 && c.splits != 2 && c.splits != 4)
+    return Status::Invalid(w + ": splits must be 0 (auto), 1, 2 or 4");
+  if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
+  return Status::Ok();
+}
+
+// The GEMM variants: one per token tile.
+template <int kTokenTile>
+struct GemmLauncher {
+  using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile)>;
+  static constexpr auto kernel = moe::expert_gemm_kernel<T>;
+
+  static cudaError_t launch(int ctas, cudaStream_t stream, const CUtensorMap& w, const CUtensorMap& x,
+                            const MoeParams& p) {
+    static std::once_flag once;
+    static cudaError_t attr_status = cudaSuccess;
+    std::call_once(once, [] {
+      attr_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    });
+    if (attr_status != cudaSuccess) return attr_status;
+    static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+    if (log_launches)
+      std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
+                   kTokenTile, T::kStages, p.splits, ctas, T::kSmemBytes);
+    kernel<<<ctas, T::kThreads, T::kSmemBytes, stream>>>(w, x, p);
+    return cudaGetLastError();
+  }
+  static int smem_bytes() { return T::kSmemBytes; }
+};
+
+int gemm_smem_bytes(int token_tile) {
+  switch (token_tile) {
+    case 16: return GemmLauncher<16>::smem_bytes();
+    case 32: return GemmLauncher<32>::smem_bytes();
+    case 64: return GemmLauncher<64>::smem_bytes();
+    default: return GemmLauncher<128>::smem_bytes();
+  }
+}
+
+// Everything one call needs, checked once.
+struct Prepared {
+  MoeShape s;
+  MoeConfig cfg;
+  moe::Layout layout;
+  MoeParams p;
+  DeviceInfo dev;
+};
+
+Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t workspace_bytes,
+               const MoeConfig* forced, Prepared* out) {
+  const std::string w(who);
+  LOWBIT_RETURN_IF_ERROR(check_shape(who, a.shape));
+  if (forced) LOWBIT_RETURN_IF_ERROR(check_config(who, *forced));
+  if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
+    return Status::Invalid(w + ": softcap must be finite and >= 0 (0 = none)");
+  if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
+    return Status::Invalid(w + ": pass both topk_ids and topk_weights, or neither (route from logits)");
+  if (a.logits_type != OutType::kFP32 && a.logits_type != OutType::kBF16)
+    return Status::Invalid(w + ": logits must be FP32 or BF16");
+  if (a.y_type != OutType::kFP32 && a.y_type != OutType::kBF16) return Status::Invalid(w + ": y must be FP32 or BF16");
+  if (a.reduce != MoeReduce::kAtomic && a.reduce != MoeReduce::kDeterministic)
+    return Status::Invalid(w + ": unknown reduce mode");
+  if (a.shape.m > 0) {
+    if (!a.topk_ids && !a.logits) return Status::Invalid(w + ": logits are null and no routing was given");
+    if (!a.x || !a.w || !a.w_scales || !a.y) return Status::Invalid(w + ": x, w, w_scales and y must be non-null");
+    if (!aligned(a.x, 16) || !aligned(a.w, 16) || !aligned(a.y, 16))
+      return Status::Invalid(w + ": x, w and y must be 16-byte aligned");
+    if (!aligned(a.w_scales, 4) || (a.topk_ids && (!aligned(a.topk_ids, 4) || !aligned(a.topk_weights, 4))) ||
+        (a.logits && !aligned(a.logits, 4)))
+      return Status::Invalid(w + ": w_scales, logits, topk_ids and topk_weights must be 4-byte aligned");
+  }
+  if (!workspace) return Status::Invalid(w + ": null workspace");
+  if (!aligned(workspace, 256)) return Status::Invalid(w + ": workspace must be 256-byte aligned");
+  const size_t need = fused_moe_workspace_size(a.shape, a.reduce, a.y_type);
+  if (workspace_bytes < need)
+    return Status::Error(StatusCode::kWorkspaceTooSmall, w + ": this shape needs " + std::to_string(need) +
+                                                             " bytes of workspace, got " +
+                                                             std::to_string(workspace_bytes));
+  Prepared& r = *out;
+  r.s = a.shape;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
+  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  const int need_smem = gemm_smem_bytes(r.cfg.token_tile);
+  if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(r.dev.smem_per_block_optin));
+  r.layout = moe::workspace_layout(a.shape, a.reduce, a.y_type);
+  uint8_t* base = static_cast<uint8_t*>(workspace);
+  MoeParams& p = r.p;
+  p = MoeParams{};
+  p.m = a.shape.m;
+  p.n = a.shape.n;
+  p.k = a.shape.k;
+  p.experts = a.shape.experts;
+  p.top_k = a.shape.top_k;
+  p.kblocks = a.shape.k / 128;
+  p.nblocks = (a.shape.n + 127) / 128;
+  p.token_tile = r.cfg.token_tile;
+  p.splits = r.cfg.splits;
+  p.rows = r.layout.rows;
+  p.deterministic = a.reduce == MoeReduce::kDeterministic;
+  p.y_fp32 = a.y_type == OutType::kFP32;
+  p.status = reinterpret_cast<int*>(base + r.layout.status);
+  p.ids = a.topk_ids ? a.topk_ids : reinterpret_cast<const int32_t*>(base + r.layout.ids);
+  p.weights = a.topk_weights ? a.topk_weights : reinterpret_cast<const float*>(base + r.layout.weights);
+  p.counts = reinterpret_cast<int32_t*>(base + r.layout.counts);
+  p.offsets = reinterpret_cast<int32_t*>(base + r.layout.offsets);
+  p.cursor = reinterpret_cast<int32_t*>(base + r.layout.cursor);
+  p.tile_start = reinterpret_cast<int32_t*>(base + r.layout.tile_start);
+  p.row_pair = reinterpret_cast<int32_t*>(base + r.layout.row_pair);
+  p.row_weight = reinterpret_cast<float*>(base + r.layout.row_weight);
+  p.x_scales = reinterpret_cast<float*>(base + r.layout.x_scales);
+  p.xq = base + r.layout.xq;
+  p.sums = r.layout.sum_floats > 0 ? reinterpret_cast<float*>(base + r.layout.sums) : nullptr;
+  p.y = a.y;
+  p.w_scales = a.w_scales;
+  return Status::Ok();
+}
+
+Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
+  if (a.topk_ids) return Status::Ok();  // the caller routed
+  uint8_t* base = static_cast<uint8_t*>(workspace);
+  int32_t* ids = reinterpret_cast<int32_t*>(base + r.layout.ids);
+  float* weights = reinterpret_cast<float*>(base + r.layout.weights);
+  const int blocks = (r.s.m + moe::kRouteWarps - 1) / moe::kRouteWarps;
+  const size_t smem = sizeof(float) * moe::kRouteWarps * r.s.experts;
+  if (a.logits_type == OutType::kFP32)
+    moe::route_kernel<float><<<blocks, 32 * moe::kRouteWarps, smem, stream>>>(
+        static_cast<const float*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids, weights);
+  else
+    moe::route_kernel<__nv_bfloat16><<<blocks, 32 * moe::kRouteWarps, smem, stream>>>(
+        static_cast<const __nv_bfloat16*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids,
+        weights);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? Status::Ok() : cuda_status("moe route launch", e);
+}
+
+Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream) {
+  const MoeShape& s = r.s;
+  hopper::TensorMap2dSpec wspec;
+  wspec.base = a.w;
+  wspec.rows = static_cast<uint64_t>(s.experts) * s.n;
+  wspec.cols = static_cast<uint64_t>(s.k);
+  wspec.row_stride_bytes = static_cast<uint64_t>(s.k);
+  wspec.box_rows = 128;
+  wspec.box_cols = 128;
+  hopper::TensorMap2dSpec xspec = wspec;
+  xspec.base = r.p.xq;
+  xspec.rows = static_cast<uint64_t>(r.layout.rows);
+  xspec.box_rows = static_cast<uint32_t>(r.cfg.token_tile);
+  CUtensorMap tm_w, tm_x;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(wspec, &tm_w));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(xspec, &tm_x));
+  // Units exist only on the device; this bounds them: at most min(experts, pairs) experts have
+  // a partial token tile, the other tiles are full.
+  const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
+  const int64_t max_units = (std::min<int64_t>(s.experts, pairs) + pairs / r.cfg.token_tile) * r.p.nblocks * r.p.splits;
+  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
+  cudaError_t e = cudaSuccess;
+  switch (r.cfg.token_tile) {
+    case 16: e = GemmLauncher<16>::launch(ctas, stream, tm_w, tm_x, r.p); break;
+    case 32: e = GemmLauncher<32>::launch(ctas, stream, tm_w, tm_x, r.p); break;
+    case 64: e = GemmLauncher<64>::launch(ctas, stream, tm_w, tm_x, r.p); break;
+    default: e = GemmLauncher<128>::launch(ctas, stream, tm_w, tm_x, r.p); break;
+  }
+  return e == cudaSuccess ? Status::Ok() : cuda_status("moe expert gemm launch", e);
+}
+
+bool needs_finish(const FusedMoeArgs& a) { return a.reduce == MoeReduce::kDeterministic || a.y_type == OutType::kBF16; }
+
+Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
+  if (r.s.m == 0) return Status::Ok();
+  cudaError_t e = cudaSuccess;
+  switch (stage) {
+    case MoeStage::kRoute: return run_route(a, r, workspace, stream);
+    case MoeStage::kLayout:
+      moe::layout_kernel<<<1, moe::kLayoutThreads, 0, stream>>>(r.p);
+      e = cudaGetLastError();
+      break;
+    case MoeStage::kQuantizeGather:
+      moe::quantize_gather_kernel<<<r.s.m, moe::kGatherThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(a.x), r.p);
+      e = cudaGetLastError();
+      break;
+    case MoeStage::kExpertGemm: return run_gemm(a, r, stream);
+    case MoeStage::kFinish: {
+      if (!needs_finish(a)) return Status::Ok();
+      const int64_t quads = static_cast<int64_t>(r.s.m) * (r.s.n / 4);
+      moe::finish_kernel<<<static_cast<unsigned>((quads + moe::kFinishThreads - 1) / moe::kFinishThreads),
+                           moe::kFinishThreads, 0, stream>>>(r.p);
+      e = cudaGetLastError();
+      break;
+    }
+  }
+  return e == cudaSuccess ? Status::Ok() : cuda_status("moe stage launch", e);
+}
+
+}  // namespace
+
+std::string MoeConfig::to_string() const {
+  return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid);
+}
+
+Status parse_moe_config(const std::string& text, MoeConfig* out) {
+  MoeConfig c;
+  LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
+    if (key == "tile") c.token_tile = value;
+    else if (key == "splits") c.splits = value;
+    else if (key == "grid") c.grid = value;
+    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid)");
+    return Status::Ok();
+  }));
+  LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
+  *out = c;
+  return Status::Ok();
+}
+
+// The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
+// expert sees on average.
+MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                            std::string* reason) {
+  MoeConfig c = forced ? *forced : MoeConfig{};
+  std::string why;
+  const double pairs = static_cast<double>(s.m) * s.top_k;
+  const double avg = s.experts > 0 ? pairs / s.experts : 0.0;
+  if (c.token_tile == 0) {
+    c.token_tile = avg <= 16 ? 16 : avg <= 32 ? 32 : avg <= 64 ? 64 : 128;
+    why += "tile=" + std::to_string(c.token_tile) + ": smallest token tile >= the average tokens per expert (" +
+           std::to_string(avg) + "); ";
+  } else {
+    why += "tile forced; ";
+  }
+  if (c.splits == 0) {
+    const int kblocks = s.k / 128;
+    const double active = std::min<double>(s.experts, pairs);
+    const double units = active * std::max(1.0, std::ceil(avg / c.token_tile)) * ((s.n + 127) / 128);
+    c.splits = 1;
+    if (reduce == MoeReduce::kAtomic) {
+      while (c.splits < 4 && units * c.splits < sm_count && kblocks >= 2 * c.splits) c.splits *= 2;
+    }
+    why += "splits=" + std::to_string(c.splits) +
+           (reduce == MoeReduce::kDeterministic ? ": deterministic mode never splits K"
+                                                : ": K split until the ~" + std::to_string(static_cast<int>(units)) +
+                                                      " tiles cover the " + std::to_string(sm_count) + " SMs (max 4)");
+  } else {
+    if (reduce == MoeReduce::kDeterministic) c.splits = 1;
+    why += "splits forced" + std::string(reduce == MoeReduce::kDeterministic ? " (1: deterministic)" : "");
+  }
+  if (reason) *reason = why;
+  return c;
+}
+
+std::string moe_config_table() {
+  return "MoE expert GEMM config (avg = m * top_k / experts tokens per expert)\n"
+         "  token tile 16  | avg <= 16  | swap-AB WGMMA N; smaller tiles waste no tensor-core work on padding\n"
+         "  token tile 32  | avg <= 32  |\n"
+         "  token tile 64  | avg <= 64  |\n"
+         "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
+         "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
+         "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n";
+}
+
+size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType y_type) {
+  if (!check_shape("fused_moe_workspace_size", shape).ok()) return 0;
+  return moe::workspace_layout(shape, reduce, y_type).total;
+}
+
+Status moe_workspace_view(const MoeShape& s, MoeReduce reduce, OutType y_type, void* workspace, size_t workspace_bytes,
+                          MoeWorkspaceView* out) {
+  LOWBIT_RETURN_IF_ERROR(check_shape("moe_workspace_view", s));
+  if (!workspace || !out) return Status::Invalid("moe_workspace_view: null workspace or output");
+  const moe::Layout l = moe::workspace_layout(s, reduce, y_type);
+  if (workspace_bytes < l.total) return Status::Error(StatusCode::kWorkspaceTooSmall, "moe_workspace_view: workspace too small");
+  uint8_t* b = static_cast<uint8_t*>(workspace);
+  *out = MoeWorkspaceView{reinterpret_cast<int32_t*>(b + l.ids),        reinterpret_cast<float*>(b + l.weights),
+                          reinterpret_cast<int32_t*>(b + l.counts),     reinterpret_cast<int32_t*>(b + l.offsets),
+                          reinterpret_cast<int32_t*>(b + l.tile_start), b + l.xq,
+                          reinterpret_cast<float*>(b + l.x_scales),     reinterpret_cast<int32_t*>(b + l.row_pair),
+                          reinterpret_cast<float*>(b + l.row_weight),   l.rows,
+                          reinterpret_cast<int32_t*>(b + l.status)};
+  return Status::Ok();
+}
+
+Status moe_run_stage(MoeStage stage, const FusedMoeArgs& args, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream, const MoeConfig* config) {
+  Prepared r;
+  LOWBIT_RETURN_IF_ERROR(prepare("moe_run_stage", args, workspace, workspace_bytes, config, &r));
+  return run_stage(stage, args, r, workspace, stream);
+}
+
+Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                     const MoeConfig* config) {
+  Prepared r;
+  LOWBIT_RETURN_IF_ERROR(prepare("fused_moe_fp8", args, workspace, workspace_bytes, config, &r));
+  for (MoeStage st : {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather, MoeStage::kExpertGemm,
+                      MoeStage::kFinish})
+    LOWBIT_RETURN_IF_ERROR(run_stage(st, args, r, workspace, stream));
+  return Status::Ok();
+}
+
+Status moe_check_status(const MoeShape& s, MoeReduce reduce, OutType y_type, const void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  LOWBIT_RETURN_IF_ERROR(check_shape("moe_check_status", s));
+  if (!workspace) return Status::Invalid("moe_check_status: null workspace");
+  const moe::Layout l = moe::workspace_layout(s, reduce, y_type);
+  if (workspace_bytes < l.total) return Status::Error(StatusCode::kWorkspaceTooSmall, "moe_check_status: workspace too small");
+  int host[2] = {0, -1};
+  cudaError_t e = cudaMemcpyAsync(host, static_cast<const uint8_t*>(workspace) + l.status, sizeof(host),
+                                  cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_status("moe_check_status", e);
+  if (host[0] == moe::kMoeOk) return Status::Ok();
+  return Status::Invalid("fused_moe_fp8: routing pair " + std::to_string(host[1]) + " (token " +
+                         std::to_string(host[1] / s.top_k) + ", slot " + std::to_string(host[1] % s.top_k) +
+                         "): " + moe::moe_error_text(host[0]));
+}
+
+}  // namespace lowbit

@@ -1,0 +1,58 @@
+// Stage 2, layout: one block of 1024 threads counts the tokens of every expert (shared-memory
+// atomics), then two block-wide scans (one expert per thread) give each expert's segment in the
+// sorted buffers (padded to 4 rows) and its first GEMM tile. Bad caller ids are counted nowhere
+// and reported in the status word. Also resets the gather stage's slot counters.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+
+#include "moe/workspace.h"
+
+namespace lowbit::moe {
+
+constexpr int kLayoutThreads = kMaxExperts;
+
+// Tiles of one expert with `count` tokens; the GEMM's unit decode (moe/expert_tiles.cuh) walks
+// the same product.
+__host__ __device__ __forceinline__ int expert_tiles(int count, int token_tile, int nblocks, int splits) {
+  return (count + token_tile - 1) / token_tile * nblocks * splits;
+}
+
+__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
+  using Scan = cub::BlockScan<int, kLayoutThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int s_count[kMaxExperts];
+  __shared__ int first_bad;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < p.experts) s_count[tid] = 0;
+  if (tid == 0) first_bad = INT_MAX;
+  __syncthreads();
+  const int pairs = p.m * p.top_k;
+  for (int i = tid; i < pairs; i += kLayoutThreads) {
+    const int e = p.ids[i];
+    if (static_cast<unsigned>(e) >= static_cast<unsigned>(p.experts)) atomicMin(&first_bad, i);
+    else atomicAdd(&s_count[e], 1);
+  }
+  __syncthreads();
+  const int count = tid < p.experts ? s_count[tid] : 0;
+  int seg_start = 0, seg_total = 0, tile0 = 0, tile_total = 0;
+  Scan(scan_tmp).ExclusiveSum((count + 3) / 4 * 4, seg_start, seg_total);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(expert_tiles(count, p.token_tile, p.nblocks, p.splits), tile0, tile_total);
+  if (tid < p.experts) {
+    p.counts[tid] = count;
+    p.offsets[tid] = seg_start;
+    p.tile_start[tid] = tile0;
+    p.cursor[tid] = 0;
+  }
+  if (tid == 0) {
+    p.offsets[p.experts] = seg_total;
+    p.tile_start[p.experts] = tile_total;
+    p.status[0] = first_bad == INT_MAX ? kMoeOk : kMoeBadExpertId;
+    p.status[1] = first_bad == INT_MAX ? -1 : first_bad;
+  }
+}
+
+}  // namespace lowbit::moe

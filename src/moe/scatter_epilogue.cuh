@@ -1,0 +1,61 @@
+// The expert GEMM's epilogue: the weighted scatter-reduce of the seed, fused. Both consumer
+// warpgroups drop their 64 weight rows x token-tile accumulators into a shared tile transposed
+// to token-major (one 128-float row per token), then each of the 8 consumer warps takes whole
+// token rows: 32 lanes x float4 = the 128 columns, scaled by the routing weight, and either
+//  - atomic mode: added into the token's FP32 output row (Y, or the FP32 sums that the finish
+//    stage converts to BF16) with one vector atomic per lane, or
+//  - deterministic mode: stored as the (token, slot) pair's own row, summed in a fixed order by
+//    the finish stage.
+#pragma once
+
+#include <cstdint>
+
+#include "hopper/named_barrier.cuh"
+#include "moe/expert_tiles.cuh"
+#include "moe/workspace.h"
+
+namespace lowbit::moe {
+
+template <class T>
+struct ScatterEpilogue {
+  static constexpr int kConsumerThreads = 128 * T::kConsumerWarpgroups;
+
+  template <int R>
+  __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg, const ExpertUnit& u,
+                                        const MoeParams& p, const float (&acc)[R]) const {
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    // The previous unit's rows are read out by every warp before anyone overwrites them.
+    hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
+    const int row = consumer_wg * 64 + warp * 16 + lane / 4;
+    const int col = 2 * (lane % 4);
+#pragma unroll
+    for (int g = 0; g < R / 4; ++g) {
+      ss.out[8 * g + col][row] = acc[4 * g + 0];
+      ss.out[8 * g + col + 1][row] = acc[4 * g + 1];
+      ss.out[8 * g + col][row + 8] = acc[4 * g + 2];
+      ss.out[8 * g + col + 1][row + 8] = acc[4 * g + 3];
+    }
+    hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
+    const int n = u.n0 + 4 * lane;
+    if (n >= p.n) return;  // n is a multiple of 16: a lane's four columns are all in or all out
+    float* atomic_dst = p.y_fp32 ? static_cast<float*>(p.y) : p.sums;
+    for (int c = consumer_wg * 4 + warp; c < u.rows; c += 2 * 4) {
+      const int r = u.x_row0 + c;
+      const int pair = p.row_pair[r];
+      const float wt = p.row_weight[r];
+      float4 v = *reinterpret_cast<const float4*>(&ss.out[c][4 * lane]);
+      v.x *= wt;
+      v.y *= wt;
+      v.z *= wt;
+      v.w *= wt;
+      if (p.deterministic) {
+        *reinterpret_cast<float4*>(p.sums + static_cast<int64_t>(pair) * p.n + n) = v;
+      } else {
+        const int token = pair / p.top_k;
+        atomicAdd(reinterpret_cast<float4*>(atomic_dst + static_cast<int64_t>(token) * p.n + n), v);
+      }
+    }
+  }
+};
+
+}  // namespace lowbit::moe
