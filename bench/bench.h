@@ -37,6 +37,7 @@ struct Shape {
   int64_t m = 0, n = 0, k = 0;
   int64_t period = 0;  // W2: patches per image (rows of the positional embedding)
   std::vector<int64_t> group_m;  // grouped suites: M of each group (m is then unused)
+  int experts = 0, top_k = 0;    // W6 (MoE)
 };
 
 struct Result {
@@ -58,12 +59,16 @@ struct Result {
   // Grouped suites: our dense kernel launched once per group.
   double us_loop = 0, x_loop = 0;
   double similarity = 0;  // DeepGEMM's 1 - 2 sum(xy) / (sum x^2 + sum y^2) on the sampled outputs
+  // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).
+  double us_det = 0;
+  std::vector<std::pair<std::string, double>> stages;
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_nvfp4_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_blockscaled_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_moe_shape(const Options& opt, const Shape& shape, Result* r);
 
 // Nominal dense BF16 tensor rate (H100 SXM): the NVFP4 kernel's MMAs run at it.
 constexpr double kPeakBf16Tflops = 989.0;

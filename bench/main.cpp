@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -50,6 +50,20 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     v.push_back({"BS-dense", 128, 7168, 2048});
     v.push_back({"BS-dense", 4096, 7168, 2048});
   }
+  if (suite == "W6" || suite == "default") {
+    // Fused MoE: the seed's shape (M = 128, E = 256, top-8, N = 512, K = 2048) swept over M, and
+    // a second model shape (E = 128, N = 768).
+    for (int64_t m : {1, 16, 64, 128, 512, 2048, 8192}) {
+      Shape sh{"W6", m, 512, 2048};
+      sh.experts = 256;
+      sh.top_k = 8;
+      v.push_back(sh);
+    }
+    Shape second{"W6", 128, 768, 2048};
+    second.experts = 128;
+    second.top_k = 8;
+    v.push_back(second);
+  }
   if (suite == "W1-llm" || suite == "default") {
     const int64_t ms[] = {64, 128, 4096};
     const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
@@ -68,7 +82,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG]...\n");
 }
@@ -145,6 +159,7 @@ int main(int argc, char** argv) {
     const Status st = sh.suite == "W2"                ? run_patch_embed_shape(opt, sh, &r)
                       : sh.suite == "W4"              ? run_nvfp4_shape(opt, sh, &r)
                       : sh.suite.rfind("BS-", 0) == 0 ? run_blockscaled_shape(opt, sh, &r)
+                      : sh.suite == "W6"              ? run_moe_shape(opt, sh, &r)
                                                       : run_fp8_shape(opt, sh, &r);
     if (!st.ok()) {
       r.shape = sh;
@@ -200,6 +215,20 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (r.shape.suite == "W6") {
+      std::string stages;
+      for (const auto& st : r.stages) stages += st.first + " " + std::to_string(st.second).substr(0, 5) + " ";
+      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | E=%d top%d det %8.2f | %s| %8.2e sim %8.2e"
+                  " | %s %s\n",
+                  r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.shape.experts, r.shape.top_k, r.us_det,
+                  stages.c_str(), r.err, r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
     if (r.shape.suite == "W4") {
       std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | bf16 %8.2f %6.3f x | w4a16 %8.2f"
                   " | fp8(ours) %8.2f | bf16-mma floor %6.2f | %8.2e | %s %s\n",
@@ -236,7 +265,10 @@ int main(int argc, char** argv) {
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
         << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
-        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity
+        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
+        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";
+      for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
+      f << "}"
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
         << "\",\"status\":\"" << r.status << "\"}";
     }
