@@ -75,6 +75,14 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
 
 bool parse_shape(const std::string& s, Shape* out) {
   long long m, n, k;
+  int experts = 0, top_k = 0;
+  // "MxNxK/E/topk": one W6 (MoE) shape.
+  if (std::sscanf(s.c_str(), "%lldx%lldx%lld/%d/%d", &m, &n, &k, &experts, &top_k) == 5) {
+    *out = {"W6", m, n, k};
+    out->experts = experts;
+    out->top_k = top_k;
+    return true;
+  }
   if (std::sscanf(s.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return false;
   *out = {"custom", m, n, k};
   return true;

@@ -69,13 +69,16 @@ struct MoeConfig {
   int token_tile = 0;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
   int splits = 0;      // K split into this many ranges, added by the atomics (atomic mode only)
   int grid = 0;        // persistent CTAs; 0 = the device's SM count
+  // MB of the first experts' weights the route stage asks L2 to fetch while routing, layout and
+  // gather run: -1 = auto (half the L2 when nearly every expert will receive tokens, else 0).
+  int prefetch_mb = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
-MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
-                            std::string* reason = nullptr);
+MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, size_t l2_bytes,
+                            const MoeConfig* forced, std::string* reason = nullptr);
 // The selection rules as a printable table.
 std::string moe_config_table();
 

@@ -32,6 +32,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUte
                                   cta_mask);
 }
 
+// Asks L2 to fetch [src, src + bytes) from global memory ahead of its readers (16-byte aligned,
+// a multiple of 16 bytes); nothing completes and nothing waits. CCCL's cuda::ptx has no wrapper
+// for cp.async.bulk.prefetch.L2.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
+               : "memory");
+}
+
 // Plain bulk copy global -> shared of `bytes` contiguous bytes (a multiple of 16; both addresses
 // 16-byte aligned), completing on `bar` like a tile load. For data no tensor map describes, such
 // as rows gathered by an index.

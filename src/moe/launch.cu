@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <type_traits>
 #include <string>
 
 #include "common/key_value.h"
@@ -61,6 +62,7 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.splits != 0 && c.splits != 1 && c.splits != 2 && c.splits != 4)
     return Status::Invalid(w + ": splits must be 0 (auto), 1, 2 or 4");
   if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
+  if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
   return Status::Ok();
 }
 
@@ -139,7 +141,7 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   Prepared& r = *out;
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
-  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, r.dev.l2_bytes, forced);
   const int need_smem = gemm_smem_bytes(r.cfg.token_tile);
   if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
@@ -184,14 +186,30 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   int32_t* ids = reinterpret_cast<int32_t*>(base + r.layout.ids);
   float* weights = reinterpret_cast<float*>(base + r.layout.weights);
   const int blocks = (r.s.m + moe::kRouteWarps - 1) / moe::kRouteWarps;
-  const size_t smem = sizeof(float) * moe::kRouteWarps * r.s.experts;
-  if (a.logits_type == OutType::kFP32)
-    moe::route_kernel<float><<<blocks, 32 * moe::kRouteWarps, smem, stream>>>(
-        static_cast<const float*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids, weights);
-  else
-    moe::route_kernel<__nv_bfloat16><<<blocks, 32 * moe::kRouteWarps, smem, stream>>>(
-        static_cast<const __nv_bfloat16*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids,
-        weights);
+  const uint64_t w_bytes = static_cast<uint64_t>(r.s.experts) * r.s.n * r.s.k;
+  const moe::RoutePrefetch pf{static_cast<const uint8_t*>(a.w),
+                              std::min<uint64_t>(w_bytes, static_cast<uint64_t>(r.cfg.prefetch_mb) << 20)};
+  const int grid = blocks + (pf.bytes > 0 ? 1 : 0);
+  const int per_lane = r.s.experts <= 32 ? 1 : r.s.experts <= 64 ? 2 : r.s.experts <= 128 ? 4
+                       : r.s.experts <= 256 ? 8 : r.s.experts <= 512 ? 16 : 32;
+  auto launch = [&](auto tag, auto per_lane_c) {
+    using LogitT = decltype(tag);
+    moe::route_kernel<LogitT, decltype(per_lane_c)::value><<<grid, 32 * moe::kRouteWarps, 0, stream>>>(
+        static_cast<const LogitT*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids, weights,
+        pf);
+  };
+  auto by_lane = [&](auto tag) {
+    switch (per_lane) {
+      case 1: launch(tag, std::integral_constant<int, 1>{}); break;
+      case 2: launch(tag, std::integral_constant<int, 2>{}); break;
+      case 4: launch(tag, std::integral_constant<int, 4>{}); break;
+      case 8: launch(tag, std::integral_constant<int, 8>{}); break;
+      case 16: launch(tag, std::integral_constant<int, 16>{}); break;
+      default: launch(tag, std::integral_constant<int, 32>{}); break;
+    }
+  };
+  if (a.logits_type == OutType::kFP32) by_lane(float{});
+  else by_lane(__nv_bfloat16{});
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe route launch", e);
 }
@@ -258,7 +276,8 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 }  // namespace
 
 std::string MoeConfig::to_string() const {
-  return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid);
+  return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
+         ",prefetch=" + std::to_string(prefetch_mb);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -267,7 +286,8 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     if (key == "tile") c.token_tile = value;
     else if (key == "splits") c.splits = value;
     else if (key == "grid") c.grid = value;
-    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid)");
+    else if (key == "prefetch") c.prefetch_mb = value;
+    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -277,8 +297,8 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
 
 // The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
 // expert sees on average.
-MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced,
-                            std::string* reason) {
+MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, size_t l2_bytes,
+                            const MoeConfig* forced, std::string* reason) {
   MoeConfig c = forced ? *forced : MoeConfig{};
   std::string why;
   const double pairs = static_cast<double>(s.m) * s.top_k;
@@ -306,6 +326,20 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
     if (reduce == MoeReduce::kDeterministic) c.splits = 1;
     why += "splits forced" + std::string(reduce == MoeReduce::kDeterministic ? " (1: deterministic)" : "");
   }
+  if (c.prefetch_mb < 0) {
+    // Expected share of experts with at least one token: 1 - (1 - top_k / E)^m.
+    const double idle = s.experts > 0 ? std::pow(1.0 - static_cast<double>(s.top_k) / s.experts, s.m) : 1.0;
+    c.prefetch_mb = 1.0 - idle >= 0.9 ? static_cast<int>(l2_bytes >> 21) : 0;
+    why += "; prefetch=" + std::to_string(c.prefetch_mb) + " MB: " +
+           (c.prefetch_mb ? "nearly every expert gets tokens, so the first wave reads the first experts (half the L2)"
+                          : "few experts get tokens; which ones is unknown before routing");
+  }
+  // Every K range must hold at least one K block (an empty range would leave its consumers
+  // waiting for a stage that is never loaded).
+  if (c.splits > s.k / 128 && s.k >= 128) {
+    c.splits = s.k / 128;
+    why += " (clamped to the " + std::to_string(c.splits) + " K blocks)";
+  }
   if (reason) *reason = why;
   return c;
 }
@@ -317,7 +351,9 @@ std::string moe_config_table() {
          "  token tile 64  | avg <= 64  |\n"
          "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
-         "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n";
+         "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
+         "  prefetch L2/2  | >= 90% of experts expected to get tokens | the GEMM's first wave reads the first experts' weights;\n"
+         "                 |                                 | fetching them during routing overlaps the glue stages\n";
 }
 
 size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType y_type) {
