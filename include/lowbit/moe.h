@@ -33,7 +33,7 @@ namespace lowbit {
 
 enum class MoeReduce { kAtomic, kDeterministic };
 
-// Sizes. Limits (checked, with a message): 1 <= experts <= 1024, 1 <= top_k <= min(32, experts),
+// Sizes. Limits (checked, with a message): 1 <= experts <= 512, 1 <= top_k <= min(32, experts),
 // k a positive multiple of 128, n a positive multiple of 16, m >= 0 (m = 0 writes nothing).
 struct MoeShape {
   int m = 0;        // tokens
@@ -72,6 +72,9 @@ struct MoeConfig {
   // MB of the first experts' weights the route stage asks L2 to fetch while routing, layout and
   // gather run: -1 = auto (half the L2 when nearly every expert will receive tokens, else 0).
   int prefetch_mb = -1;
+  // 1: the GEMM's producer asks L2 for a unit's whole weight tile (one contiguous block when
+  // the unit spans all of K) before streaming it in 128-byte-wide K slices; -1 = auto (1).
+  int tile_prefetch = -1;
   std::string to_string() const;
 };
 // Parses "tile=16,splits=2,grid=132,prefetch=24" (any subset); unknown keys are an error.

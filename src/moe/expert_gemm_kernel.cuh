@@ -58,6 +58,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
         const ExpertUnit v = tiles.resolve(u);
+        // K slices of 128 bytes from 128 rows 2 KB+ apart make scattered DRAM reads; when the
+        // unit covers all of K its tile is one contiguous block, asked of L2 whole first.
+        if (p.tile_prefetch && v.kb_begin == 0 && v.kb_end == p.kblocks) {
+          const int rows = min(T::kBlockM, p.experts * p.n - v.w_row0);
+          hopper::bulk_prefetch_l2(p.w + static_cast<int64_t>(v.w_row0) * p.k, static_cast<uint32_t>(rows * p.k));
+        }
         // Only the tile's real rows' scales (a multiple of 4 stays inside the padded segment).
         const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
         fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end,

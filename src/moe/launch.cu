@@ -62,6 +62,7 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.splits != 0 && c.splits != 1 && c.splits != 2 && c.splits != 4)
     return Status::Invalid(w + ": splits must be 0 (auto), 1, 2 or 4");
   if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
+  if (c.tile_prefetch < -1 || c.tile_prefetch > 1) return Status::Invalid(w + ": tile_prefetch must be -1, 0 or 1");
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
   return Status::Ok();
 }
@@ -176,7 +177,9 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   p.xq = base + r.layout.xq;
   p.sums = r.layout.sum_floats > 0 ? reinterpret_cast<float*>(base + r.layout.sums) : nullptr;
   p.y = a.y;
+  p.w = static_cast<const uint8_t*>(a.w);
   p.w_scales = a.w_scales;
+  p.tile_prefetch = r.cfg.tile_prefetch != 0;
   return Status::Ok();
 }
 
@@ -189,9 +192,10 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   const uint64_t w_bytes = static_cast<uint64_t>(r.s.experts) * r.s.n * r.s.k;
   const moe::RoutePrefetch pf{static_cast<const uint8_t*>(a.w),
                               std::min<uint64_t>(w_bytes, static_cast<uint64_t>(r.cfg.prefetch_mb) << 20)};
-  const int grid = blocks + (pf.bytes > 0 ? 1 : 0);
+  const int grid = blocks + (pf.bytes > 0 ? r.dev.sm_count : 0);
   const int per_lane = r.s.experts <= 32 ? 1 : r.s.experts <= 64 ? 2 : r.s.experts <= 128 ? 4
-                       : r.s.experts <= 256 ? 8 : r.s.experts <= 512 ? 16 : 32;
+                       : r.s.experts <= 256 ? 8 : 16;
+  static_assert(moe::kMaxExperts <= 32 * 16, "the routing warp holds 16 logits per lane");
   auto launch = [&](auto tag, auto per_lane_c) {
     using LogitT = decltype(tag);
     moe::route_kernel<LogitT, decltype(per_lane_c)::value><<<grid, 32 * moe::kRouteWarps, 0, stream>>>(
@@ -204,8 +208,7 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
       case 2: launch(tag, std::integral_constant<int, 2>{}); break;
       case 4: launch(tag, std::integral_constant<int, 4>{}); break;
       case 8: launch(tag, std::integral_constant<int, 8>{}); break;
-      case 16: launch(tag, std::integral_constant<int, 16>{}); break;
-      default: launch(tag, std::integral_constant<int, 32>{}); break;
+      default: launch(tag, std::integral_constant<int, 16>{}); break;
     }
   };
   if (a.logits_type == OutType::kFP32) by_lane(float{});
@@ -277,7 +280,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 
 std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
-         ",prefetch=" + std::to_string(prefetch_mb);
+         ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -287,7 +290,8 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "splits") c.splits = value;
     else if (key == "grid") c.grid = value;
     else if (key == "prefetch") c.prefetch_mb = value;
-    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch)");
+    else if (key == "tileprefetch") c.tile_prefetch = value;
+    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch, tileprefetch)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -333,6 +337,10 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, s
     why += "; prefetch=" + std::to_string(c.prefetch_mb) + " MB: " +
            (c.prefetch_mb ? "nearly every expert gets tokens, so the first wave reads the first experts (half the L2)"
                           : "few experts get tokens; which ones is unknown before routing");
+  }
+  if (c.tile_prefetch < 0) {
+    c.tile_prefetch = 1;
+    why += "; tileprefetch=1: each unit's weight tile is one contiguous block, fetched whole into L2 first";
   }
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).

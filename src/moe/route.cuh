@@ -1,9 +1,8 @@
 // Stage 1, routing: one warp per token. Softcap -> softmax over the experts -> top-k by repeated
 // warp arg-max (ties to the lower id) -> optional renormalization. Lane l holds experts l,
 // l + 32, ... in registers (kPerLane of them, so experts <= 32 * kPerLane) and keeps its best
-// remaining candidate; each round the warp takes the maximum of the lanes' candidates as one
-// 64-bit key (ordered value bits, then the complement of the id) and only the winning lane
-// looks for its next candidate.
+// remaining candidate; each round takes two warp reductions (redux.sync: the largest value, then
+// the lowest id holding it) and only the winning lane looks for its next candidate.
 // Extra blocks past the tokens' ask L2 to start fetching the first experts' weights: when nearly
 // every expert receives tokens, the expert GEMM's first wave reads exactly those, and the
 // fetch overlaps the routing, layout and gather stages (docs/perf.md, W6).
@@ -20,16 +19,20 @@
 namespace lowbit::moe {
 
 constexpr int kRouteWarps = 4;
-constexpr uint32_t kPrefetchChunk = 1u << 18;  // bytes per L2 prefetch request
+// One SM's bulk-copy unit moves about 0.25 TB/s, so the prefetch is spread over one block per SM
+// (measured: 25 MB from a single block kept the route kernel alive for 94 us).
+constexpr uint32_t kPrefetchChunk = 1u << 16;  // bytes per L2 prefetch request
 
 __device__ __forceinline__ float logit_as_float(float v) { return v; }
 __device__ __forceinline__ float logit_as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// Larger value first, then the lower id; an empty slot (key 0) loses to everything.
-__device__ __forceinline__ uint64_t pick_key(float v, int id) {
+// Order-preserving map of floats to unsigned ints and back.
+__device__ __forceinline__ uint32_t order_code(float v) {
   const uint32_t b = __float_as_uint(v);
-  const uint32_t ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<uint64_t>(ordered) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float code_value(uint32_t c) {
+  return __uint_as_float((c & 0x80000000u) ? (c & 0x7FFFFFFFu) : ~c);
 }
 
 struct RoutePrefetch {
@@ -44,12 +47,12 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   const int route_blocks = (m + kRouteWarps - 1) / kRouteWarps;
   if (static_cast<int>(blockIdx.x) >= route_blocks) {
     const uint64_t chunks = (prefetch.bytes + kPrefetchChunk - 1) / kPrefetchChunk;
-    const uint64_t stride = static_cast<uint64_t>(gridDim.x - route_blocks) * blockDim.x;
-    for (uint64_t c = (blockIdx.x - route_blocks) * blockDim.x + threadIdx.x; c < chunks; c += stride) {
-      const uint64_t at = c * kPrefetchChunk;
-      const uint64_t len = prefetch.bytes - at < kPrefetchChunk ? prefetch.bytes - at : kPrefetchChunk;
-      hopper::bulk_prefetch_l2(prefetch.base + at, static_cast<uint32_t>(len) & ~15u);
-    }
+    if (threadIdx.x == 0)
+      for (uint64_t c = blockIdx.x - route_blocks; c < chunks; c += gridDim.x - route_blocks) {
+        const uint64_t at = c * kPrefetchChunk;
+        const uint64_t len = prefetch.bytes - at < kPrefetchChunk ? prefetch.bytes - at : kPrefetchChunk;
+        hopper::bulk_prefetch_l2(prefetch.base + at, static_cast<uint32_t>(len) & ~15u);
+      }
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -57,7 +60,10 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   if (t >= m) return;  // no block-wide barrier below
   const LogitT* row = logits + static_cast<int64_t>(t) * experts;
 
-  float v[kPerLane];
+  // Only order-preserving 32-bit codes of the softcapped logits stay in registers (values are
+  // decoded where needed): 32 per lane at 1024 experts.
+  uint32_t code[kPerLane];
+  uint32_t left = 0;  // bit i: expert lane + 32 i is still a candidate
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
@@ -66,8 +72,9 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
     if (e < experts) {
       x = logit_as_float(row[e]);
       if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+      left |= 1u << i;
     }
-    v[i] = x;
+    code[i] = order_code(x);
     mx = fmaxf(mx, x);
   }
 #pragma unroll
@@ -75,45 +82,44 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < experts) sum += expf(v[i] - mx);
+    if ((left >> i) & 1u) sum += expf(code_value(code[i]) - mx);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
-  uint32_t left = 0;  // bit i: expert lane + 32 i is still a candidate
+  // A lane's ids grow with i, so its lowest i wins ties inside the lane; redux.min over the ids
+  // holding the maximum settles ties across lanes.
+  auto best_of_lane = [&](uint32_t* best_code) {
+    int best = -1;
+    *best_code = 0;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < experts) left |= 1u << i;
-  auto best_of_lane = [&]() {
-    uint64_t best = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const uint64_t key = pick_key(v[i], lane + 32 * i);
-      if (((left >> i) & 1u) && key > best) best = key;
-    }
+    for (int i = 0; i < kPerLane; ++i)
+      if (((left >> i) & 1u) && (best < 0 || code[i] > *best_code)) {
+        best = i;
+        *best_code = code[i];
+      }
     return best;
   };
-  uint64_t mine = best_of_lane();
-  uint64_t my_pick = 0;
+  uint32_t mine_code;
+  int mine = best_of_lane(&mine_code);
+  int my_id = 0;
+  uint32_t my_code = 0;
   for (int j = 0; j < top_k; ++j) {
-    uint64_t best = mine;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
-      best = other > best ? other : best;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, mine >= 0 ? mine_code : 0u);
+    const uint32_t id = __reduce_min_sync(0xffffffffu, (mine >= 0 && mine_code == top)
+                                                           ? static_cast<uint32_t>(lane + 32 * mine)
+                                                           : 0xFFFFFFFFu);
+    if (lane == j) {
+      my_id = static_cast<int>(id);
+      my_code = top;
     }
-    if (lane == j) my_pick = best;
-    if (best == mine) {  // this lane's candidate won: drop it, find the next
-      const int id = static_cast<int>(0xFFFFFFFFu - static_cast<uint32_t>(best));
+    if (static_cast<int>(id) % 32 == lane) {  // this lane's candidate won: drop it, find the next
       left &= ~(1u << (id / 32));
-      mine = best_of_lane();
+      mine = best_of_lane(&mine_code);
     }
   }
-  const int my_id = static_cast<int>(0xFFFFFFFFu - static_cast<uint32_t>(my_pick));
   float p = 0.0f;
   if (lane < top_k) {
-    const uint32_t ordered = static_cast<uint32_t>(my_pick >> 32);
-    const uint32_t b = (ordered & 0x80000000u) ? (ordered & 0x7FFFFFFFu) : ~ordered;
-    p = expf(__uint_as_float(b) - mx) / sum;
+    p = expf(code_value(my_code) - mx) / sum;
   }
   if (renormalize) {
     float s = p;

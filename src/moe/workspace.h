@@ -25,7 +25,7 @@ inline const char* moe_error_text(int code) {
   return "unknown";
 }
 
-constexpr int kMaxExperts = 1024;  // one expert per thread of the layout block's scan
+constexpr int kMaxExperts = 512;  // 16 logits per routing lane in registers (32 spilled); one expert per layout thread
 constexpr int kMaxTopK = 32;       // one pick per lane of the routing warp
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -92,7 +92,9 @@ struct MoeParams {
   uint8_t* xq;
   float* sums;  // see Layout::sum_floats; null when unused
   void* y;
+  const uint8_t* w;       // [experts * n, k]
   const float* w_scales;  // [experts, nblocks, kblocks]
+  bool tile_prefetch;
 };
 
 }  // namespace lowbit::moe
