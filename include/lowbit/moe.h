@@ -70,10 +70,11 @@ struct MoeConfig {
   int splits = 0;      // K split into this many ranges, added by the atomics (atomic mode only)
   int grid = 0;        // persistent CTAs; 0 = the device's SM count
   // MB of the first experts' weights the route stage asks L2 to fetch while routing, layout and
-  // gather run: -1 = auto (half the L2 when nearly every expert will receive tokens, else 0).
+  // gather run: -1 = auto (0: measured no gain, docs/perf.md W6).
   int prefetch_mb = -1;
   // 1: the GEMM's producer asks L2 for a unit's whole weight tile (one contiguous block when
-  // the unit spans all of K) before streaming it in 128-byte-wide K slices; -1 = auto (1).
+  // the unit spans all of K) before streaming it in 128-byte-wide K slices; -1 = auto (0: it
+  // measured 10% slower).
   int tile_prefetch = -1;
   std::string to_string() const;
 };

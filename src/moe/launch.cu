@@ -301,7 +301,7 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
 
 // The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
 // expert sees on average.
-MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, size_t l2_bytes,
+MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, size_t /*l2_bytes*/,
                             const MoeConfig* forced, std::string* reason) {
   MoeConfig c = forced ? *forced : MoeConfig{};
   std::string why;
@@ -330,18 +330,9 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, s
     if (reduce == MoeReduce::kDeterministic) c.splits = 1;
     why += "splits forced" + std::string(reduce == MoeReduce::kDeterministic ? " (1: deterministic)" : "");
   }
-  if (c.prefetch_mb < 0) {
-    // Expected share of experts with at least one token: 1 - (1 - top_k / E)^m.
-    const double idle = s.experts > 0 ? std::pow(1.0 - static_cast<double>(s.top_k) / s.experts, s.m) : 1.0;
-    c.prefetch_mb = 1.0 - idle >= 0.9 ? static_cast<int>(l2_bytes >> 21) : 0;
-    why += "; prefetch=" + std::to_string(c.prefetch_mb) + " MB: " +
-           (c.prefetch_mb ? "nearly every expert gets tokens, so the first wave reads the first experts (half the L2)"
-                          : "few experts get tokens; which ones is unknown before routing");
-  }
-  if (c.tile_prefetch < 0) {
-    c.tile_prefetch = 1;
-    why += "; tileprefetch=1: each unit's weight tile is one contiguous block, fetched whole into L2 first";
-  }
+  // Both L2 prefetches measured no gain at the seed's shape (docs/perf.md, W6): off unless forced.
+  if (c.prefetch_mb < 0) c.prefetch_mb = 0;
+  if (c.tile_prefetch < 0) c.tile_prefetch = 0;
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).
   if (c.splits > s.k / 128 && s.k >= 128) {
@@ -360,8 +351,8 @@ std::string moe_config_table() {
          "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
-         "  prefetch L2/2  | >= 90% of experts expected to get tokens | the GEMM's first wave reads the first experts' weights;\n"
-         "                 |                                 | fetching them during routing overlaps the glue stages\n";
+         "  prefetch 0, tileprefetch 0 | always | L2 prefetch of the first experts during routing, or of each unit's\n"
+         "                 |                                 | whole weight tile, measured no gain or a loss (docs/perf.md W6)\n";
 }
 
 size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType y_type) {
