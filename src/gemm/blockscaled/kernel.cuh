@@ -16,6 +16,7 @@
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
+#include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 
 namespace lowbit::blockscaled {
@@ -34,8 +35,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t align_pad = (1024u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(smem_raw) % 1024u)) % 1024u;
-  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
+  auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
   // Barrier init: each of the 8 consumer warps of every CTA in the cluster releases a stage once

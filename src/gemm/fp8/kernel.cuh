@@ -14,6 +14,7 @@
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
+#include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 
 namespace lowbit::fp8 {
@@ -35,8 +36,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   // Offset from the __shared__ array itself (not a pointer rebuilt from an integer), so the
   // compiler keeps the shared address space and ordinary accesses compile to LDS/STS.
-  const uint32_t align_pad = (1024u - static_cast<uint32_t>(reinterpret_cast<uintptr_t>(smem_raw) % 1024u)) % 1024u;
-  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw + align_pad);
+  auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
