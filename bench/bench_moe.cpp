@@ -113,7 +113,7 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   MoeConfig cfg{};
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_moe_config(opt.config, &cfg));
   std::string why;
-  const MoeConfig chosen = moe_choose_config(s, MoeReduce::kAtomic, dev.sm_count, dev.l2_bytes, &cfg, &why);
+  const MoeConfig chosen = moe_choose_config(s, MoeReduce::kAtomic, dev.sm_count, &cfg, &why);
   r->config = chosen.to_string();
   if (opt.explain) std::printf("W6 %dx%dx%d E=%d top%d: %s\n", s.m, s.n, s.k, s.experts, s.top_k, why.c_str());
 

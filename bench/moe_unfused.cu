@@ -1,12 +1,10 @@
 #include "moe_unfused.h"
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <cub/block/block_scan.cuh>
 
-#include "formats/e4m3.h"
-#include "formats/quantize.h"
+#include "formats/quantize_device.cuh"
 #include "lowbit/blockscaled.h"
 
 namespace lowbit::bench {
@@ -49,18 +47,19 @@ __global__ void offsets_kernel(const int* counts, int experts, int n, int k, int
 __global__ void quantize_kernel(const __nv_bfloat16* x, int k, uint8_t* xq, float* xs) {
   const int t = blockIdx.x;
   const int kb = k / 128;
-  for (int kk = threadIdx.x * 8; kk < k; kk += blockDim.x * 8) {
+  // Warp-uniform trip count: the scale reduction shuffles across the warp.
+  for (int base = (threadIdx.x / 32) * 256; base < k; base += blockDim.x * 8) {
+    const int kk = base + (threadIdx.x % 32) * 8;
+    const bool inside = kk < k;
     float f[8], amax = 0.f;
     for (int i = 0; i < 8; ++i) {
-      f[i] = __bfloat162float(x[static_cast<int64_t>(t) * k + kk + i]);
+      f[i] = inside ? __bfloat162float(x[static_cast<int64_t>(t) * k + kk + i]) : 0.f;
       amax = fmaxf(amax, fabsf(f[i]));
     }
-    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float scale = fmaxf(amax, formats::kBlockScaleFloor) / formats::kE4M3Max;
-    for (int i = 0; i < 8; i += 2) {
-      const uint16_t q = __nv_cvt_float2_to_fp8x2(make_float2(f[i] / scale, f[i + 1] / scale), __NV_SATFINITE, __NV_E4M3);
-      *reinterpret_cast<uint16_t*>(xq + static_cast<int64_t>(t) * k + kk + i) = q;
-    }
+    const float scale = formats::block_scale_1x128(amax);
+    const uint2 q = formats::quantize8_e4m3(f, scale);
+    if (!inside) continue;
+    *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(t) * k + kk) = q;
     if (threadIdx.x % 16 == 0) xs[static_cast<int64_t>(t) * kb + kk / 128] = scale;
   }
 }

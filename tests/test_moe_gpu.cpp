@@ -351,7 +351,7 @@ TEST_F(MoeGpu, LayoutAndGatherExact) {
   const int E = d.s.experts, K = d.s.k, KB = d.kb();
   DeviceInfo dev;
   ASSERT_TRUE(require_hopper(&dev).ok());
-  const MoeConfig cfg = moe_choose_config(d.s, d.reduce, dev.sm_count, dev.l2_bytes, nullptr);
+  const MoeConfig cfg = moe_choose_config(d.s, d.reduce, dev.sm_count, nullptr);
   std::vector<int> count(E, 0);
   for (int e : ids) ++count[e];
   const auto counts = read_dev<int32_t>(v.counts, E);

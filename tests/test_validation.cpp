@@ -339,14 +339,14 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
   std::string why;
   // The seed's shape: 4 tokens per expert on average -> the smallest tile, 1008 tiles -> no split.
-  MoeConfig seed = moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, 50u << 20, nullptr, &why);
+  MoeConfig seed = moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
   EXPECT_EQ(seed.token_tile, 16) << why;
   EXPECT_EQ(seed.splits, 1) << why;
   // M = 1: 8 experts x 4 N blocks = 32 tiles on 132 SMs -> split K.
-  MoeConfig one = moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, 50u << 20, nullptr, &why);
+  MoeConfig one = moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
   EXPECT_EQ(one.splits, 4) << why;
-  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, 50u << 20, nullptr).splits, 1);
-  EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, 50u << 20, nullptr).token_tile, 128);
+  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, nullptr).splits, 1);
+  EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).token_tile, 128);
   EXPECT_EQ(seed.prefetch_mb, 0) << why;  // measured no gain
   EXPECT_EQ(seed.tile_prefetch, 0) << why;
   EXPECT_FALSE(moe_config_table().empty());

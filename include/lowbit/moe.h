@@ -81,8 +81,8 @@ struct MoeConfig {
 // Parses "tile=16,splits=2,grid=132,prefetch=24" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
-MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, size_t l2_bytes,
-                            const MoeConfig* forced, std::string* reason = nullptr);
+MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                            std::string* reason = nullptr);
 // The selection rules as a printable table.
 std::string moe_config_table();
 

@@ -7,12 +7,10 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
-#include "formats/e4m3.h"
-#include "formats/quantize.h"
+#include "formats/quantize_device.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit::moe {
@@ -47,8 +45,12 @@ __global__ void __launch_bounds__(kGatherThreads)
   __syncthreads();
 
   const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
-  for (int kk = tid * 8; kk < p.k; kk += kGatherThreads * 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(xrow + kk);
+  // Warp-uniform trip count (the scale reduction shuffles across the warp); K is a multiple of
+  // 128, so each half warp is wholly inside or wholly past the row.
+  for (int base = (tid / 32) * 256; base < p.k; base += kGatherThreads * 8) {
+    const int kk = base + (tid % 32) * 8;
+    const bool inside = kk < p.k;
+    const uint4 raw = inside ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
     float f[8];
     float amax = 0.0f;
@@ -60,15 +62,9 @@ __global__ void __launch_bounds__(kGatherThreads)
       amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
     }
     // The 16 threads of a 128-wide block are a half warp.
-#pragma unroll
-    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float scale = fmaxf(amax, formats::kBlockScaleFloor) / formats::kE4M3Max;
-    uint2 q;
-    uint16_t* q16 = reinterpret_cast<uint16_t*>(&q);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      q16[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i] / scale, f[2 * i + 1] / scale), __NV_SATFINITE, __NV_E4M3);
-    for (int j = 0; j < p.top_k; ++j) {
+    const float scale = formats::block_scale_1x128(amax);
+    const uint2 q = formats::quantize8_e4m3(f, scale);
+    for (int j = 0; j < p.top_k && inside; ++j) {
       const int row = s_row[j];
       if (row < 0) continue;
       *reinterpret_cast<uint2*>(p.xq + static_cast<int64_t>(row) * p.k + kk) = q;

@@ -142,7 +142,7 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   Prepared& r = *out;
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
-  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, r.dev.l2_bytes, forced);
+  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
   const int need_smem = gemm_smem_bytes(r.cfg.token_tile);
   if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
@@ -301,8 +301,8 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
 
 // The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
 // expert sees on average.
-MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, size_t /*l2_bytes*/,
-                            const MoeConfig* forced, std::string* reason) {
+MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                            std::string* reason) {
   MoeConfig c = forced ? *forced : MoeConfig{};
   std::string why;
   const double pairs = static_cast<double>(s.m) * s.top_k;
