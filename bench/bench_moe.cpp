@@ -140,7 +140,11 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   LaunchFn base = [&](cudaStream_t q, int i) {
     return unfused.run(args_for(i, MoeReduce::kAtomic, y_base.p), ws_base.p, ws_bytes, q);
   };
-  const MoeStage order[] = {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather};
+  // Stage prefixes, each launched alone (without PDL): the pipeline's own stages.
+  const bool fused_prep = chosen.fused_prep == 1;
+  const std::vector<MoeStage> order =
+      fused_prep ? std::vector<MoeStage>{MoeStage::kPrepare}
+                 : std::vector<MoeStage>{MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather};
   auto prefix = [&](int stages) -> LaunchFn {
     return [&, stages](cudaStream_t q, int i) {
       const FusedMoeArgs a = args_for(i, MoeReduce::kAtomic, y.p);
@@ -219,7 +223,9 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   double rough = 0.0;
   LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, st, &rough));
   const int batch = std::clamp(static_cast<int>(3000.0 / std::max(rough, 1.0)), 2, 200);
-  std::vector<LaunchFn> launches = {ours, det, prefix(1), prefix(2), prefix(3)};
+  std::vector<LaunchFn> launches = {ours, det};
+  for (size_t j = 1; j <= order.size(); ++j) launches.push_back(prefix(static_cast<int>(j)));
+  const size_t base_at = launches.size();
   if (opt.baseline) launches.push_back(base);
   std::vector<Timing> t;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, st, batch, opt.samples, &t));
@@ -233,11 +239,14 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   const double flops = 2.0 * pairs * s.n * s.k;
   r->us = t[0].median_us;
   r->us_det = t[1].median_us;
-  r->stages = {{"route", t[2].median_us},
-               {"layout", t[3].median_us - t[2].median_us},
-               {"gather", t[4].median_us - t[3].median_us},
-               {"gemm", t[0].median_us - t[4].median_us}};
-  r->us_base = opt.baseline ? t[5].median_us : 0.0;
+  if (fused_prep)
+    r->stages = {{"prep", t[2].median_us}, {"gemm", t[0].median_us - t[2].median_us}};
+  else
+    r->stages = {{"route", t[2].median_us},
+                 {"layout", t[3].median_us - t[2].median_us},
+                 {"gather", t[4].median_us - t[3].median_us},
+                 {"gemm", t[0].median_us - t[4].median_us}};
+  r->us_base = opt.baseline ? t[base_at].median_us : 0.0;
   r->tflops = flops / (r->us * 1e6);
   r->gbs = bytes / (r->us * 1e3);
   r->floor_us = std::max(flops / (kPeakFp8Tflops * 1e6), bytes / (kCopyTBs * 1e6));

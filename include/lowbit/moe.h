@@ -76,9 +76,15 @@ struct MoeConfig {
   // the unit spans all of K) before streaming it in 128-byte-wide K slices; -1 = auto (0: it
   // measured 10% slower).
   int tile_prefetch = -1;
+  // 1: stages launch with programmatic dependent launch (each kernel's launch and prologue
+  // overlap the previous one's tail); -1 = auto (1).
+  int pdl = -1;
+  // 1: route, layout and quantize+gather run as one single-block launch (MoeStage::kPrepare;
+  // needs m * top_k <= 512); -1 = auto (1 for m <= 16).
+  int fused_prep = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,prep=1" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
@@ -94,7 +100,8 @@ size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType
 Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                      const MoeConfig* config = nullptr);
 
-enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish };
+// kPrepare is kRoute + kLayout + kQuantizeGather in one single-block launch (m * top_k <= 512).
+enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish, kPrepare };
 // One stage alone, reading what the earlier stages left in the same workspace (route writes ids
 // and weights into the workspace unless the caller passed its own). The config must be the same
 // for the layout and GEMM stages of one forward pass.

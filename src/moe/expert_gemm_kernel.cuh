@@ -9,6 +9,7 @@
 
 #include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/fp8/mainloop.cuh"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/shared_storage.cuh"
@@ -38,14 +39,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
-  // Barrier init: each of the 8 consumer warps releases a stage once per phase. The experts'
-  // tile offsets come into shared memory for the per-unit expert lookup.
+  // Barrier init: each of the 8 consumer warps releases a stage once per phase. Launched with
+  // PDL, this much runs under the gather stage's tail; the experts' tile offsets (which the
+  // layout stage wrote) come into shared memory only after the wait.
+  hopper::launch_dependents();
   if (threadIdx.x == 0) {
     ss.bars.init(8);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_w);
     hopper::tma_prefetch_descriptor(&tm_x);
   }
+  hopper::grid_dependency_wait();
   for (int i = threadIdx.x; i <= p.experts; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
   __syncthreads();
   const ExpertTiles tiles{p, gemm::GroupedTileSchedule{ss.tile_start, p.experts}};

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "hopper/grid_dependency.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit::moe {
@@ -14,6 +15,8 @@ namespace lowbit::moe {
 constexpr int kFinishThreads = 256;
 
 __global__ void __launch_bounds__(kFinishThreads) finish_kernel(MoeParams p) {
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
   const int64_t i4 = static_cast<int64_t>(blockIdx.x) * kFinishThreads + threadIdx.x;
   const int n4 = p.n / 4;
   if (i4 >= static_cast<int64_t>(p.m) * n4) return;

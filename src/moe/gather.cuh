@@ -11,66 +11,78 @@
 #include <cstdint>
 
 #include "formats/quantize_device.cuh"
+#include "hopper/grid_dependency.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit::moe {
 
-constexpr int kGatherThreads = 256;  // x 8 elements = 2048 of K per pass
+constexpr int kGatherThreads = 256;
+constexpr int kChunk = 256;  // K values one warp quantizes per step: two 128-wide blocks
+
+// Claims routing pair `pair`'s sorted row (its expert's next slot) and records the pair and its
+// weight there; -1 for a bad expert id or a stale layout (reported in the status word).
+__device__ __forceinline__ int claim_row(const MoeParams& p, int pair) {
+  const int e = p.ids[pair];
+  if (static_cast<unsigned>(e) >= static_cast<unsigned>(p.experts)) return -1;
+  const int slot = atomicAdd(&p.cursor[e], 1);
+  if (slot >= p.counts[e]) {
+    if (atomicCAS(&p.status[0], kMoeOk, kMoeStaleLayout) == kMoeOk) p.status[1] = pair;
+    return -1;
+  }
+  const int row = p.offsets[e] + slot;
+  p.row_pair[row] = pair;
+  p.row_weight[row] = p.weights[pair];
+  return row;
+}
+
+// Atomic mode: zeroes FP32 output rows [t0, t1) (or their FP32 sums) for the GEMM's atomics.
+__device__ __forceinline__ void zero_output_rows(const MoeParams& p, int t0, int t1, int tid, int threads) {
+  if (p.deterministic) return;
+  float* z = (p.y_fp32 ? static_cast<float*>(p.y) : p.sums) + static_cast<int64_t>(t0) * p.n;
+  const int64_t quads = static_cast<int64_t>(t1 - t0) * p.n / 4;
+  for (int64_t i = tid; i < quads; i += threads) reinterpret_cast<float4*>(z)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// One warp quantizes K values [k0, k0 + 256) of a token row (each half warp one 128-wide block;
+// K is a multiple of 128, so a half warp is wholly inside or wholly past the row, and every lane
+// takes part in the scale reduction) and writes them to the token's sorted rows.
+__device__ __forceinline__ void quantize_chunk(const __nv_bfloat16* __restrict__ xrow, int k0, const int* rows,
+                                               const MoeParams& p) {
+  const int lane = threadIdx.x % 32;
+  const int kk = k0 + lane * 8;
+  const bool inside = kk < p.k;
+  const uint4 raw = inside ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  float f[8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+    amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
+  }
+  const float scale = formats::block_scale_1x128(amax);
+  const uint2 q = formats::quantize8_e4m3(f, scale);
+  for (int j = 0; j < p.top_k && inside; ++j) {
+    const int row = rows[j];
+    if (row < 0) continue;
+    *reinterpret_cast<uint2*>(p.xq + static_cast<int64_t>(row) * p.k + kk) = q;
+    if (lane % 16 == 0) p.x_scales[static_cast<int64_t>(kk / 128) * p.rows + row] = scale;
+  }
+}
 
 __global__ void __launch_bounds__(kGatherThreads)
     quantize_gather_kernel(const __nv_bfloat16* __restrict__ x, MoeParams p) {
   __shared__ int s_row[kMaxTopK];
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
   const int t = blockIdx.x, tid = threadIdx.x;
-  if (tid < p.top_k) {
-    const int pair = t * p.top_k + tid;
-    const int e = p.ids[pair];
-    int row = -1;
-    if (static_cast<unsigned>(e) < static_cast<unsigned>(p.experts)) {
-      const int slot = atomicAdd(&p.cursor[e], 1);
-      if (slot < p.counts[e]) {
-        row = p.offsets[e] + slot;
-        p.row_pair[row] = pair;
-        p.row_weight[row] = p.weights[pair];
-      } else if (atomicCAS(&p.status[0], kMoeOk, kMoeStaleLayout) == kMoeOk) {
-        p.status[1] = pair;
-      }
-    }
-    s_row[tid] = row;
-  }
-  if (!p.deterministic) {
-    float* z = p.y_fp32 ? static_cast<float*>(p.y) : p.sums;
-    for (int n = tid * 4; n < p.n; n += kGatherThreads * 4)
-      *reinterpret_cast<float4*>(z + static_cast<int64_t>(t) * p.n + n) = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  if (tid < p.top_k) s_row[tid] = claim_row(p, t * p.top_k + tid);
+  zero_output_rows(p, t, t + 1, tid, kGatherThreads);
   __syncthreads();
-
   const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
-  // Warp-uniform trip count (the scale reduction shuffles across the warp); K is a multiple of
-  // 128, so each half warp is wholly inside or wholly past the row.
-  for (int base = (tid / 32) * 256; base < p.k; base += kGatherThreads * 8) {
-    const int kk = base + (tid % 32) * 8;
-    const bool inside = kk < p.k;
-    const uint4 raw = inside ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    float f[8];
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 v = __bfloat1622float2(h[i]);
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-      amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
-    }
-    // The 16 threads of a 128-wide block are a half warp.
-    const float scale = formats::block_scale_1x128(amax);
-    const uint2 q = formats::quantize8_e4m3(f, scale);
-    for (int j = 0; j < p.top_k && inside; ++j) {
-      const int row = s_row[j];
-      if (row < 0) continue;
-      *reinterpret_cast<uint2*>(p.xq + static_cast<int64_t>(row) * p.k + kk) = q;
-      if (tid % 16 == 0) p.x_scales[static_cast<int64_t>(kk / 128) * p.rows + row] = scale;
-    }
-  }
+  for (int k0 = (tid / 32) * kChunk; k0 < p.k; k0 += kGatherThreads / 32 * kChunk) quantize_chunk(xrow, k0, s_row, p);
 }
 
 }  // namespace lowbit::moe

@@ -20,11 +20,14 @@
 #include "moe/finish.cuh"
 #include "moe/gather.cuh"
 #include "moe/layout.cuh"
+#include "moe/prepare.cuh"
 #include "moe/route.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit {
 namespace {
+
+constexpr int kFusedPrepMaxTokens = 16;  // moe_choose_config: the one-block prepare stage up to here
 
 using moe::MoeParams;
 
@@ -64,6 +67,8 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
   if (c.tile_prefetch < -1 || c.tile_prefetch > 1) return Status::Invalid(w + ": tile_prefetch must be -1, 0 or 1");
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
+  if (c.pdl < -1 || c.pdl > 1) return Status::Invalid(w + ": pdl must be -1, 0 or 1");
+  if (c.fused_prep < -1 || c.fused_prep > 1) return Status::Invalid(w + ": prep must be -1, 0 or 1");
   return Status::Ok();
 }
 
@@ -73,7 +78,7 @@ struct GemmLauncher {
   using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile)>;
   static constexpr auto kernel = moe::expert_gemm_kernel<T>;
 
-  static cudaError_t launch(int ctas, cudaStream_t stream, const CUtensorMap& w, const CUtensorMap& x,
+  static cudaError_t launch(int ctas, cudaStream_t stream, bool pdl, const CUtensorMap& w, const CUtensorMap& x,
                             const MoeParams& p) {
     static std::once_flag once;
     static cudaError_t attr_status = cudaSuccess;
@@ -85,8 +90,7 @@ struct GemmLauncher {
     if (log_launches)
       std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
                    kTokenTile, T::kStages, p.splits, ctas, T::kSmemBytes);
-    kernel<<<ctas, T::kThreads, T::kSmemBytes, stream>>>(w, x, p);
-    return cudaGetLastError();
+    return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, p);
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
@@ -143,6 +147,10 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
   r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  if (r.cfg.fused_prep == 1 && static_cast<int64_t>(a.shape.m) * a.shape.top_k > moe::kPrepareMaxPairs)
+    return Status::Invalid(w + ": the one-block prepare stage needs m * top_k <= " +
+                           std::to_string(moe::kPrepareMaxPairs) + " (got " +
+                           std::to_string(static_cast<int64_t>(a.shape.m) * a.shape.top_k) + ")");
   const int need_smem = gemm_smem_bytes(r.cfg.token_tile);
   if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
@@ -183,7 +191,28 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   return Status::Ok();
 }
 
-Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
+int route_lanes(int experts) {
+  static_assert(moe::kMaxExperts <= 32 * 16, "the routing warp holds 16 logits per lane");
+  return experts <= 32 ? 1 : experts <= 64 ? 2 : experts <= 128 ? 4 : experts <= 256 ? 8 : 16;
+}
+
+// Calls f(LogitT{}, std::integral_constant<int, kPerLane>{}) for the shape's routing variant.
+template <class F>
+void with_route_variant(OutType logits_type, int experts, F&& f) {
+  auto by_lane = [&](auto tag) {
+    switch (route_lanes(experts)) {
+      case 1: f(tag, std::integral_constant<int, 1>{}); break;
+      case 2: f(tag, std::integral_constant<int, 2>{}); break;
+      case 4: f(tag, std::integral_constant<int, 4>{}); break;
+      case 8: f(tag, std::integral_constant<int, 8>{}); break;
+      default: f(tag, std::integral_constant<int, 16>{}); break;
+    }
+  };
+  if (logits_type == OutType::kBF16) by_lane(__nv_bfloat16{});
+  else by_lane(float{});
+}
+
+Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream, bool pdl) {
   if (a.topk_ids) return Status::Ok();  // the caller routed
   uint8_t* base = static_cast<uint8_t*>(workspace);
   int32_t* ids = reinterpret_cast<int32_t*>(base + r.layout.ids);
@@ -193,31 +222,35 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   const moe::RoutePrefetch pf{static_cast<const uint8_t*>(a.w),
                               std::min<uint64_t>(w_bytes, static_cast<uint64_t>(r.cfg.prefetch_mb) << 20)};
   const int grid = blocks + (pf.bytes > 0 ? r.dev.sm_count : 0);
-  const int per_lane = r.s.experts <= 32 ? 1 : r.s.experts <= 64 ? 2 : r.s.experts <= 128 ? 4
-                       : r.s.experts <= 256 ? 8 : 16;
-  static_assert(moe::kMaxExperts <= 32 * 16, "the routing warp holds 16 logits per lane");
-  auto launch = [&](auto tag, auto per_lane_c) {
+  cudaError_t e = cudaSuccess;
+  with_route_variant(a.logits_type, r.s.experts, [&](auto tag, auto per_lane) {
     using LogitT = decltype(tag);
-    moe::route_kernel<LogitT, decltype(per_lane_c)::value><<<grid, 32 * moe::kRouteWarps, 0, stream>>>(
-        static_cast<const LogitT*>(a.logits), r.s.m, r.s.experts, r.s.top_k, a.softcap, a.renormalize, ids, weights,
-        pf);
-  };
-  auto by_lane = [&](auto tag) {
-    switch (per_lane) {
-      case 1: launch(tag, std::integral_constant<int, 1>{}); break;
-      case 2: launch(tag, std::integral_constant<int, 2>{}); break;
-      case 4: launch(tag, std::integral_constant<int, 4>{}); break;
-      case 8: launch(tag, std::integral_constant<int, 8>{}); break;
-      default: launch(tag, std::integral_constant<int, 16>{}); break;
-    }
-  };
-  if (a.logits_type == OutType::kFP32) by_lane(float{});
-  else by_lane(__nv_bfloat16{});
-  const cudaError_t e = cudaGetLastError();
+    e = hopper::launch_kernel(moe::route_kernel<LogitT, decltype(per_lane)::value>, grid, 32 * moe::kRouteWarps, 0,
+                              stream, pdl, static_cast<const LogitT*>(a.logits), r.s.m, r.s.experts, r.s.top_k,
+                              a.softcap, a.renormalize, ids, weights, pf);
+  });
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe route launch", e);
 }
 
-Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream) {
+// Route + layout + gather in one block (the caller's routing, when given, skips the route step).
+Status run_prepare(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream, bool pdl) {
+  if (static_cast<int64_t>(r.s.m) * r.s.top_k > moe::kPrepareMaxPairs)
+    return Status::Invalid("moe prepare stage: needs m * top_k <= " + std::to_string(moe::kPrepareMaxPairs));
+  uint8_t* base = static_cast<uint8_t*>(workspace);
+  int32_t* ids = reinterpret_cast<int32_t*>(base + r.layout.ids);
+  float* weights = reinterpret_cast<float*>(base + r.layout.weights);
+  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
+  cudaError_t e = cudaSuccess;
+  with_route_variant(a.topk_ids ? OutType::kFP32 : a.logits_type, r.s.experts, [&](auto tag, auto per_lane) {
+    using LogitT = decltype(tag);
+    const LogitT* logits = a.topk_ids ? nullptr : static_cast<const LogitT*>(a.logits);
+    e = hopper::launch_kernel(moe::prepare_kernel<LogitT, decltype(per_lane)::value>, 1, moe::kPrepareThreads, 0,
+                              stream, pdl, logits, a.softcap, a.renormalize, ids, weights, x, r.p);
+  });
+  return e == cudaSuccess ? Status::Ok() : cuda_status("moe prepare launch", e);
+}
+
+Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, bool pdl) {
   const MoeShape& s = r.s;
   hopper::TensorMap2dSpec wspec;
   wspec.base = a.w;
@@ -240,36 +273,44 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream) {
   const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
   cudaError_t e = cudaSuccess;
   switch (r.cfg.token_tile) {
-    case 16: e = GemmLauncher<16>::launch(ctas, stream, tm_w, tm_x, r.p); break;
-    case 32: e = GemmLauncher<32>::launch(ctas, stream, tm_w, tm_x, r.p); break;
-    case 64: e = GemmLauncher<64>::launch(ctas, stream, tm_w, tm_x, r.p); break;
-    default: e = GemmLauncher<128>::launch(ctas, stream, tm_w, tm_x, r.p); break;
+    case 16: e = GemmLauncher<16>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
+    case 32: e = GemmLauncher<32>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
+    case 64: e = GemmLauncher<64>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
+    default: e = GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
   }
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe expert gemm launch", e);
 }
 
 bool needs_finish(const FusedMoeArgs& a) { return a.reduce == MoeReduce::kDeterministic || a.y_type == OutType::kBF16; }
 
-Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
-  if (r.s.m == 0) return Status::Ok();
+// Whether the stage launches a kernel for these arguments.
+bool stage_launches(MoeStage stage, const FusedMoeArgs& a) {
+  if (a.shape.m == 0) return false;
+  if (stage == MoeStage::kRoute) return a.topk_ids == nullptr;
+  if (stage == MoeStage::kFinish) return needs_finish(a);
+  return true;
+}
+
+Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream,
+                 bool pdl) {
+  if (!stage_launches(stage, a)) return Status::Ok();
   cudaError_t e = cudaSuccess;
   switch (stage) {
-    case MoeStage::kRoute: return run_route(a, r, workspace, stream);
+    case MoeStage::kRoute: return run_route(a, r, workspace, stream, pdl);
+    case MoeStage::kPrepare: return run_prepare(a, r, workspace, stream, pdl);
     case MoeStage::kLayout:
-      moe::layout_kernel<<<1, moe::kLayoutThreads, 0, stream>>>(r.p);
-      e = cudaGetLastError();
+      e = hopper::launch_kernel(moe::layout_kernel, 1, moe::kLayoutThreads, 0, stream, pdl, r.p);
       break;
     case MoeStage::kQuantizeGather:
-      moe::quantize_gather_kernel<<<r.s.m, moe::kGatherThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(a.x), r.p);
-      e = cudaGetLastError();
+      e = hopper::launch_kernel(moe::quantize_gather_kernel, r.s.m, moe::kGatherThreads, 0, stream, pdl,
+                                static_cast<const __nv_bfloat16*>(a.x), r.p);
       break;
-    case MoeStage::kExpertGemm: return run_gemm(a, r, stream);
+    case MoeStage::kExpertGemm: return run_gemm(a, r, stream, pdl);
     case MoeStage::kFinish: {
-      if (!needs_finish(a)) return Status::Ok();
       const int64_t quads = static_cast<int64_t>(r.s.m) * (r.s.n / 4);
-      moe::finish_kernel<<<static_cast<unsigned>((quads + moe::kFinishThreads - 1) / moe::kFinishThreads),
-                           moe::kFinishThreads, 0, stream>>>(r.p);
-      e = cudaGetLastError();
+      e = hopper::launch_kernel(moe::finish_kernel,
+                                static_cast<unsigned>((quads + moe::kFinishThreads - 1) / moe::kFinishThreads),
+                                moe::kFinishThreads, 0, stream, pdl, r.p);
       break;
     }
   }
@@ -280,7 +321,8 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 
 std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
-         ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch);
+         ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
+         ",pdl=" + std::to_string(pdl) + ",prep=" + std::to_string(fused_prep);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -291,7 +333,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "grid") c.grid = value;
     else if (key == "prefetch") c.prefetch_mb = value;
     else if (key == "tileprefetch") c.tile_prefetch = value;
-    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch, tileprefetch)");
+    else if (key == "pdl") c.pdl = value;
+    else if (key == "prep") c.fused_prep = value;
+    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch, tileprefetch, pdl, prep)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -333,6 +377,12 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
   // Both L2 prefetches measured no gain at the seed's shape (docs/perf.md, W6): off unless forced.
   if (c.prefetch_mb < 0) c.prefetch_mb = 0;
   if (c.tile_prefetch < 0) c.tile_prefetch = 0;
+  if (c.pdl < 0) c.pdl = 1;
+  if (c.fused_prep < 0) {
+    c.fused_prep = s.m <= kFusedPrepMaxTokens && static_cast<int64_t>(s.m) * s.top_k <= moe::kPrepareMaxPairs;
+    why += std::string("; prep=") + (c.fused_prep ? "1: route, layout and gather in one block (few tokens)"
+                                                   : "0: three launches, one block per token in the gather");
+  }
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).
   if (c.splits > s.k / 128 && s.k >= 128) {
@@ -351,6 +401,9 @@ std::string moe_config_table() {
          "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
+         "  prep 1         | m <= 16 (and m * top_k <= 512) | one single-block launch for route + layout + gather:\n"
+         "                 |                                 | at a few tokens the launches, not the work, cost time\n"
+         "  pdl 1          | always | each stage's launch and prologue overlap the previous stage's tail\n"
          "  prefetch 0, tileprefetch 0 | always | L2 prefetch of the first experts during routing, or of each unit's\n"
          "                 |                                 | whole weight tile, measured no gain or a loss (docs/perf.md W6)\n";
 }
@@ -380,16 +433,30 @@ Status moe_run_stage(MoeStage stage, const FusedMoeArgs& args, void* workspace, 
                      cudaStream_t stream, const MoeConfig* config) {
   Prepared r;
   LOWBIT_RETURN_IF_ERROR(prepare("moe_run_stage", args, workspace, workspace_bytes, config, &r));
-  return run_stage(stage, args, r, workspace, stream);
+  return run_stage(stage, args, r, workspace, stream, false);
 }
 
 Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                      const MoeConfig* config) {
   Prepared r;
   LOWBIT_RETURN_IF_ERROR(prepare("fused_moe_fp8", args, workspace, workspace_bytes, config, &r));
-  for (MoeStage st : {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather, MoeStage::kExpertGemm,
-                      MoeStage::kFinish})
-    LOWBIT_RETURN_IF_ERROR(run_stage(st, args, r, workspace, stream));
+  static constexpr MoeStage kSplit[] = {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather,
+                                        MoeStage::kExpertGemm, MoeStage::kFinish};
+  static constexpr MoeStage kFused[] = {MoeStage::kPrepare, MoeStage::kExpertGemm, MoeStage::kFinish};
+  // The first kernel launches without PDL: it, and so the whole chain, starts after the work the
+  // caller enqueued before (which never signals early and may still read Y or the workspace).
+  bool first = true;
+  auto run = [&](MoeStage st) {
+    const bool launches = stage_launches(st, args);
+    const Status status = run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1 && !first);
+    first = first && !launches;
+    return status;
+  };
+  if (r.cfg.fused_prep == 1) {
+    for (MoeStage st : kFused) LOWBIT_RETURN_IF_ERROR(run(st));
+  } else {
+    for (MoeStage st : kSplit) LOWBIT_RETURN_IF_ERROR(run(st));
+  }
   return Status::Ok();
 }
 

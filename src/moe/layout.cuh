@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
+#include "hopper/grid_dependency.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit::moe {
@@ -20,7 +21,9 @@ __host__ __device__ __forceinline__ int expert_tiles(int count, int token_tile, 
   return (count + token_tile - 1) / token_tile * nblocks * splits;
 }
 
-__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
+// The whole stage, run by one block of kLayoutThreads threads (also inside the small-batch
+// prepare kernel). Reads p.ids; the caller makes them visible to the block first.
+__device__ __forceinline__ void layout_block(const MoeParams& p) {
   using Scan = cub::BlockScan<int, kLayoutThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_count[kMaxExperts];
@@ -53,6 +56,12 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
     p.status[0] = first_bad == INT_MAX ? kMoeOk : kMoeBadExpertId;
     p.status[1] = first_bad == INT_MAX ? -1 : first_bad;
   }
+}
+
+__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
+  layout_block(p);
 }
 
 }  // namespace lowbit::moe

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "hopper/grid_dependency.cuh"
 #include "hopper/tma.cuh"
 #include "moe/workspace.h"
 
@@ -40,26 +41,12 @@ struct RoutePrefetch {
   uint64_t bytes;       // 0 = none
 };
 
+// Routes token row `row` (experts logits) with one warp; lane j < top_k writes pick j.
 template <class LogitT, int kPerLane>
-__global__ void __launch_bounds__(32 * kRouteWarps)
-    route_kernel(const LogitT* __restrict__ logits, int m, int experts, int top_k, float softcap, bool renormalize,
-                 int32_t* __restrict__ ids, float* __restrict__ weights, RoutePrefetch prefetch) {
-  const int route_blocks = (m + kRouteWarps - 1) / kRouteWarps;
-  if (static_cast<int>(blockIdx.x) >= route_blocks) {
-    const uint64_t chunks = (prefetch.bytes + kPrefetchChunk - 1) / kPrefetchChunk;
-    if (threadIdx.x == 0)
-      for (uint64_t c = blockIdx.x - route_blocks; c < chunks; c += gridDim.x - route_blocks) {
-        const uint64_t at = c * kPrefetchChunk;
-        const uint64_t len = prefetch.bytes - at < kPrefetchChunk ? prefetch.bytes - at : kPrefetchChunk;
-        hopper::bulk_prefetch_l2(prefetch.base + at, static_cast<uint32_t>(len) & ~15u);
-      }
-    return;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kRouteWarps + warp;
-  if (t >= m) return;  // no block-wide barrier below
-  const LogitT* row = logits + static_cast<int64_t>(t) * experts;
-
+__device__ __forceinline__ void route_token(const LogitT* __restrict__ row, int experts, int top_k, float softcap,
+                                            bool renormalize, int32_t* __restrict__ ids_out,
+                                            float* __restrict__ weights_out) {
+  const int lane = threadIdx.x % 32;
   // Only order-preserving 32-bit codes of the softcapped logits stay in registers (values are
   // decoded where needed): 32 per lane at 1024 experts.
   uint32_t code[kPerLane];
@@ -128,9 +115,32 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
     p = p / s;
   }
   if (lane < top_k) {
-    ids[static_cast<int64_t>(t) * top_k + lane] = my_id;
-    weights[static_cast<int64_t>(t) * top_k + lane] = p;
+    ids_out[lane] = my_id;
+    weights_out[lane] = p;
   }
+}
+
+template <class LogitT, int kPerLane>
+__global__ void __launch_bounds__(32 * kRouteWarps)
+    route_kernel(const LogitT* __restrict__ logits, int m, int experts, int top_k, float softcap, bool renormalize,
+                 int32_t* __restrict__ ids, float* __restrict__ weights, RoutePrefetch prefetch) {
+  hopper::launch_dependents();
+  const int route_blocks = (m + kRouteWarps - 1) / kRouteWarps;
+  if (static_cast<int>(blockIdx.x) >= route_blocks) {
+    const uint64_t chunks = (prefetch.bytes + kPrefetchChunk - 1) / kPrefetchChunk;
+    if (threadIdx.x == 0)
+      for (uint64_t c = blockIdx.x - route_blocks; c < chunks; c += gridDim.x - route_blocks) {
+        const uint64_t at = c * kPrefetchChunk;
+        const uint64_t len = prefetch.bytes - at < kPrefetchChunk ? prefetch.bytes - at : kPrefetchChunk;
+        hopper::bulk_prefetch_l2(prefetch.base + at, static_cast<uint32_t>(len) & ~15u);
+      }
+    return;
+  }
+  const int t = blockIdx.x * kRouteWarps + static_cast<int>(threadIdx.x) / 32;
+  if (t >= m) return;  // no block-wide barrier below
+  hopper::grid_dependency_wait();
+  route_token<LogitT, kPerLane>(logits + static_cast<int64_t>(t) * experts, experts, top_k, softcap, renormalize,
+                                ids + static_cast<int64_t>(t) * top_k, weights + static_cast<int64_t>(t) * top_k);
 }
 
 }  // namespace lowbit::moe

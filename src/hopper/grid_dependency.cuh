@@ -1,0 +1,43 @@
+// Programmatic dependent launch (PDL, griddepcontrol): a kernel launched with the
+// programmatic-stream-serialization attribute may become resident while the kernel before it in
+// the stream still runs, once every block of that kernel has called launch_dependents() (or
+// exited). Its launch latency and prologue then hide under the predecessor's tail.
+//
+// The contract, for every kernel launched this way: nothing the predecessor writes, and nothing
+// the predecessor reads that this kernel writes, is touched before grid_dependency_wait(), which
+// returns once the predecessor grid has completed and its memory is visible. Without the
+// attribute the wait returns at once, so kernels call it unconditionally.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace lowbit::hopper {
+
+__device__ __forceinline__ void grid_dependency_wait() { cudaGridDependencySynchronize(); }
+
+// Lets the next kernel in the stream launch (it still waits for this grid's completion before
+// reading what this grid writes). Safe to call at any point, any number of times.
+__device__ __forceinline__ void launch_dependents() { cudaTriggerProgrammaticLaunchCompletion(); }
+
+// Launches `kernel` on `stream`, with PDL when `pdl` is set. The first kernel of a pipeline is
+// launched without it, so the pipeline as a whole stays ordered after whatever the caller
+// enqueued before it.
+template <class... KernelArgs, class... Args>
+cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                          cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl ? attribute : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace lowbit::hopper
