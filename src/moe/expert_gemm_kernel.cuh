@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Barrier init: each of the 8 consumer warps releases a stage once per phase. Launched with
   // PDL, this much runs under the gather stage's tail; the experts' tile offsets (which the
-  // layout stage wrote) come into shared memory only after the wait.
+  // layout stage wrote) come into shared memory only after the wait, with the counts and
+  // segment offsets, so resolving a unit costs no global round trip.
   hopper::launch_dependents();
   if (threadIdx.x == 0) {
     ss.bars.init(8);
@@ -50,9 +51,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_x);
   }
   hopper::grid_dependency_wait();
-  for (int i = threadIdx.x; i <= p.experts; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
+  for (int i = threadIdx.x; i <= p.experts; i += blockDim.x) {
+    ss.tile_start[i] = p.tile_start[i];
+    if (i < p.experts) {
+      ss.counts[i] = p.counts[i];
+      ss.offsets[i] = p.offsets[i];
+    }
+  }
   __syncthreads();
-  const ExpertTiles tiles{p, gemm::GroupedTileSchedule{ss.tile_start, p.experts}};
+  const ExpertTiles tiles{p, gemm::GroupedTileSchedule{ss.tile_start, p.experts}, ss.counts, ss.offsets};
   const int num_units = tiles.num_units();
 
   // Role split.

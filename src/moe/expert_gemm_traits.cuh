@@ -38,7 +38,10 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
     uint8_t b[kStages][kSmemB];
     alignas(16) float sfa[kStages][kBlockN];  // the stage's X scales, one per token row
     alignas(16) float out[kBlockN][kOutPitch];
+    // The layout's expert table, read once per CTA: units resolve without global round trips.
     int tile_start[kMaxExperts + 1];
+    int counts[kMaxExperts];
+    int offsets[kMaxExperts];
     hopper::StageBarriers<kStages> bars;
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
@@ -47,7 +50,7 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
 // As many stages as fit next to the output tile and the expert table, at most 8 (enough bytes
 // in flight to keep one SM's share of HBM bandwidth busy).
 constexpr int expert_gemm_stages(int token_tile) {
-  const int fixed = token_tile * kOutPitch * 4 + 4 * (kMaxExperts + 1) + 2048;
+  const int fixed = token_tile * kOutPitch * 4 + 4 * (3 * kMaxExperts + 1) + 2048;
   const int stages = (fp8::kSm90MaxSmemPerBlock - fixed) / (128 * 128 + token_tile * 128 + token_tile * 4 + 16);
   return stages < 8 ? stages : 8;
 }

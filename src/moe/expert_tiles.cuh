@@ -22,19 +22,21 @@ struct ExpertUnit {
 struct ExpertTiles {
   const MoeParams& p;
   gemm::GroupedTileSchedule sched;  // tile_start in shared memory
+  const int* counts;                // the layout's counts and offsets, in shared memory
+  const int* offsets;
 
   __device__ __forceinline__ int num_units() const { return sched.num_units(); }
   __device__ __forceinline__ ExpertUnit resolve(int u) const {
     ExpertUnit v;
     v.expert = sched.group_of(u);
     const int local = u - sched.tile_start[v.expert];
-    const int count = p.counts[v.expert];
+    const int count = counts[v.expert];
     const int ttiles = (count + p.token_tile - 1) / p.token_tile;
     const int tt = local % ttiles;
     const int rest = local / ttiles;
     const int split = rest % p.splits;
     v.nb = rest / p.splits;
-    v.x_row0 = p.offsets[v.expert] + tt * p.token_tile;
+    v.x_row0 = offsets[v.expert] + tt * p.token_tile;
     v.rows = min(p.token_tile, count - tt * p.token_tile);
     v.n0 = v.nb * 128;
     v.w_row0 = v.expert * p.n + v.n0;

@@ -43,15 +43,19 @@ __device__ __forceinline__ void zero_output_rows(const MoeParams& p, int t0, int
   for (int64_t i = tid; i < quads; i += threads) reinterpret_cast<float4*>(z)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// One warp quantizes K values [k0, k0 + 256) of a token row (each half warp one 128-wide block;
-// K is a multiple of 128, so a half warp is wholly inside or wholly past the row, and every lane
-// takes part in the scale reduction) and writes them to the token's sorted rows.
-__device__ __forceinline__ void quantize_chunk(const __nv_bfloat16* __restrict__ xrow, int k0, const int* rows,
-                                               const MoeParams& p) {
+// A warp's chunk is K values [k0, k0 + 256) of a token row, 8 per lane (each half warp one
+// 128-wide block; K is a multiple of 128, so a half warp is wholly inside or wholly past the row).
+__device__ __forceinline__ uint4 load_chunk(const __nv_bfloat16* __restrict__ xrow, int k0, int k) {
+  const int kk = k0 + (threadIdx.x % 32) * 8;
+  return kk < k ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
+}
+
+// Quantizes a loaded chunk (every lane takes part in the scale reduction) and writes it to the
+// token's sorted rows (rows[j] < 0: pair j has none).
+__device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const int* rows, const MoeParams& p) {
   const int lane = threadIdx.x % 32;
   const int kk = k0 + lane * 8;
   const bool inside = kk < p.k;
-  const uint4 raw = inside ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
   float f[8];
   float amax = 0.0f;
@@ -78,11 +82,16 @@ __global__ void __launch_bounds__(kGatherThreads)
   hopper::launch_dependents();
   hopper::grid_dependency_wait();
   const int t = blockIdx.x, tid = threadIdx.x;
+  constexpr int kStep = kGatherThreads / 32 * kChunk;
+  // Each warp's first chunk is in flight while the slots are claimed.
+  const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
+  const int k_first = (tid / 32) * kChunk;
+  const uint4 first = load_chunk(xrow, k_first, p.k);
   if (tid < p.top_k) s_row[tid] = claim_row(p, t * p.top_k + tid);
   zero_output_rows(p, t, t + 1, tid, kGatherThreads);
   __syncthreads();
-  const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
-  for (int k0 = (tid / 32) * kChunk; k0 < p.k; k0 += kGatherThreads / 32 * kChunk) quantize_chunk(xrow, k0, s_row, p);
+  if (k_first < p.k) quantize_chunk(first, k_first, s_row, p);
+  for (int k0 = k_first + kStep; k0 < p.k; k0 += kStep) quantize_chunk(load_chunk(xrow, k0, p.k), k0, s_row, p);
 }
 
 }  // namespace lowbit::moe
