@@ -56,8 +56,9 @@ __global__ void quantize_kernel(const __nv_bfloat16* x, int k, uint8_t* xq, floa
       f[i] = inside ? __bfloat162float(x[static_cast<int64_t>(t) * k + kk + i]) : 0.f;
       amax = fmaxf(amax, fabsf(f[i]));
     }
-    const float scale = formats::block_scale_1x128(amax);
-    const uint2 q = formats::quantize8_e4m3(f, scale);
+    const formats::BlockScale bs = formats::block_scale_1x128(amax);
+    const uint2 q = formats::quantize8_e4m3(f, bs.inv);
+    const float scale = bs.scale;
     if (!inside) continue;
     *reinterpret_cast<uint2*>(xq + static_cast<int64_t>(t) * k + kk) = q;
     if (threadIdx.x % 16 == 0) xs[static_cast<int64_t>(t) * kb + kk / 128] = scale;

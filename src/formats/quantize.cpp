@@ -28,9 +28,10 @@ QuantizedRows quantize_e4m3_rows_1x128(const std::vector<float>& x, int64_t rows
       const float* v = x.data() + r * k + b * 128;
       float amax = 0.0f;
       for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float scale = std::max(amax, kBlockScaleFloor) / kE4M3Max;
-      q.scales[r * kb + b] = scale;
-      for (int i = 0; i < 128; ++i) q.codes[r * k + b * 128 + i] = float_to_e4m3(v[i] / scale);
+      const float a = std::max(amax, kBlockScaleFloor);
+      const float inv = kE4M3Max / a;
+      q.scales[r * kb + b] = a / kE4M3Max;
+      for (int i = 0; i < 128; ++i) q.codes[r * k + b * 128 + i] = float_to_e4m3(v[i] * inv);
     }
   }
   return q;

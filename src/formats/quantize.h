@@ -15,9 +15,11 @@ struct QuantizedE4M3 {
 QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x);
 
 // Per row per 128-wide K block (the "1x128" activation scaling of block-scaled GEMMs and the MoE
-// gather stage): scale = max(amax, 1e-12) / 448 in FP32, q = e4m3(x / scale). x is [rows, k]
-// with k a multiple of 128; scales come out row-major [rows, k / 128]. The device quantizer
-// (moe/gather.cuh) applies the same FP32 operations, so both give identical bytes.
+// gather stage): a = max(amax, 1e-12), scale = a / 448 and q = e4m3(x * (448 / a)) in FP32 (a
+// multiply by one reciprocal per block, as DeepGEMM's reference cast does, instead of 128
+// divisions). x is [rows, k] with k a multiple of 128; scales come out row-major [rows, k / 128].
+// The device quantizer (formats/quantize_device.cuh) applies the same FP32 operations, so both
+// give identical bytes.
 constexpr float kBlockScaleFloor = 1e-12f;
 struct QuantizedRows {
   std::vector<uint8_t> codes;   // [rows, k]

@@ -1,7 +1,7 @@
 // Stage 3, quantize + gather (the seed's QSG): one block per token. The token's k slots are
 // claimed first (one atomic per routing pair on its expert's counter), then each 128-wide K
-// block is quantized once -- scale = max(amax, 1e-12) / 448, q = e4m3(x / scale), the host
-// quantizer's rule (formats/quantize.h) -- and written to all of the token's sorted rows.
+// block is quantized once -- the host quantizer's 1x128 rule (formats/quantize.h), one
+// reciprocal per block -- and written to all of the token's sorted rows.
 // In atomic mode the token's FP32 output (or FP32 sums) row is zeroed here, ahead of the GEMM's
 // atomics in stream order.
 #pragma once
@@ -66,8 +66,9 @@ __device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const i
     f[2 * i + 1] = v.y;
     amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
   }
-  const float scale = formats::block_scale_1x128(amax);
-  const uint2 q = formats::quantize8_e4m3(f, scale);
+  const formats::BlockScale bs = formats::block_scale_1x128(amax);
+  const uint2 q = formats::quantize8_e4m3(f, bs.inv);
+  const float scale = bs.scale;
   for (int j = 0; j < p.top_k && inside; ++j) {
     const int row = rows[j];
     if (row < 0) continue;

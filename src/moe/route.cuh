@@ -1,8 +1,8 @@
-// Stage 1, routing: one warp per token. Softcap -> softmax over the experts -> top-k by repeated
-// warp arg-max (ties to the lower id) -> optional renormalization. Lane l holds experts l,
-// l + 32, ... in registers (kPerLane of them, so experts <= 32 * kPerLane) and keeps its best
-// remaining candidate; each round takes two warp reductions (redux.sync: the largest value, then
-// the lowest id holding it) and only the winning lane looks for its next candidate.
+// Stage 1, routing: one warp per token. Softcap -> softmax over the experts -> top-k (ties to the
+// lower id) -> optional renormalization. Lane l holds experts l, l + 32, ... in registers
+// (kPerLane of them, so experts <= 32 * kPerLane), sorted once per lane; each pick is two warp
+// reductions (redux.sync) over the lanes' heads. A token's routing is a serial chain for one
+// warp, so its length is the stage's latency at small batches (docs/perf.md, W6 v2).
 // Extra blocks past the tokens' ask L2 to start fetching the first experts' weights: when nearly
 // every expert receives tokens, the expert GEMM's first wave reads exactly those, and the
 // fetch overlaps the routing, layout and gather stages (docs/perf.md, W6).
@@ -41,67 +41,81 @@ struct RoutePrefetch {
   uint64_t bytes;       // 0 = none
 };
 
-// Routes token row `row` (experts logits) with one warp; lane j < top_k writes pick j.
+// Sorts n (a power of two) 64-bit keys descending in registers (bitonic network, every index a
+// compile-time constant after unrolling).
+template <int kN>
+__device__ __forceinline__ void sort_desc(uint64_t (&key)[kN]) {
+#pragma unroll
+  for (int size = 2; size <= kN; size *= 2)
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride /= 2)
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const bool desc = (i & size) == 0;  // this run's direction; the last merge is descending
+          const uint64_t a = key[i], b = key[j];
+          const bool swap = desc ? b > a : a > b;
+          key[i] = swap ? b : a;
+          key[j] = swap ? a : b;
+        }
+      }
+}
+
+// Routes one token's logits `row` with one warp; lane j < top_k writes pick j. Lane l holds
+// experts l, l + 32, ... as 64-bit keys (order code of the softcapped logit, then the complement
+// of the expert id, so that a larger key is a larger logit or, on a tie, a lower id), sorted per
+// lane once. Each pick is then two warp reductions over the lanes' first keys (the largest code,
+// then the lowest id holding it) and a shift in the winning lane: no per-pick rescan.
 template <class LogitT, int kPerLane>
 __device__ __forceinline__ void route_token(const LogitT* __restrict__ row, int experts, int top_k, float softcap,
                                             bool renormalize, int32_t* __restrict__ ids_out,
                                             float* __restrict__ weights_out) {
   const int lane = threadIdx.x % 32;
-  // Only order-preserving 32-bit codes of the softcapped logits stay in registers (values are
-  // decoded where needed): 32 per lane at 1024 experts.
-  uint32_t code[kPerLane];
-  uint32_t left = 0;  // bit i: expert lane + 32 i is still a candidate
+  // c * tanh(x / c) with one reciprocal: within an ulp of the division, far inside the 1e-6
+  // weight tolerance of the reference.
+  const float inv_cap = softcap > 0.0f ? 1.0f / softcap : 0.0f;
+  float xv[kPerLane];
+  uint64_t key[kPerLane];
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     float x = -INFINITY;
+    key[i] = 0;  // past the experts: below every real key
     if (e < experts) {
       x = logit_as_float(row[e]);
-      if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-      left |= 1u << i;
+      if (softcap > 0.0f) x = softcap * tanhf(x * inv_cap);
+      key[i] = (static_cast<uint64_t>(order_code(x)) << 32) | static_cast<uint32_t>(~e);
+      mx = fmaxf(mx, x);
     }
-    code[i] = order_code(x);
-    mx = fmaxf(mx, x);
+    xv[i] = x;
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if ((left >> i) & 1u) sum += expf(code_value(code[i]) - mx);
+    if (lane + 32 * i < experts) sum += expf(xv[i] - mx);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
-  // A lane's ids grow with i, so its lowest i wins ties inside the lane; redux.min over the ids
-  // holding the maximum settles ties across lanes.
-  auto best_of_lane = [&](uint32_t* best_code) {
-    int best = -1;
-    *best_code = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (((left >> i) & 1u) && (best < 0 || code[i] > *best_code)) {
-        best = i;
-        *best_code = code[i];
-      }
-    return best;
-  };
-  uint32_t mine_code;
-  int mine = best_of_lane(&mine_code);
+  sort_desc(key);
   int my_id = 0;
   uint32_t my_code = 0;
   for (int j = 0; j < top_k; ++j) {
-    const uint32_t top = __reduce_max_sync(0xffffffffu, mine >= 0 ? mine_code : 0u);
-    const uint32_t id = __reduce_min_sync(0xffffffffu, (mine >= 0 && mine_code == top)
-                                                           ? static_cast<uint32_t>(lane + 32 * mine)
-                                                           : 0xFFFFFFFFu);
+    const uint32_t head_code = static_cast<uint32_t>(key[0] >> 32);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, head_code);
+    const uint32_t id =
+        __reduce_min_sync(0xffffffffu, head_code == top ? ~static_cast<uint32_t>(key[0]) : 0xFFFFFFFFu);
     if (lane == j) {
       my_id = static_cast<int>(id);
       my_code = top;
     }
-    if (static_cast<int>(id) % 32 == lane) {  // this lane's candidate won: drop it, find the next
-      left &= ~(1u << (id / 32));
-      mine = best_of_lane(&mine_code);
+    if ((id & 31u) == static_cast<uint32_t>(lane)) {  // this lane's head won: the next one moves up
+#pragma unroll
+      for (int i = 0; i + 1 < kPerLane; ++i) key[i] = key[i + 1];
+      key[kPerLane - 1] = 0;
     }
   }
   float p = 0.0f;
