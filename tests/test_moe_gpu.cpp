@@ -448,6 +448,87 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   }
 }
 
+// The tiny-batch path (routing inside the GEMM) against the split path's reference: exact on
+// small integers for m = 1..4, both output types, GPU and caller routing, K splits 1/2/4, and
+// the published routing equal to the CPU's; out-of-range caller ids skipped and reported.
+TEST_F(MoeGpu, TinyPathExact) {
+  const uint64_t seed = lowbit_test::seed();
+  for (int m = 1; m <= 4; ++m) {
+    for (OutType y : {OutType::kFP32, OutType::kBF16}) {
+      for (bool caller : {false, true}) {
+        MoeData d = make_case(MoeShape{m, 272, 1024, 40, 6}, y, MoeReduce::kAtomic, Fill::kExact, seed + m, caller);
+        upload_all(d);
+        std::vector<double> ref;
+        if (caller) ref = reference_y(d);
+        for (int splits : {1, 2, 4}) {
+          MoeConfig c;
+          c.tiny = 1;
+          c.token_tile = 16;
+          c.splits = splits;
+          poison_y(d);
+          run_fused(d, &c);
+          const std::string what = "tiny m=" + std::to_string(m) + (y == OutType::kFP32 ? " fp32" : " bf16") +
+                                   (caller ? " caller-routed " : " gpu-routed ") + c.to_string();
+          if (ref.empty()) {
+            // The routing the kernel published equals the CPU's, and the reference uses it.
+            std::vector<int32_t> ids;
+            std::vector<float> w;
+            used_routing(d, &ids, &w);
+            const reference::Routing r =
+                reference::route(d.logits, d.s.m, d.s.experts, d.s.top_k, d.softcap, d.renormalize);
+            for (size_t i = 0; i < ids.size(); ++i) {
+              ASSERT_EQ(ids[i], r.ids[i]) << what << " pair " << i;
+              ASSERT_NEAR(w[i], r.weights[i], 1e-6) << what << " pair " << i;
+            }
+            ref = reference_y(d);
+          }
+          expect_exact(d, ref, read_y(d), what);
+          ASSERT_TRUE(moe_check_status(d.s, d.reduce, d.y_type, d.d_work.p, d.work_bytes, nullptr).ok()) << what;
+        }
+      }
+    }
+  }
+  // The auto config picks it for one token; forcing it where it does not apply is an error.
+  DeviceInfo dev;
+  ASSERT_TRUE(require_hopper(&dev).ok());
+  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kAtomic, dev.sm_count, nullptr).tiny, 1);
+  MoeData big = make_case(MoeShape{5, 256, 512, 64, 6}, OutType::kFP32, MoeReduce::kAtomic, Fill::kExact, seed, false);
+  upload_all(big);
+  MoeConfig forced;
+  forced.tiny = 1;
+  EXPECT_EQ(fused_moe_fp8(big.args(), big.d_work.p, big.work_bytes, nullptr, &forced).code(),
+            StatusCode::kInvalidArgument);
+  // Caller ids out of range: skipped, reported.
+  MoeData bad = make_case(MoeShape{3, 128, 256, 8, 2}, OutType::kFP32, MoeReduce::kAtomic, Fill::kExact, seed, true);
+  bad.ids[3] = 8;
+  upload_all(bad);
+  poison_y(bad);
+  run_fused(bad, &forced);
+  const Status st = moe_check_status(bad.s, bad.reduce, bad.y_type, bad.d_work.p, bad.work_bytes, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("pair 3"), std::string::npos) << st.message();
+  expect_exact(bad, reference_y(bad), read_y(bad), "tiny: bad ids skipped");
+}
+
+// One token at the seed's model shape on random inputs, GPU routing: the tiny path and the
+// split path both within the bound of the reference.
+TEST_F(MoeGpu, TinyPathSeedShape) {
+  const uint64_t seed = lowbit_test::seed();
+  for (OutType y : {OutType::kFP32, OutType::kBF16}) {
+    MoeData d = make_case(MoeShape{1, 512, 2048, 256, 8}, y, MoeReduce::kAtomic, Fill::kRandom, seed, false);
+    upload_all(d);
+    std::vector<double> ref;
+    for (int tiny : {1, 0}) {
+      MoeConfig c;
+      c.tiny = tiny;
+      poison_y(d);
+      run_fused(d, &c);
+      if (ref.empty()) ref = reference_y(d);  // the routing the first run published
+      expect_close(d, ref, read_y(d), std::string("m=1 seed shape tiny=") + std::to_string(tiny));
+    }
+  }
+}
+
 TEST_F(MoeGpu, AllTokensToOneExpertAndEmptyExperts) {
   const uint64_t seed = lowbit_test::seed();
   MoeData d;

@@ -356,6 +356,13 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_EQ(seed.tile_prefetch, 0) << why;
   EXPECT_EQ(seed.pdl, 1) << why;
   EXPECT_EQ(seed.fused_prep, 0) << why;  // 128 tokens: one block per token in the gather
-  EXPECT_EQ(one.fused_prep, 1) << why;   // one token: one launch for route + layout + gather
+  EXPECT_EQ(one.tiny, 1) << why;         // one token: routing inside the GEMM
+  EXPECT_EQ(seed.tiny, 0) << why;
+  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, nullptr).tiny, 0);
+  EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 512, 8}, MoeReduce::kAtomic, 132, nullptr).tiny, 0);
+  // Eight tokens: past the tiny path, one launch for route + layout + gather.
+  EXPECT_EQ(moe_choose_config(MoeShape{8, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).fused_prep, 1);
+  EXPECT_TRUE(parse_moe_config("tiny=1", &c).ok());
+  EXPECT_EQ(c.tiny, 1);
   EXPECT_FALSE(moe_config_table().empty());
 }

@@ -82,9 +82,14 @@ struct MoeConfig {
   // 1: route, layout and quantize+gather run as one single-block launch (MoeStage::kPrepare;
   // needs m * top_k <= 512); -1 = auto (1 for m <= 16).
   int fused_prep = -1;
+  // 1: the tiny-batch path (fused_moe_fp8 only): every GEMM CTA routes the tokens itself and
+  // starts streaming its weights before the kernel that zeroes Y and quantizes X has finished;
+  // needs atomic mode, m <= 4, m * top_k <= 32, experts <= 256, token tile 16. -1 = auto (1
+  // wherever it applies).
+  int tiny = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,prep=1" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,prep=1,tiny=0" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         consumer.run(w, acc);
       }
       // Epilogue (the unit is resolved again rather than kept live across the mainloop).
-      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc);
+      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc, SortedRows{p});
     }
   }
 #endif

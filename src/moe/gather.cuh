@@ -50,9 +50,10 @@ __device__ __forceinline__ uint4 load_chunk(const __nv_bfloat16* __restrict__ xr
   return kk < k ? *reinterpret_cast<const uint4*>(xrow + kk) : make_uint4(0, 0, 0, 0);
 }
 
-// Quantizes a loaded chunk (every lane takes part in the scale reduction) and writes it to the
-// token's sorted rows (rows[j] < 0: pair j has none).
-__device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const int* rows, const MoeParams& p) {
+// Quantizes a loaded chunk (every lane takes part in the scale reduction) and writes it to rows
+// rows[0..nrows) of the sorted buffers (rows[j] < 0: none).
+__device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const int* rows, int nrows,
+                                               const MoeParams& p) {
   const int lane = threadIdx.x % 32;
   const int kk = k0 + lane * 8;
   const bool inside = kk < p.k;
@@ -69,7 +70,7 @@ __device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const i
   const formats::BlockScale bs = formats::block_scale_1x128(amax);
   const uint2 q = formats::quantize8_e4m3(f, bs.inv);
   const float scale = bs.scale;
-  for (int j = 0; j < p.top_k && inside; ++j) {
+  for (int j = 0; j < nrows && inside; ++j) {
     const int row = rows[j];
     if (row < 0) continue;
     *reinterpret_cast<uint2*>(p.xq + static_cast<int64_t>(row) * p.k + kk) = q;
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(kGatherThreads)
   if (tid < p.top_k) s_row[tid] = claim_row(p, t * p.top_k + tid);
   zero_output_rows(p, t, t + 1, tid, kGatherThreads);
   __syncthreads();
-  if (k_first < p.k) quantize_chunk(first, k_first, s_row, p);
-  for (int k0 = k_first + kStep; k0 < p.k; k0 += kStep) quantize_chunk(load_chunk(xrow, k0, p.k), k0, s_row, p);
+  if (k_first < p.k) quantize_chunk(first, k_first, s_row, p.top_k, p);
+  for (int k0 = k_first + kStep; k0 < p.k; k0 += kStep)
+    quantize_chunk(load_chunk(xrow, k0, p.k), k0, s_row, p.top_k, p);
 }
 
 }  // namespace lowbit::moe

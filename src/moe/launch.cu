@@ -17,6 +17,7 @@
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
 #include "moe/expert_gemm_kernel.cuh"
+#include "moe/expert_gemm_tiny.cuh"
 #include "moe/finish.cuh"
 #include "moe/gather.cuh"
 #include "moe/layout.cuh"
@@ -69,6 +70,7 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
   if (c.pdl < -1 || c.pdl > 1) return Status::Invalid(w + ": pdl must be -1, 0 or 1");
   if (c.fused_prep < -1 || c.fused_prep > 1) return Status::Invalid(w + ": prep must be -1, 0 or 1");
+  if (c.tiny < -1 || c.tiny > 1) return Status::Invalid(w + ": tiny must be -1, 0 or 1");
   return Status::Ok();
 }
 
@@ -94,6 +96,28 @@ struct GemmLauncher {
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
+
+// The tiny-batch GEMM (moe/expert_gemm_tiny.cuh): token tile 16, routing in the kernel.
+template <class LogitT>
+cudaError_t launch_tiny_gemm(int ctas, cudaStream_t stream, const CUtensorMap& w, const CUtensorMap& x,
+                             const LogitT* logits, float softcap, bool renormalize, int32_t* ids_out,
+                             float* weights_out, const MoeParams& p) {
+  using T = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
+  constexpr auto kernel = moe::expert_gemm_tiny_kernel<T, LogitT>;
+  static std::once_flag once;
+  static cudaError_t attr_status = cudaSuccess;
+  std::call_once(once, [] {
+    attr_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  });
+  if (attr_status != cudaSuccess) return attr_status;
+  return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, true, w, x, logits, softcap,
+                               renormalize, ids_out, weights_out, p);
+}
+
+bool tiny_applies(const MoeShape& s, MoeReduce reduce) {
+  return reduce == MoeReduce::kAtomic && s.m >= 1 && s.m <= moe::kTinyMaxTokens &&
+         static_cast<int64_t>(s.m) * s.top_k <= moe::kTinyMaxPairs && s.experts <= 32 * moe::kTinyRouteLanes;
+}
 
 int gemm_smem_bytes(int token_tile) {
   switch (token_tile) {
@@ -147,6 +171,10 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
   r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  if (r.cfg.tiny == 1 && (!tiny_applies(a.shape, a.reduce) || r.cfg.token_tile != moe::kTinyTokenTile))
+    return Status::Invalid(w + ": the tiny-batch path needs atomic mode, m <= " + std::to_string(moe::kTinyMaxTokens) +
+                           ", m * top_k <= " + std::to_string(moe::kTinyMaxPairs) + ", experts <= " +
+                           std::to_string(32 * moe::kTinyRouteLanes) + " and token tile 16");
   if (r.cfg.fused_prep == 1 && static_cast<int64_t>(a.shape.m) * a.shape.top_k > moe::kPrepareMaxPairs)
     return Status::Invalid(w + ": the one-block prepare stage needs m * top_k <= " +
                            std::to_string(moe::kPrepareMaxPairs) + " (got " +
@@ -250,7 +278,8 @@ Status run_prepare(const FusedMoeArgs& a, const Prepared& r, void* workspace, cu
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe prepare launch", e);
 }
 
-Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, bool pdl) {
+// The weights [experts * n, k] in 128 x 128 boxes; the sorted activations in token-tile boxes.
+Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x) {
   const MoeShape& s = r.s;
   hopper::TensorMap2dSpec wspec;
   wspec.base = a.w;
@@ -263,9 +292,14 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
   xspec.base = r.p.xq;
   xspec.rows = static_cast<uint64_t>(r.layout.rows);
   xspec.box_rows = static_cast<uint32_t>(r.cfg.token_tile);
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(wspec, tm_w));
+  return hopper::make_tensor_map_2d(xspec, tm_x);
+}
+
+Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, bool pdl) {
+  const MoeShape& s = r.s;
   CUtensorMap tm_w, tm_x;
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(wspec, &tm_w));
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(xspec, &tm_x));
+  LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &tm_w, &tm_x));
   // Units exist only on the device; this bounds them: at most min(experts, pairs) experts have
   // a partial token tile, the other tiles are full.
   const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
@@ -279,6 +313,29 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
     default: e = GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
   }
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe expert gemm launch", e);
+}
+
+// The tiny-batch path's two kernels: zero Y + quantize X (first, without PDL), then the GEMM
+// that routes for itself (PDL).
+Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
+  const MoeShape& s = r.s;
+  cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream, false,
+                                        static_cast<const __nv_bfloat16*>(a.x), r.p);
+  if (e != cudaSuccess) return cuda_status("moe tiny prepare launch", e);
+  CUtensorMap tm_w, tm_x;
+  LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &tm_w, &tm_x));
+  const int64_t max_units = std::min<int64_t>(s.experts, static_cast<int64_t>(s.m) * s.top_k) * r.p.nblocks * r.p.splits;
+  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
+  uint8_t* base = static_cast<uint8_t*>(workspace);
+  int32_t* ids = a.topk_ids ? nullptr : reinterpret_cast<int32_t*>(base + r.layout.ids);
+  float* weights = a.topk_ids ? nullptr : reinterpret_cast<float*>(base + r.layout.weights);
+  if (a.topk_ids || a.logits_type == OutType::kFP32)
+    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, a.topk_ids ? nullptr : static_cast<const float*>(a.logits),
+                         a.softcap, a.renormalize, ids, weights, r.p);
+  else
+    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, static_cast<const __nv_bfloat16*>(a.logits), a.softcap,
+                         a.renormalize, ids, weights, r.p);
+  return e == cudaSuccess ? Status::Ok() : cuda_status("moe tiny expert gemm launch", e);
 }
 
 bool needs_finish(const FusedMoeArgs& a) { return a.reduce == MoeReduce::kDeterministic || a.y_type == OutType::kBF16; }
@@ -322,7 +379,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
-         ",pdl=" + std::to_string(pdl) + ",prep=" + std::to_string(fused_prep);
+         ",pdl=" + std::to_string(pdl) + ",prep=" + std::to_string(fused_prep) + ",tiny=" + std::to_string(tiny);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -335,7 +392,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "tileprefetch") c.tile_prefetch = value;
     else if (key == "pdl") c.pdl = value;
     else if (key == "prep") c.fused_prep = value;
-    else return Status::Invalid("unknown MoE config key '" + key + "' (tile, splits, grid, prefetch, tileprefetch, pdl, prep)");
+    else if (key == "tiny") c.tiny = value;
+    else return Status::Invalid("unknown MoE config key '" + key +
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, prep, tiny)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -378,8 +437,14 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
   if (c.prefetch_mb < 0) c.prefetch_mb = 0;
   if (c.tile_prefetch < 0) c.tile_prefetch = 0;
   if (c.pdl < 0) c.pdl = 1;
+  if (c.tiny < 0) {
+    c.tiny = tiny_applies(s, reduce) && c.token_tile == moe::kTinyTokenTile;
+    why += std::string("; tiny=") + (c.tiny ? "1: a few tokens; every GEMM CTA routes them itself and streams its "
+                                              "weights before the zero+quantize kernel is done"
+                                            : "0");
+  }
   if (c.fused_prep < 0) {
-    c.fused_prep = s.m <= kFusedPrepMaxTokens && static_cast<int64_t>(s.m) * s.top_k <= moe::kPrepareMaxPairs;
+    c.fused_prep = c.tiny != 1 && s.m <= kFusedPrepMaxTokens && static_cast<int64_t>(s.m) * s.top_k <= moe::kPrepareMaxPairs;
     why += std::string("; prep=") + (c.fused_prep ? "1: route, layout and gather in one block (few tokens)"
                                                    : "0: three launches, one block per token in the gather");
   }
@@ -401,6 +466,8 @@ std::string moe_config_table() {
          "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
+         "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"
+         "                 |                                 | loads start before the zero+quantize kernel ends\n"
          "  prep 1         | m <= 16 (and m * top_k <= 512) | one single-block launch for route + layout + gather:\n"
          "                 |                                 | at a few tokens the launches, not the work, cost time\n"
          "  pdl 1          | always | each stage's launch and prologue overlap the previous stage's tail\n"
@@ -452,7 +519,11 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
     first = first && !launches;
     return status;
   };
-  if (r.cfg.fused_prep == 1) {
+  if (r.cfg.tiny == 1) {
+    LOWBIT_RETURN_IF_ERROR(run_tiny(args, r, workspace, stream));
+    first = false;
+    LOWBIT_RETURN_IF_ERROR(run(MoeStage::kFinish));
+  } else if (r.cfg.fused_prep == 1) {
     for (MoeStage st : kFused) LOWBIT_RETURN_IF_ERROR(run(st));
   } else {
     for (MoeStage st : kSplit) LOWBIT_RETURN_IF_ERROR(run(st));

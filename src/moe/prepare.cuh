@@ -93,12 +93,13 @@ __global__ void __launch_bounds__(kPrepareThreads, 1)
 #pragma unroll
   for (int j = 0; j < kPrepareChunksInFlight; ++j) {
     const int item = warp + j * kPrepareWarps;
-    if (item < items) quantize_chunk(ahead[j], (item % chunks) * kChunk, s_rows + item / chunks * p.top_k, p);
+    if (item < items)
+      quantize_chunk(ahead[j], (item % chunks) * kChunk, s_rows + item / chunks * p.top_k, p.top_k, p);
   }
   for (int item = warp + kPrepareChunksInFlight * kPrepareWarps; item < items; item += kPrepareWarps) {
     const int t = item / chunks;
     quantize_chunk(load_chunk(x + static_cast<int64_t>(t) * p.k, (item % chunks) * kChunk, p.k),
-                   (item % chunks) * kChunk, s_rows + t * p.top_k, p);
+                   (item % chunks) * kChunk, s_rows + t * p.top_k, p.top_k, p);
   }
 }
 

@@ -16,13 +16,30 @@
 
 namespace lowbit::moe {
 
+// Where row c of a unit's token tile goes.
+struct RowTarget {
+  int token;     // output row (atomic mode); < 0: the row is no routing pair's, skipped
+  int pair;      // token * top_k + slot (deterministic mode: the pair's own row)
+  float weight;  // routing weight
+};
+
+// The sorted rows the gather stage wrote: row x_row0 + c holds routing pair row_pair[...].
+struct SortedRows {
+  const MoeParams& p;
+  __device__ __forceinline__ RowTarget operator()(const ExpertUnit& u, int c) const {
+    const int r = u.x_row0 + c;
+    const int pair = p.row_pair[r];
+    return RowTarget{pair / p.top_k, pair, p.row_weight[r]};
+  }
+};
+
 template <class T>
 struct ScatterEpilogue {
   static constexpr int kConsumerThreads = 128 * T::kConsumerWarpgroups;
 
-  template <int R>
+  template <int R, class RowSource = SortedRows>
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg, const ExpertUnit& u,
-                                        const MoeParams& p, const float (&acc)[R]) const {
+                                        const MoeParams& p, const float (&acc)[R], const RowSource& rows) const {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     // The previous unit's rows are read out by every warp before anyone overwrites them.
     hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
@@ -40,19 +57,18 @@ struct ScatterEpilogue {
     if (n >= p.n) return;  // n is a multiple of 16: a lane's four columns are all in or all out
     float* atomic_dst = p.y_fp32 ? static_cast<float*>(p.y) : p.sums;
     for (int c = consumer_wg * 4 + warp; c < u.rows; c += 2 * 4) {
-      const int r = u.x_row0 + c;
-      const int pair = p.row_pair[r];
-      const float wt = p.row_weight[r];
+      const RowTarget to = rows(u, c);
+      if (to.token < 0) continue;
+      const float wt = to.weight;
       float4 v = *reinterpret_cast<const float4*>(&ss.out[c][4 * lane]);
       v.x *= wt;
       v.y *= wt;
       v.z *= wt;
       v.w *= wt;
       if (p.deterministic) {
-        *reinterpret_cast<float4*>(p.sums + static_cast<int64_t>(pair) * p.n + n) = v;
+        *reinterpret_cast<float4*>(p.sums + static_cast<int64_t>(to.pair) * p.n + n) = v;
       } else {
-        const int token = pair / p.top_k;
-        atomicAdd(reinterpret_cast<float4*>(atomic_dst + static_cast<int64_t>(token) * p.n + n), v);
+        atomicAdd(reinterpret_cast<float4*>(atomic_dst + static_cast<int64_t>(to.token) * p.n + n), v);
       }
     }
   }

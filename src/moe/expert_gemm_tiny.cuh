@@ -1,0 +1,242 @@
+// Tiny batches (a few tokens, atomic mode): the routing moves into the expert GEMM. At M = 1 the
+// three glue stages are a chain of launches and global round trips that cost more than
+// streaming the 8 experts' weights (docs/perf.md, W6 v2). Here every CTA routes the few tokens
+// itself (a few KB of logits from L2), so it knows which weights it streams without waiting for
+// any other kernel: its first unit's W loads go out before the grid-dependency wait, while the
+// small tiny_prepare kernel launched before it (first in the stream order, without PDL) zeroes
+// Y and quantizes X into the sorted buffer's first rows. Only the X tiles and the scatter wait.
+//
+// Units are (expert, 128-row N block, K split) over the distinct experts the tokens picked;
+// the token tile holds all M tokens, and a token that did not pick the unit's expert is skipped
+// in the scatter.
+// Reads top to bottom: static checks -> shared-memory budget -> barrier init -> routing -> role
+// split -> mainloop -> epilogue.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "gemm/blockscaled/mainloop.cuh"
+#include "gemm/fp8/mainloop.cuh"
+#include "hopper/grid_dependency.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/registers.cuh"
+#include "hopper/shared_storage.cuh"
+#include "hopper/tma.cuh"
+#include "moe/expert_gemm_mainloop.cuh"
+#include "moe/expert_gemm_traits.cuh"
+#include "moe/expert_tiles.cuh"
+#include "moe/gather.cuh"
+#include "moe/route.cuh"
+#include "moe/scatter_epilogue.cuh"
+#include "moe/workspace.h"
+
+namespace lowbit::moe {
+
+constexpr int kTinyMaxTokens = 4;
+constexpr int kTinyMaxPairs = 32;   // m * top_k: one lane each when the distinct experts are found
+constexpr int kTinyRouteLanes = 8;  // route_token<_, 8>: experts <= 256
+constexpr int kTinyTokenTile = 16;
+
+// Kernel 1: one block per token zeroes its output row (the GEMM's atomics add into it) and
+// quantizes its activation row into sorted row t.
+__global__ void __launch_bounds__(kGatherThreads) tiny_prepare_kernel(const __nv_bfloat16* __restrict__ x, MoeParams p) {
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
+  const int t = blockIdx.x, tid = threadIdx.x;
+  zero_output_rows(p, t, t + 1, tid, kGatherThreads);
+  const int row[1] = {t};
+  const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
+  for (int k0 = (tid / 32) * kChunk; k0 < p.k; k0 += kGatherThreads / 32 * kChunk)
+    quantize_chunk(load_chunk(xrow, k0, p.k), k0, row, 1, p);
+}
+
+// What every CTA knows after routing.
+struct TinyRouting {
+  int ids[kTinyMaxPairs];
+  float weights[kTinyMaxPairs];
+  int experts[kTinyMaxPairs];  // the distinct valid ids, ascending
+  int num_experts;
+  int first_bad;  // first pair with an id outside [0, experts), or -1
+};
+
+struct TinyTiles {
+  const MoeParams& p;
+  const TinyRouting& rt;
+  __device__ __forceinline__ int num_units() const { return rt.num_experts * p.nblocks * p.splits; }
+  __device__ __forceinline__ ExpertUnit resolve(int u) const {
+    const int per_expert = p.nblocks * p.splits;
+    ExpertUnit v;
+    v.expert = rt.experts[u / per_expert];
+    const int rest = u % per_expert;
+    const int split = rest % p.splits;
+    v.nb = rest / p.splits;
+    v.x_row0 = 0;
+    v.rows = p.m;
+    v.n0 = v.nb * 128;
+    v.w_row0 = v.expert * p.n + v.n0;
+    v.kb_begin = split * p.kblocks / p.splits;
+    v.kb_end = (split + 1) * p.kblocks / p.splits;
+    return v;
+  }
+};
+
+// Token c of the tile adds into Y row c if it picked the unit's expert.
+struct TinyRows {
+  const TinyRouting& rt;
+  int top_k;
+  __device__ __forceinline__ RowTarget operator()(const ExpertUnit& u, int c) const {
+    for (int j = 0; j < top_k; ++j) {
+      const int pair = c * top_k + j;
+      if (rt.ids[pair] == u.expert) return RowTarget{c, pair, rt.weights[pair]};
+    }
+    return RowTarget{-1, -1, 0.0f};
+  }
+};
+
+// logits null: the caller's routing (p.ids / p.weights). ids_out / weights_out (null when the
+// caller routed): where CTA 0 publishes the routing for moe_workspace_view.
+template <class T, class LogitT>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    expert_gemm_tiny_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
+                            const LogitT* __restrict__ logits, float softcap, bool renormalize, int32_t* ids_out,
+                            float* weights_out, const MoeParams p) {
+  // Static checks.
+  static_assert(T::kBlockN == kTinyTokenTile && kTinyMaxTokens <= T::kBlockN, "every token in one tile");
+  static_assert(kTinyMaxPairs == 32, "one routing pair per lane of warp 0");
+  static_assert(T::kThreads / 32 >= kTinyMaxTokens, "one routing warp per token");
+
+  // Shared-memory budget (the routing table is static shared memory on top).
+  static_assert(T::kSmemBytes + sizeof(TinyRouting) <= fp8::kSm90MaxSmemPerBlock,
+                "stages + output tile + routing exceed sm_90 shared memory");
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ TinyRouting rt;
+  auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  hopper::launch_dependents();
+
+  // Barrier init.
+  if (threadIdx.x == 0) {
+    ss.bars.init(8);
+    hopper::mbarrier_init_fence();
+    hopper::tma_prefetch_descriptor(&tm_w);
+    hopper::tma_prefetch_descriptor(&tm_x);
+  }
+
+  // Routing: warp t routes token t. The logits (or the caller's routing) were written before
+  // tiny_prepare started, so they are read before the wait.
+  const int pairs = p.m * p.top_k;
+  if (warp < p.m) {
+    if (logits) {
+      route_token<LogitT, kTinyRouteLanes>(logits + static_cast<int64_t>(warp) * p.experts, p.experts, p.top_k,
+                                           softcap, renormalize, rt.ids + warp * p.top_k,
+                                           rt.weights + warp * p.top_k);
+    } else if (lane < p.top_k) {
+      rt.ids[warp * p.top_k + lane] = p.ids[warp * p.top_k + lane];
+      rt.weights[warp * p.top_k + lane] = p.weights[warp * p.top_k + lane];
+    }
+  }
+  __syncthreads();
+  // The distinct experts in ascending order: lane i holds pair i; the lowest lane holding an id
+  // leads it, and a leader's place is the number of leaders with a smaller id.
+  if (warp == 0) {
+    const int e = lane < pairs ? rt.ids[lane] : -1;
+    const bool valid = lane < pairs && static_cast<unsigned>(e) < static_cast<unsigned>(p.experts);
+    const unsigned same = __match_any_sync(0xffffffffu, valid ? e : -1);
+    const bool leader = valid && __ffs(same) - 1 == lane;
+    int place = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int ej = __shfl_sync(0xffffffffu, e, j);
+      const bool lj = __shfl_sync(0xffffffffu, leader, j);
+      place += (lj && ej < e) ? 1 : 0;
+    }
+    if (leader) rt.experts[place] = e;
+    const unsigned leaders = __ballot_sync(0xffffffffu, leader);
+    const unsigned bad = __ballot_sync(0xffffffffu, lane < pairs && !valid);
+    if (lane == 0) {
+      rt.num_experts = __popc(leaders);
+      rt.first_bad = bad ? __ffs(bad) - 1 : -1;
+    }
+  }
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    if (ids_out && static_cast<int>(threadIdx.x) < pairs) {
+      ids_out[threadIdx.x] = rt.ids[threadIdx.x];
+      weights_out[threadIdx.x] = rt.weights[threadIdx.x];
+    }
+    if (threadIdx.x == 0) {
+      p.status[0] = rt.first_bad < 0 ? kMoeOk : kMoeBadExpertId;
+      p.status[1] = rt.first_bad;
+    }
+  }
+  const TinyTiles tiles{p, rt};
+  const int num_units = tiles.num_units();
+
+  // Role split.
+  if (warpgroup == 0) {
+    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      hopper::RingPosition<T::kStages> pos;
+      bool waited = false;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        const ExpertUnit v = tiles.resolve(u);
+        const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
+        const uint32_t bytes = static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes;
+        const blockscaled::ScaleStageLoad<T> scales{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes};
+        int kb = v.kb_begin;
+        if (!waited) {
+          // The first stages' weights go out now; their X tiles and scales (tiny_prepare's
+          // output) after the wait, on the same stage barriers.
+          const int early = min(v.kb_end - v.kb_begin, T::kStages);
+          hopper::RingPosition<T::kStages> at = pos;
+          for (int i = 0; i < early; ++i) {
+            ss.bars.producer_acquire(pos);
+            uint64_t* full = &ss.bars.full[pos.stage];
+            hopper::mbarrier_arrive_expect_tx(full, bytes);
+            hopper::tma_load_2d(ss.a[pos.stage], &tm_w, full, (kb + i) * T::kBlockK, v.w_row0);
+            pos.advance();
+          }
+          hopper::grid_dependency_wait();
+          waited = true;
+          for (int i = 0; i < early; ++i) {
+            uint64_t* full = &ss.bars.full[at.stage];
+            hopper::tma_load_2d(ss.b[at.stage], &tm_x, full, (kb + i) * T::kBlockK, v.x_row0);
+            scales(at.stage, kb + i, full);
+            at.advance();
+          }
+          kb += early;
+        }
+        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, kb, v.kb_end, bytes, pos, scales);
+      }
+    }
+  } else {
+    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int consumer_wg = warpgroup - 1;
+    hopper::RingPosition<T::kStages> pos;
+    fp8::MmaTurn turn{consumer_wg, false};
+    using Promotion = TokenScalePromotion<T>;
+    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
+                                         Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)}};
+    const ScatterEpilogue<T> epilogue;
+    float acc[T::kBlockN / 2];
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      // Mainloop.
+      {
+        const ExpertUnit v = tiles.resolve(u);
+        consumer.promotion.sfb_row = p.w_scales + (static_cast<int64_t>(v.expert) * p.nblocks + v.nb) * p.kblocks;
+        gemm::WorkUnit w{};
+        w.kb_begin = v.kb_begin;
+        w.kb_end = v.kb_end;
+        consumer.run(w, acc);
+      }
+      // Epilogue: Y was zeroed by tiny_prepare.
+      hopper::grid_dependency_wait();
+      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc, TinyRows{rt, p.top_k});
+    }
+  }
+#endif
+}
+
+}  // namespace lowbit::moe
