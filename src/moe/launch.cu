@@ -437,6 +437,10 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
   if (c.prefetch_mb < 0) c.prefetch_mb = 0;
   if (c.tile_prefetch < 0) c.tile_prefetch = 0;
   if (c.pdl < 0) c.pdl = 1;
+  if (c.tiny == 1 && reduce == MoeReduce::kDeterministic) {
+    c.tiny = 0;  // like splits: a forced config serves both modes, and this path only adds atomically
+    why += "; tiny forced, 0: deterministic mode";
+  }
   if (c.tiny < 0) {
     c.tiny = tiny_applies(s, reduce) && c.token_tile == moe::kTinyTokenTile;
     why += std::string("; tiny=") + (c.tiny ? "1: a few tokens; every GEMM CTA routes them itself and streams its "

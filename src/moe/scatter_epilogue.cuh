@@ -53,22 +53,33 @@ struct ScatterEpilogue {
       ss.out[8 * g + col + 1][row + 8] = acc[4 * g + 3];
     }
     hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
+    // Each lane fetches one of the warp's row targets up front (one round trip per unit, not
+    // one per row); the row loop broadcasts them.
+    constexpr int kRowsPerWarp = T::kBlockN / 8;
+    static_assert(kRowsPerWarp <= 32, "one row target per lane");
+    const int first = consumer_wg * 4 + warp;
+    RowTarget mine{-1, -1, 0.0f};
+    if (lane < kRowsPerWarp && first + 8 * lane < u.rows) mine = rows(u, first + 8 * lane);
     const int n = u.n0 + 4 * lane;
-    if (n >= p.n) return;  // n is a multiple of 16: a lane's four columns are all in or all out
+    const bool inside = n < p.n;  // n is a multiple of 16: a lane's four columns are all in or all out
     float* atomic_dst = p.y_fp32 ? static_cast<float*>(p.y) : p.sums;
-    for (int c = consumer_wg * 4 + warp; c < u.rows; c += 2 * 4) {
-      const RowTarget to = rows(u, c);
-      if (to.token < 0) continue;
-      const float wt = to.weight;
+#pragma unroll 4
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int c = first + 8 * i;
+      if (c >= u.rows) break;
+      const int token = __shfl_sync(0xffffffffu, mine.token, i);
+      const int pair = __shfl_sync(0xffffffffu, mine.pair, i);
+      const float wt = __shfl_sync(0xffffffffu, mine.weight, i);
+      if (token < 0 || !inside) continue;
       float4 v = *reinterpret_cast<const float4*>(&ss.out[c][4 * lane]);
       v.x *= wt;
       v.y *= wt;
       v.z *= wt;
       v.w *= wt;
       if (p.deterministic) {
-        *reinterpret_cast<float4*>(p.sums + static_cast<int64_t>(to.pair) * p.n + n) = v;
+        *reinterpret_cast<float4*>(p.sums + static_cast<int64_t>(pair) * p.n + n) = v;
       } else {
-        atomicAdd(reinterpret_cast<float4*>(atomic_dst + static_cast<int64_t>(to.token) * p.n + n), v);
+        atomicAdd(reinterpret_cast<float4*>(atomic_dst + static_cast<int64_t>(token) * p.n + n), v);
       }
     }
   }
