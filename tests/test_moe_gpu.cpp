@@ -485,14 +485,9 @@ TEST_F(MoeGpu, TinyPathExact) {
           if (caller) {
             expect_exact(d, ref, read_y(d), what);
           } else {
-            // Softmax weights are not small integers: the atomics' order moves the last bits.
-            // Every element within 1e-5 (FP32) or one BF16 step of the reference.
-            const std::vector<double> got = read_y(d);
-            int bad = 0;
-            for (size_t i = 0; i < ref.size(); ++i)
-              if (!(std::fabs(got[i] - ref[i]) <= (y == OutType::kFP32 ? 1e-5 : 8e-3) * std::max(1.0, std::fabs(ref[i]))))
-                if (bad++ < 5) ADD_FAILURE() << what << ": y[" << i << "] = " << got[i] << ", want " << ref[i];
-            EXPECT_EQ(bad, 0) << what;
+            // Softmax weights are not small integers: the atomics' order moves the last bits
+            // (relative to the terms, which cancel), so the random-input bound applies.
+            expect_close(d, ref, read_y(d), what);
           }
           ASSERT_TRUE(moe_check_status(d.s, d.reduce, d.y_type, d.d_work.p, d.work_bytes, nullptr).ok()) << what;
         }
