@@ -139,24 +139,29 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   }
   __syncthreads();
-  // The distinct experts in ascending order: lane i holds pair i; the lowest lane holding an id
-  // leads it, and a leader's place is the number of leaders with a smaller id.
+  // The distinct experts in ascending order: lane i holds pair i; a bitmask of the chosen
+  // experts (one OR-reduction per 32 ids) gives each id its place, the number of chosen ids
+  // below it; the lowest lane holding an id writes it there.
   if (warp == 0) {
+    constexpr int kWords = kTinyRouteLanes;  // experts <= 32 * kWords
     const int e = lane < pairs ? rt.ids[lane] : -1;
     const bool valid = lane < pairs && static_cast<unsigned>(e) < static_cast<unsigned>(p.experts);
-    const unsigned same = __match_any_sync(0xffffffffu, valid ? e : -1);
-    const bool leader = valid && __ffs(same) - 1 == lane;
-    int place = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int ej = __shfl_sync(0xffffffffu, e, j);
-      const bool lj = __shfl_sync(0xffffffffu, leader, j);
-      place += (lj && ej < e) ? 1 : 0;
+    uint32_t words[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w)
+      words[w] = __reduce_or_sync(0xffffffffu, valid && (e >> 5) == w ? 1u << (e & 31) : 0u);
+    int place = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      const uint32_t below = (e >> 5) > w ? 0xffffffffu : (e >> 5) == w ? (1u << (e & 31)) - 1u : 0u;
+      place += __popc(words[w] & below);
+      total += __popc(words[w]);
     }
-    if (leader) rt.experts[place] = e;
-    const unsigned leaders = __ballot_sync(0xffffffffu, leader);
+    const unsigned same = __match_any_sync(0xffffffffu, valid ? e : -1);
+    if (valid && __ffs(same) - 1 == lane) rt.experts[place] = e;
     const unsigned bad = __ballot_sync(0xffffffffu, lane < pairs && !valid);
     if (lane == 0) {
-      rt.num_experts = __popc(leaders);
+      rt.num_experts = total;
       rt.first_bad = bad ? __ffs(bad) - 1 : -1;
     }
   }
