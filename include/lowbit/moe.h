@@ -80,7 +80,7 @@ struct MoeConfig {
   // overlap the previous one's tail); -1 = auto (1).
   int pdl = -1;
   // 1: route, layout and quantize+gather run as one single-block launch (MoeStage::kPrepare;
-  // needs m * top_k <= 512); -1 = auto (1 for m <= 16).
+  // needs m * top_k <= 512); -1 = auto (0: measured slower than three launches from m = 4).
   int fused_prep = -1;
   // 1: the tiny-batch path (fused_moe_fp8 only): every GEMM CTA routes the tokens itself and
   // starts streaming its weights before the kernel that zeroes Y and quantizes X has finished;

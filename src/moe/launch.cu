@@ -28,7 +28,6 @@
 namespace lowbit {
 namespace {
 
-constexpr int kFusedPrepMaxTokens = 16;  // moe_choose_config: the one-block prepare stage up to here
 
 using moe::MoeParams;
 
@@ -100,7 +99,7 @@ struct GemmLauncher {
 // The tiny-batch GEMM (moe/expert_gemm_tiny.cuh): token tile 16, routing in the kernel.
 template <class LogitT>
 cudaError_t launch_tiny_gemm(int ctas, cudaStream_t stream, const CUtensorMap& w, const CUtensorMap& x,
-                             const LogitT* logits, float softcap, bool renormalize, int32_t* ids_out,
+                             bool pdl, const LogitT* logits, float softcap, bool renormalize, int32_t* ids_out,
                              float* weights_out, const MoeParams& p) {
   using T = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
   constexpr auto kernel = moe::expert_gemm_tiny_kernel<T, LogitT>;
@@ -110,7 +109,7 @@ cudaError_t launch_tiny_gemm(int ctas, cudaStream_t stream, const CUtensorMap& w
     attr_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   });
   if (attr_status != cudaSuccess) return attr_status;
-  return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, true, w, x, logits, softcap,
+  return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, logits, softcap,
                                renormalize, ids_out, weights_out, p);
 }
 
@@ -330,10 +329,11 @@ Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaS
   int32_t* ids = a.topk_ids ? nullptr : reinterpret_cast<int32_t*>(base + r.layout.ids);
   float* weights = a.topk_ids ? nullptr : reinterpret_cast<float*>(base + r.layout.weights);
   if (a.topk_ids || a.logits_type == OutType::kFP32)
-    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, a.topk_ids ? nullptr : static_cast<const float*>(a.logits),
+    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, r.cfg.pdl == 1,
+                         a.topk_ids ? nullptr : static_cast<const float*>(a.logits),
                          a.softcap, a.renormalize, ids, weights, r.p);
   else
-    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, static_cast<const __nv_bfloat16*>(a.logits), a.softcap,
+    e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, r.cfg.pdl == 1, static_cast<const __nv_bfloat16*>(a.logits), a.softcap,
                          a.renormalize, ids, weights, r.p);
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe tiny expert gemm launch", e);
 }
@@ -448,9 +448,10 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
                                             : "0");
   }
   if (c.fused_prep < 0) {
-    c.fused_prep = c.tiny != 1 && s.m <= kFusedPrepMaxTokens && static_cast<int64_t>(s.m) * s.top_k <= moe::kPrepareMaxPairs;
-    why += std::string("; prep=") + (c.fused_prep ? "1: route, layout and gather in one block (few tokens)"
-                                                   : "0: three launches, one block per token in the gather");
+    // Measured (docs/perf.md, W6 v2): one SM quantizing every row loses to one block per token
+    // from m = 4 up (m = 16: 60 vs 53 us); at m = 1 it won 0.4 us, where the tiny path now runs.
+    c.fused_prep = 0;
+    why += "; prep=0: three launches (the one-block prepare measured slower from m = 4)";
   }
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).
@@ -472,8 +473,8 @@ std::string moe_config_table() {
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"
          "                 |                                 | loads start before the zero+quantize kernel ends\n"
-         "  prep 1         | m <= 16 (and m * top_k <= 512) | one single-block launch for route + layout + gather:\n"
-         "                 |                                 | at a few tokens the launches, not the work, cost time\n"
+         "  prep 0         | always (forceable, m * top_k <= 512) | one block for route + layout + gather measured\n"
+         "                 |                                 | slower than three launches from m = 4 (docs/perf.md W6)\n"
          "  pdl 1          | always | each stage's launch and prologue overlap the previous stage's tail\n"
          "  prefetch 0, tileprefetch 0 | always | L2 prefetch of the first experts during routing, or of each unit's\n"
          "                 |                                 | whole weight tile, measured no gain or a loss (docs/perf.md W6)\n";
