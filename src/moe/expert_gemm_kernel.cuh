@@ -15,6 +15,7 @@
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 #include "moe/expert_gemm_mainloop.cuh"
+#include "moe/expert_gemm_roles.cuh"
 #include "moe/expert_gemm_traits.cuh"
 #include "moe/expert_tiles.cuh"
 #include "moe/scatter_epilogue.cuh"
@@ -39,17 +40,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
-  // Barrier init: each of the 8 consumer warps releases a stage once per phase. Launched with
+  // Barrier init. Launched with
   // PDL, this much runs under the gather stage's tail; the experts' tile offsets (which the
   // layout stage wrote) come into shared memory only after the wait, with the counts and
   // segment offsets, so resolving a unit costs no global round trip.
   hopper::launch_dependents();
-  if (threadIdx.x == 0) {
-    ss.bars.init(8);
-    hopper::mbarrier_init_fence();
-    hopper::tma_prefetch_descriptor(&tm_w);
-    hopper::tma_prefetch_descriptor(&tm_x);
-  }
+  init_expert_gemm<T>(ss, &tm_w, &tm_x);
   hopper::grid_dependency_wait();
   for (int i = threadIdx.x; i <= p.experts; i += blockDim.x) {
     ss.tile_start[i] = p.tile_start[i];
@@ -83,28 +79,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     }
   } else {
-    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
-    const int consumer_wg = warpgroup - 1;
-    hopper::RingPosition<T::kStages> pos;
-    fp8::MmaTurn turn{consumer_wg, false};
-    using Promotion = TokenScalePromotion<T>;
-    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn, Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)}};
-    const ScatterEpilogue<T> epilogue;
-    float acc[T::kBlockN / 2];
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
-      // Mainloop.
-      {
-        const ExpertUnit v = tiles.resolve(u);
-        consumer.promotion.sfb_row =
-            p.w_scales + (static_cast<int64_t>(v.expert) * p.nblocks + v.nb) * p.kblocks;
-        gemm::WorkUnit w{};
-        w.kb_begin = v.kb_begin;
-        w.kb_end = v.kb_end;
-        consumer.run(w, acc);
-      }
-      // Epilogue (the unit is resolved again rather than kept live across the mainloop).
-      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc, SortedRows{p});
-    }
+    consume_units<T>(ss, warpgroup - 1, p, tiles, num_units, SortedRows{p});
   }
 #endif
 }

@@ -24,6 +24,7 @@
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 #include "moe/expert_gemm_mainloop.cuh"
+#include "moe/expert_gemm_roles.cuh"
 #include "moe/expert_gemm_traits.cuh"
 #include "moe/expert_tiles.cuh"
 #include "moe/gather.cuh"
@@ -118,12 +119,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   hopper::launch_dependents();
 
   // Barrier init.
-  if (threadIdx.x == 0) {
-    ss.bars.init(8);
-    hopper::mbarrier_init_fence();
-    hopper::tma_prefetch_descriptor(&tm_w);
-    hopper::tma_prefetch_descriptor(&tm_x);
-  }
+  init_expert_gemm<T>(ss, &tm_w, &tm_x);
 
   // Routing: warp t routes token t. The logits (or the caller's routing) were written before
   // tiny_prepare started, so they are read before the wait.
@@ -217,29 +213,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     }
   } else {
-    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
-    const int consumer_wg = warpgroup - 1;
-    hopper::RingPosition<T::kStages> pos;
-    fp8::MmaTurn turn{consumer_wg, false};
-    using Promotion = TokenScalePromotion<T>;
-    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
-                                         Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)}};
-    const ScatterEpilogue<T> epilogue;
-    float acc[T::kBlockN / 2];
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
-      // Mainloop.
-      {
-        const ExpertUnit v = tiles.resolve(u);
-        consumer.promotion.sfb_row = p.w_scales + (static_cast<int64_t>(v.expert) * p.nblocks + v.nb) * p.kblocks;
-        gemm::WorkUnit w{};
-        w.kb_begin = v.kb_begin;
-        w.kb_end = v.kb_end;
-        consumer.run(w, acc);
-      }
-      // Epilogue: Y was zeroed by tiny_prepare.
-      hopper::grid_dependency_wait();
-      epilogue.store(ss, consumer_wg, tiles.resolve(u), p, acc, TinyRows{rt, p.top_k});
-    }
+    consume_units<T>(ss, warpgroup - 1, p, tiles, num_units, TinyRows{rt, p.top_k});
   }
 #endif
 }
