@@ -142,11 +142,10 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   };
   // Stage prefixes, each launched alone (without PDL): the pipeline's own stages. The tiny path
   // routes inside the GEMM and has no stages to time apart.
-  const bool fused_prep = chosen.fused_prep == 1, tiny = chosen.tiny == 1;
+  const bool tiny = chosen.tiny == 1;
   const std::vector<MoeStage> order =
-      tiny         ? std::vector<MoeStage>{}
-      : fused_prep ? std::vector<MoeStage>{MoeStage::kPrepare}
-                   : std::vector<MoeStage>{MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather};
+      tiny ? std::vector<MoeStage>{}
+           : std::vector<MoeStage>{MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather};
   auto prefix = [&](int stages) -> LaunchFn {
     return [&, stages](cudaStream_t q, int i) {
       const FusedMoeArgs a = args_for(i, MoeReduce::kAtomic, y.p);
@@ -243,8 +242,6 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   r->us_det = t[1].median_us;
   if (tiny)
     r->stages = {};
-  else if (fused_prep)
-    r->stages = {{"prep", t[2].median_us}, {"gemm", t[0].median_us - t[2].median_us}};
   else
     r->stages = {{"route", t[2].median_us},
                  {"layout", t[3].median_us - t[2].median_us},

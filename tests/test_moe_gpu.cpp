@@ -334,15 +334,11 @@ TEST_F(MoeGpu, RoutingTiesGoToTheLowerId) {
 // Layout and quantize+gather: counts, offsets and the tile schedule exact; every expert segment
 // holds exactly its (token, slot) pairs; every sorted row's bytes and scales equal the host
 // quantizer's for its token.
-// Runs the stages up to the GEMM (three launches, or the one-block prepare stage) and checks
-// what they left in the workspace.
-void check_layout_and_gather(MoeData& d, bool one_block) {
+// Runs the stages up to the GEMM and checks what they left in the workspace.
+void check_layout_and_gather(MoeData& d) {
   upload_all(d);
   const FusedMoeArgs a = d.args();
-  const std::vector<MoeStage> stages =
-      one_block ? std::vector<MoeStage>{MoeStage::kPrepare}
-                : std::vector<MoeStage>{MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather};
-  for (MoeStage st : stages) {
+  for (MoeStage st : {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather}) {
     const Status status = moe_run_stage(st, a, d.d_work.p, d.work_bytes, nullptr);
     ASSERT_TRUE(status.ok()) << status.to_string();
   }
@@ -399,37 +395,18 @@ void check_layout_and_gather(MoeData& d, bool one_block) {
 TEST_F(MoeGpu, LayoutAndGatherExact) {
   const uint64_t seed = lowbit_test::seed();
   MoeData d = make_case(MoeShape{301, 256, 512, 64, 6}, OutType::kFP32, MoeReduce::kAtomic, Fill::kRandom, seed, false);
-  check_layout_and_gather(d, false);
-}
-
-// The one-block prepare stage leaves the same workspace contents (at its 512-pair limit, and at
-// one token).
-TEST_F(MoeGpu, OneBlockPrepareExact) {
-  const uint64_t seed = lowbit_test::seed();
-  for (const MoeShape& s : {MoeShape{85, 256, 640, 64, 6}, MoeShape{1, 256, 512, 256, 8}}) {
-    MoeData d = make_case(s, OutType::kFP32, MoeReduce::kAtomic, Fill::kRandom, seed + s.m, false);
-    check_layout_and_gather(d, true);
-  }
-  // Past the limit: an error, not a launch.
-  MoeData big = make_case(MoeShape{86, 256, 512, 64, 6}, OutType::kFP32, MoeReduce::kAtomic, Fill::kRandom, seed, false);
-  upload_all(big);
-  EXPECT_EQ(moe_run_stage(MoeStage::kPrepare, big.args(), big.d_work.p, big.work_bytes, nullptr).code(),
-            StatusCode::kInvalidArgument);
-  MoeConfig forced;
-  forced.fused_prep = 1;
-  EXPECT_EQ(fused_moe_fp8(big.args(), big.d_work.p, big.work_bytes, nullptr, &forced).code(),
-            StatusCode::kInvalidArgument);
+  check_layout_and_gather(d);
 }
 
 // Exact inputs: every output equal to the FP64 reference (its BF16 rounding for BF16 output), for
 // each token tile, K split and reduce mode, with edge token counts.
 TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   const uint64_t seed = lowbit_test::seed();
-  // {tile, splits, grid, prefetch, tileprefetch, pdl, prep}: the one-block prepare stage forced on
-  // (m * top_k <= 512 here) and off, PDL off.
+  // {tile, splits, grid, prefetch, tileprefetch, pdl, tiny}: PDL off, the tiny path off (where
+  // it would apply: m = 1 and 3 with tile 16).
   const std::vector<MoeConfig> cfgs = {{16, 1, 0},         {32, 2, 0},          {64, 4, 0},         {128, 1, 0},
-                                       {16, 1, 5},         {16, 2, 0, -1, -1, 1, 1}, {32, 1, 0, -1, -1, 0, 0},
-                                       {16, 4, 0, -1, -1, 0, 1}};
+                                       {16, 1, 5},         {32, 1, 0, -1, -1, 0, 0}, {16, 2, 0, -1, -1, 1, 0},
+                                       {16, 4, 0, -1, -1, 0, 0}};
   for (int m : {1, 3, 127, 129}) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {

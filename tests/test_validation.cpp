@@ -337,10 +337,9 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_FALSE(parse_moe_config("tile=48", &c).ok());
   EXPECT_FALSE(parse_moe_config("splits=3", &c).ok());
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
-  EXPECT_TRUE(parse_moe_config("pdl=0,prep=1", &c).ok());
+  EXPECT_TRUE(parse_moe_config("pdl=0", &c).ok());
   EXPECT_EQ(c.pdl, 0);
-  EXPECT_EQ(c.fused_prep, 1);
-  EXPECT_FALSE(parse_moe_config("prep=2", &c).ok());
+  EXPECT_FALSE(parse_moe_config("tiny=2", &c).ok());
   EXPECT_FALSE(parse_moe_config("pdl=-2", &c).ok());
   std::string why;
   // The seed's shape: 4 tokens per expert on average -> the smallest tile, 1008 tiles -> no split.
@@ -355,13 +354,11 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_EQ(seed.prefetch_mb, 0) << why;  // measured no gain
   EXPECT_EQ(seed.tile_prefetch, 0) << why;
   EXPECT_EQ(seed.pdl, 1) << why;
-  EXPECT_EQ(seed.fused_prep, 0) << why;  // 128 tokens: one block per token in the gather
   EXPECT_EQ(one.tiny, 1) << why;         // one token: routing inside the GEMM
   EXPECT_EQ(seed.tiny, 0) << why;
   EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, nullptr).tiny, 0);
   EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 512, 8}, MoeReduce::kAtomic, 132, nullptr).tiny, 0);
-  // Eight tokens: past the tiny path; the one-block prepare stage is never chosen (measured slower).
-  EXPECT_EQ(moe_choose_config(MoeShape{8, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).fused_prep, 0);
+  EXPECT_EQ(moe_choose_config(MoeShape{8, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).tiny, 0);
   EXPECT_TRUE(parse_moe_config("tiny=1", &c).ok());
   EXPECT_EQ(c.tiny, 1);
   EXPECT_FALSE(moe_config_table().empty());

@@ -79,9 +79,6 @@ struct MoeConfig {
   // 1: stages launch with programmatic dependent launch (each kernel's launch and prologue
   // overlap the previous one's tail); -1 = auto (1).
   int pdl = -1;
-  // 1: route, layout and quantize+gather run as one single-block launch (MoeStage::kPrepare;
-  // needs m * top_k <= 512); -1 = auto (0: measured slower than three launches from m = 4).
-  int fused_prep = -1;
   // 1: the tiny-batch path (fused_moe_fp8 only): every GEMM CTA routes the tokens itself and
   // starts streaming its weights before the kernel that zeroes Y and quantizes X has finished;
   // needs atomic mode, m <= 4, m * top_k <= 32, experts <= 256, token tile 16. -1 = auto (1
@@ -89,7 +86,7 @@ struct MoeConfig {
   int tiny = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,prep=1,tiny=0" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
@@ -105,8 +102,7 @@ size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType
 Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                      const MoeConfig* config = nullptr);
 
-// kPrepare is kRoute + kLayout + kQuantizeGather in one single-block launch (m * top_k <= 512).
-enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish, kPrepare };
+enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish };
 // One stage alone, reading what the earlier stages left in the same workspace (route writes ids
 // and weights into the workspace unless the caller passed its own). The config must be the same
 // for the layout and GEMM stages of one forward pass.

@@ -21,7 +21,6 @@
 #include "moe/finish.cuh"
 #include "moe/gather.cuh"
 #include "moe/layout.cuh"
-#include "moe/prepare.cuh"
 #include "moe/route.cuh"
 #include "moe/workspace.h"
 
@@ -68,7 +67,6 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.tile_prefetch < -1 || c.tile_prefetch > 1) return Status::Invalid(w + ": tile_prefetch must be -1, 0 or 1");
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
   if (c.pdl < -1 || c.pdl > 1) return Status::Invalid(w + ": pdl must be -1, 0 or 1");
-  if (c.fused_prep < -1 || c.fused_prep > 1) return Status::Invalid(w + ": prep must be -1, 0 or 1");
   if (c.tiny < -1 || c.tiny > 1) return Status::Invalid(w + ": tiny must be -1, 0 or 1");
   return Status::Ok();
 }
@@ -174,10 +172,6 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
     return Status::Invalid(w + ": the tiny-batch path needs atomic mode, m <= " + std::to_string(moe::kTinyMaxTokens) +
                            ", m * top_k <= " + std::to_string(moe::kTinyMaxPairs) + ", experts <= " +
                            std::to_string(32 * moe::kTinyRouteLanes) + " and token tile 16");
-  if (r.cfg.fused_prep == 1 && static_cast<int64_t>(a.shape.m) * a.shape.top_k > moe::kPrepareMaxPairs)
-    return Status::Invalid(w + ": the one-block prepare stage needs m * top_k <= " +
-                           std::to_string(moe::kPrepareMaxPairs) + " (got " +
-                           std::to_string(static_cast<int64_t>(a.shape.m) * a.shape.top_k) + ")");
   const int need_smem = gemm_smem_bytes(r.cfg.token_tile);
   if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
@@ -259,24 +253,6 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   return e == cudaSuccess ? Status::Ok() : cuda_status("moe route launch", e);
 }
 
-// Route + layout + gather in one block (the caller's routing, when given, skips the route step).
-Status run_prepare(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream, bool pdl) {
-  if (static_cast<int64_t>(r.s.m) * r.s.top_k > moe::kPrepareMaxPairs)
-    return Status::Invalid("moe prepare stage: needs m * top_k <= " + std::to_string(moe::kPrepareMaxPairs));
-  uint8_t* base = static_cast<uint8_t*>(workspace);
-  int32_t* ids = reinterpret_cast<int32_t*>(base + r.layout.ids);
-  float* weights = reinterpret_cast<float*>(base + r.layout.weights);
-  const auto* x = static_cast<const __nv_bfloat16*>(a.x);
-  cudaError_t e = cudaSuccess;
-  with_route_variant(a.topk_ids ? OutType::kFP32 : a.logits_type, r.s.experts, [&](auto tag, auto per_lane) {
-    using LogitT = decltype(tag);
-    const LogitT* logits = a.topk_ids ? nullptr : static_cast<const LogitT*>(a.logits);
-    e = hopper::launch_kernel(moe::prepare_kernel<LogitT, decltype(per_lane)::value>, 1, moe::kPrepareThreads, 0,
-                              stream, pdl, logits, a.softcap, a.renormalize, ids, weights, x, r.p);
-  });
-  return e == cudaSuccess ? Status::Ok() : cuda_status("moe prepare launch", e);
-}
-
 // The weights [experts * n, k] in 128 x 128 boxes; the sorted activations in token-tile boxes.
 Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x) {
   const MoeShape& s = r.s;
@@ -354,7 +330,6 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
   cudaError_t e = cudaSuccess;
   switch (stage) {
     case MoeStage::kRoute: return run_route(a, r, workspace, stream, pdl);
-    case MoeStage::kPrepare: return run_prepare(a, r, workspace, stream, pdl);
     case MoeStage::kLayout:
       e = hopper::launch_kernel(moe::layout_kernel, 1, moe::kLayoutThreads, 0, stream, pdl, r.p);
       break;
@@ -379,7 +354,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
-         ",pdl=" + std::to_string(pdl) + ",prep=" + std::to_string(fused_prep) + ",tiny=" + std::to_string(tiny);
+         ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -391,10 +366,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "prefetch") c.prefetch_mb = value;
     else if (key == "tileprefetch") c.tile_prefetch = value;
     else if (key == "pdl") c.pdl = value;
-    else if (key == "prep") c.fused_prep = value;
     else if (key == "tiny") c.tiny = value;
     else return Status::Invalid("unknown MoE config key '" + key +
-                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, prep, tiny)");
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -447,12 +421,6 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
                                               "weights before the zero+quantize kernel is done"
                                             : "0");
   }
-  if (c.fused_prep < 0) {
-    // Measured (docs/perf.md, W6 v2): one SM quantizing every row loses to one block per token
-    // from m = 4 up (m = 16: 60 vs 53 us); at m = 1 it won 0.4 us, where the tiny path now runs.
-    c.fused_prep = 0;
-    why += "; prep=0: three launches (the one-block prepare measured slower from m = 4)";
-  }
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).
   if (c.splits > s.k / 128 && s.k >= 128) {
@@ -473,8 +441,6 @@ std::string moe_config_table() {
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"
          "                 |                                 | loads start before the zero+quantize kernel ends\n"
-         "  prep 0         | always (forceable, m * top_k <= 512) | one block for route + layout + gather measured\n"
-         "                 |                                 | slower than three launches from m = 4 (docs/perf.md W6)\n"
          "  pdl 1          | always | each stage's launch and prologue overlap the previous stage's tail\n"
          "  prefetch 0, tileprefetch 0 | always | L2 prefetch of the first experts during routing, or of each unit's\n"
          "                 |                                 | whole weight tile, measured no gain or a loss (docs/perf.md W6)\n";
@@ -514,7 +480,6 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
   LOWBIT_RETURN_IF_ERROR(prepare("fused_moe_fp8", args, workspace, workspace_bytes, config, &r));
   static constexpr MoeStage kSplit[] = {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather,
                                         MoeStage::kExpertGemm, MoeStage::kFinish};
-  static constexpr MoeStage kFused[] = {MoeStage::kPrepare, MoeStage::kExpertGemm, MoeStage::kFinish};
   // The first kernel launches without PDL: it, and so the whole chain, starts after the work the
   // caller enqueued before (which never signals early and may still read Y or the workspace).
   bool first = true;
@@ -528,8 +493,6 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
     LOWBIT_RETURN_IF_ERROR(run_tiny(args, r, workspace, stream));
     first = false;
     LOWBIT_RETURN_IF_ERROR(run(MoeStage::kFinish));
-  } else if (r.cfg.fused_prep == 1) {
-    for (MoeStage st : kFused) LOWBIT_RETURN_IF_ERROR(run(st));
   } else {
     for (MoeStage st : kSplit) LOWBIT_RETURN_IF_ERROR(run(st));
   }

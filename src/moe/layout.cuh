@@ -21,16 +21,9 @@ __host__ __device__ __forceinline__ int expert_tiles(int count, int token_tile, 
   return (count + token_tile - 1) / token_tile * nblocks * splits;
 }
 
-// What the layout leaves thread `e` holding about expert e (zeros past the experts).
-struct ExpertSegment {
-  int count;      // tokens routed to the expert
-  int row_start;  // its first row in the sorted buffers
-};
-
-// The whole stage, run by one block of kLayoutThreads threads (also inside the small-batch
-// prepare kernel). id_of(i) is routing pair i's expert id (from global or shared memory).
-template <class IdOf>
-__device__ __forceinline__ ExpertSegment layout_block(const MoeParams& p, IdOf id_of) {
+__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
   using Scan = cub::BlockScan<int, kLayoutThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_count[kMaxExperts];
@@ -41,7 +34,7 @@ __device__ __forceinline__ ExpertSegment layout_block(const MoeParams& p, IdOf i
   __syncthreads();
   const int pairs = p.m * p.top_k;
   for (int i = tid; i < pairs; i += kLayoutThreads) {
-    const int e = id_of(i);
+    const int e = p.ids[i];
     if (static_cast<unsigned>(e) >= static_cast<unsigned>(p.experts)) atomicMin(&first_bad, i);
     else atomicAdd(&s_count[e], 1);
   }
@@ -63,13 +56,6 @@ __device__ __forceinline__ ExpertSegment layout_block(const MoeParams& p, IdOf i
     p.status[0] = first_bad == INT_MAX ? kMoeOk : kMoeBadExpertId;
     p.status[1] = first_bad == INT_MAX ? -1 : first_bad;
   }
-  return ExpertSegment{count, seg_start};
-}
-
-__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
-  hopper::launch_dependents();
-  hopper::grid_dependency_wait();
-  layout_block(p, [&p](int i) { return p.ids[i]; });
 }
 
 }  // namespace lowbit::moe
