@@ -260,6 +260,38 @@ TEST_F(Fp8GemmGpu, EdgeShapesExact) {
   expect_exact({1000, 208, 400, OutType::kFP32, false, Inputs::kSmallInts, nullptr});
 }
 
+// CTA pairs sharing B by multicast: odd tile-row counts (a phantom partner below the matrix),
+// partial tiles in M, N and K, a grid of one cluster walking every unit, both outputs.
+TEST_F(Fp8GemmGpu, ClusterPairsExact) {
+  const int64_t ms[] = {65, 129, 300, 1000};
+  for (int64_t m : ms)
+    for (const char* cfg : {"bn=128,cluster=2", "bn=192,cluster=2", "bn=128,cluster=2,grid=2,group=1"})
+      for (OutType out : {OutType::kBF16, OutType::kFP32}) expect_exact({m, 208, 400, out, false, Inputs::kSmallInts, cfg});
+  expect_exact({256, 384, 512, OutType::kBF16, false, Inputs::kSmallInts, "bn=192,cluster=2,grid=4"});
+  expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,cluster=2"});
+  expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=192,cluster=2"});
+}
+
+TEST_F(Fp8GemmGpu, ClusterPairsRejectWhatTheyDoNotCompile) {
+  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4), bias(256 * 2);
+  for (const auto& bad : {std::make_pair(256, "bn=128,cluster=2,splits=2"), std::make_pair(64, "bn=128,cluster=2"),
+                          std::make_pair(256, "bn=64,cluster=2"), std::make_pair(256, "bn=128,cluster=3"),
+                          std::make_pair(-1, "bn=128,cluster=2")}) {
+    Fp8GemmConfig cfg;
+    ASSERT_TRUE(parse_fp8_config(bad.second, &cfg).ok());
+    Fp8GemmArgs a;
+    a.m = bad.first > 0 ? bad.first : 256;
+    a.n = 256;
+    a.k = 512;
+    a.a = A.p;
+    a.b = B.p;
+    a.d = D.p;
+    a.bias = bad.first > 0 ? nullptr : bias.p;  // -1: a bias, which the pairs do not stage
+    const Status st = fp8_gemm(a, nullptr, &cfg);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad.second << ": " << st.to_string();
+  }
+}
+
 TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
   expect_close({256, 512, 4096, OutType::kBF16, false, Inputs::kUniform, nullptr});
   expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, nullptr});

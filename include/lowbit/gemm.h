@@ -56,11 +56,12 @@ struct Fp8GemmConfig {
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
+  int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,turns=1" (any subset); unknown keys are an error.
+// Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // The configuration lowbit would pick for this shape on this device, with its reason.

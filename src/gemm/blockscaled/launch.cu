@@ -15,6 +15,7 @@
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
+#include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/blockscaled.h"
 #include "lowbit/device.h"
@@ -38,63 +39,18 @@ Status cuda_status(const char* what, cudaError_t e) {
 }
 
 // One compiled variant: output type x problem layout x cluster size. The grid is a multiple of
-// the cluster size and no larger than the clusters the device can hold at once (asked once per
-// device: GPCs need not divide evenly into clusters), so every persistent CTA is resident.
+// the cluster size and no larger than the clusters the device can hold at once, so every
+// persistent CTA is resident.
 template <bool kOutFp32, bool kGrouped, int kClusterM>
 struct Launcher {
   using T = Traits<kOutFp32, kClusterM>;
   static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
 
-  // `attr` (the cluster shape) must outlive the returned config's use.
-  static cudaLaunchConfig_t config(int ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
-    *attr = cudaLaunchAttribute{};
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = kClusterM;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(T::kThreads);
-    cfg.dynamicSmemBytes = T::kSmemBytes;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cfg;
-  }
-
-  static cudaError_t prepare(int device, int* max_ctas) {
-    static std::mutex mu;
-    static int cached[64] = {};
-    std::lock_guard<std::mutex> lock(mu);
-    if (device < 64 && cached[device] > 0) {
-      *max_ctas = cached[device];
-      return cudaSuccess;
-    }
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    int ctas = 0;
-    if (kClusterM > 1) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t cfg = config(kClusterM * 1024, nullptr, &attr);
-      int clusters = 0;
-      e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-      if (e != cudaSuccess) return e;
-      ctas = clusters * kClusterM;
-    } else {
-      e = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device);
-      if (e != cudaSuccess) return e;
-    }
-    if (ctas <= 0) return cudaErrorInvalidConfiguration;
-    if (device < 64) cached[device] = ctas;
-    *max_ctas = ctas;
-    return cudaSuccess;
-  }
-
   // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const BlockScaledParams& p, int device) {
     int max_ctas = 0;
-    cudaError_t e = prepare(device, &max_ctas);
+    cudaError_t e = hopper::prepare_persistent<kernel>(T::kThreads, T::kSmemBytes, kClusterM, device, &max_ctas);
     if (e != cudaSuccess) return e;
     int ctas = grid > 0 ? std::min(grid, max_ctas) : max_ctas;
     if (max_units > 0) ctas = std::min(ctas, max_units * kClusterM);
@@ -103,9 +59,7 @@ struct Launcher {
     if (log_launches)
       std::fprintf(stderr, "[lowbit] blockscaled %s: %d CTAs in clusters of %d (at most %d resident)\n",
                    kGrouped ? "grouped" : "dense", ctas, kClusterM, max_ctas);
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = config(ctas, stream, &attr);
-    return cudaLaunchKernelEx(&cfg, kernel, a, b, d, p);
+    return hopper::launch_clustered(kernel, ctas, T::kThreads, T::kSmemBytes, kClusterM, stream, a, b, d, p);
   }
 };
 

@@ -103,6 +103,7 @@ std::string Fp8GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
      << ",grid=" << grid << ",turns=" << mma_turns;
+  if (cluster != 1) os << ",cluster=" << cluster;
   return os.str();
 }
 
@@ -115,7 +116,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "grid") c.grid = value;
     else if (key == "turns") c.mma_turns = value;
     else if (key == "stages") c.stages = value;
-    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns)");
+    else if (key == "cluster") c.cluster = value;
+    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns, cluster)");
     return Status::Ok();
   }));
   int stages = 0;

@@ -57,7 +57,8 @@ struct StagedEpilogueOperands {
     const uint32_t row_bytes = static_cast<uint32_t>(cols) * 2;  // n % 16 == 0: a multiple of 32
     const bool bias = p.epi.bias != nullptr;
     const bool bcast = T::kFused && p.epi.row_bcast != nullptr;
-    const int rows = bcast ? (p.m - row0 < T::kBlockM ? p.m - row0 : T::kBlockM) : 0;
+    // None for a cluster's phantom tile below the matrix.
+    const int rows = bcast ? max(0, p.m - row0 < T::kBlockM ? p.m - row0 : T::kBlockM) : 0;
     if (lane == 0)
       hopper::mbarrier_arrive_expect_tx(&ss.ops.full, (bias ? row_bytes : 0u) + static_cast<uint32_t>(rows) * row_bytes);
     __syncwarp();

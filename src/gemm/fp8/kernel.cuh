@@ -12,6 +12,7 @@
 #include "gemm/fp8/traits.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
+#include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/shared_storage.cuh"
@@ -42,20 +43,32 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
 
-  // Barrier init: every working consumer warp releases a stage (and the staged epilogue
-  // operands) once per phase.
+  // Barrier init: every working consumer warp of every CTA in the cluster releases a stage once
+  // per phase (peers multicast into it); the staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
   if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
-    ss.bars.init(consumer_wgs * 4);
+    ss.bars.init(consumer_wgs * 4 * T::kClusterM);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
   }
-  __syncthreads();
+  // Peers' barriers must be initialized before the first multicast or remote arrival.
+  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+  else __syncthreads();
 
+  // A cluster walks units (a column of kClusterM vertically adjacent tiles of one B tile); rank r
+  // takes the r-th tile. A tile below the matrix (odd tile rows) still loads and multicasts its
+  // share of B; its A is all zero fill and its store is skipped.
   const int num_units = p.sched.num_units();
+  const int first_unit = static_cast<int>(blockIdx.x) / T::kClusterM;
+  const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
+  auto unit_at = [&p](int u) {
+    gemm::WorkUnit w = p.sched.unit(u);
+    if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
+    return w;
+  };
   // Without a bias or row broadcast the staged operands are the zeros init wrote: no loads, no
   // per-unit handshake.
   const bool staged = T::kStaged && (p.epi.bias != nullptr || (T::kFused && p.epi.row_bcast != nullptr));
@@ -67,16 +80,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
-      for (int u = blockIdx.x; u < num_units; u += gridDim.x)
-        produce_unit<T>(ss, &tm_a, &tm_b, p.sched.unit(u), T::stage_tx_bytes(p.a_box_rows), pos);
+      for (int u = first_unit; u < num_units; u += unit_step)
+        produce_unit<T>(ss, &tm_a, &tm_b, unit_at(u), T::stage_tx_bytes(p.a_box_rows), pos);
     } else if (T::kStaged && threadIdx.x / 32 == 1 && staged) {
       uint32_t parity = 0;
-      for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) StagedOps::load(ss, p, p.sched.unit(u), parity);
+      for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) StagedOps::load(ss, p, unit_at(u), parity);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
-    if (consumer_wg >= consumer_wgs) return;  // its rows lie wholly past M
+    if (consumer_wg >= consumer_wgs) {  // its rows lie wholly past M (small M)
+      if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+      return;
+    }
     const float alpha =
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
@@ -85,8 +101,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Consumer<T> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x, parity ^= 1u) {
-      const gemm::WorkUnit w = p.sched.unit(u);
+    for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
+      const gemm::WorkUnit w = unit_at(u);
       // Mainloop.
       consumer.run(w, acc);
       // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
@@ -103,6 +119,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     turn.finish();
     epilogue.drain();
   }
+  // No CTA leaves while a peer may still multicast into its shared memory or arrive on its
+  // barriers.
+  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
 #endif
 }
 

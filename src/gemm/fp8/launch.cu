@@ -2,7 +2,7 @@
 // Stream-ordered; no allocation and no synchronization.
 #include <cuda_runtime.h>
 
-#include <atomic>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/kernel.cuh"
 #include "gemm/fp8/variants.h"
+#include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
@@ -68,29 +69,41 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
+  if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
+  const bool plain = !a.bias && !a.row_bcast && !a.residual && a.activation == Activation::kNone;
+  if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
+    return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
+                           "a bias; config " + c.to_string());
   return Status::Ok();
 }
 
-using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                 const CUtensorMap&, const Fp8KernelParams&, int device);
+// `grid` <= 0: as many CTAs as are resident at once (rounded to whole clusters); `max_units`
+// caps it at one CTA per tile.
+using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                 const CUtensorMap&, const Fp8KernelParams&, int device, int* launched);
 
-template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged>
+template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster>;
 
-  static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const Fp8KernelParams& p, int device) {
-    // The dynamic shared-memory opt-in is per device; set it once for each.
-    static std::atomic<uint64_t> configured{0};
-    const uint64_t bit = device < 64 ? (1ull << device) : 0;
-    if (!bit || !(configured.load() & bit)) {
-      const cudaError_t e = cudaFuncSetAttribute(fp8::fp8_gemm_kernel<T>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-      if (e != cudaSuccess) return e;
-      configured.fetch_or(bit);
+  static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const Fp8KernelParams& p, int device, int* launched) {
+    int max_ctas = 0;
+    const cudaError_t e =
+        hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, kCluster, device, &max_ctas);
+    if (e != cudaSuccess) return e;
+    // A forced grid may exceed what is resident only without clusters (peers must co-run).
+    int ctas = grid <= 0 ? max_ctas : kCluster == 1 ? grid : std::min(grid, max_ctas);
+    ctas = std::min(ctas, max_units * kCluster);
+    ctas = std::max(kCluster, ctas / kCluster * kCluster);
+    *launched = ctas;
+    if constexpr (kCluster == 1) {
+      fp8::fp8_gemm_kernel<T><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
+      return cudaGetLastError();
+    } else {
+      return hopper::launch_clustered(fp8::fp8_gemm_kernel<T>, ctas, T::kThreads, T::kSmemBytes, kCluster, stream, a,
+                                      b, d, p);
     }
-    fp8::fp8_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
-    return cudaGetLastError();
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
@@ -100,14 +113,15 @@ struct VariantEntry {
   bool out_fp32;
   bool fused;
   bool staged;
+  int cluster;
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused, bool Staged>
+template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1>
 constexpr VariantEntry entry() {
-  return VariantEntry{BN, F32, Fused, Staged || Fused, &Variant<BN, F32, Fused, Staged>::launch,
-                      &Variant<BN, F32, Fused, Staged>::smem_bytes};
+  return VariantEntry{BN, F32, Fused, Staged || Fused, Cluster, &Variant<BN, F32, Fused, Staged, Cluster>::launch,
+                      &Variant<BN, F32, Fused, Staged, Cluster>::smem_bytes};
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -116,7 +130,8 @@ constexpr VariantEntry entries_for(int which) {
   return which == 0 ? entry<BN, F32, false, false>() : which == 1 ? entry<BN, F32, false, true>() : entry<BN, F32, true, true>();
 }
 
-// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked below).
+// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
+// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles).
 const VariantEntry kEntries[] = {
     entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
     entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
@@ -124,13 +139,17 @@ const VariantEntry kEntries[] = {
     entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
     entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
     entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
+    entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
+    entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 6 * fp8::kNumFp8Variants,
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 6 * fp8::kNumFp8Variants + 4,
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x three epilogues");
 
-const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged) {
+const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged, int cluster) {
   for (const auto& e : kEntries)
-    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged) return &e;
+    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged &&
+        e.cluster == cluster)
+      return &e;
   return nullptr;
 }
 
@@ -173,9 +192,11 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
 
   // Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
   const bool fused = args.row_bcast != nullptr || args.residual != nullptr || args.activation != Activation::kNone;
-  const VariantEntry* entry =
-      find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, fused || args.bias != nullptr);
-  if (!entry) return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
+  const bool staged = fused || args.bias != nullptr;
+  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster);
+  if (!entry)
+    return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n) +
+                           " cluster=" + std::to_string(cfg.cluster));
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
                          "fp8_gemm: kernel needs " + std::to_string(entry->smem_bytes()) +
@@ -198,7 +219,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   hopper::TensorMap2dSpec sb = sa;
   sb.base = args.b;
   sb.rows = static_cast<uint64_t>(args.n);
-  sb.box_rows = static_cast<uint32_t>(cfg.block_n);
+  sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   hopper::TensorMap2dSpec sd;
   sd.base = args.d;
@@ -213,11 +234,14 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
   Fp8KernelParams p{};
-  p.sched.tiles_m = static_cast<int>((args.m + 127) / 128);
+  // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
+  const int tiles_m = static_cast<int>((args.m + 127) / 128);
+  p.sched.tiles_m = (tiles_m + cfg.cluster - 1) / cfg.cluster;
   p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
   p.sched.k_blocks = fp8::fp8_k_blocks(args.k);
   p.sched.splits = cfg.splits;
-  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
+  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group
+                                         : std::max(1, fp8::raster_group_for(dev.sm_count, cfg.block_n) / cfg.cluster);
   p.mma_turns = cfg.mma_turns;
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
@@ -239,15 +263,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
   }
   const int units = p.sched.num_units();
-  int grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
-  if (grid > units) grid = units;
-
+  int launched = 0;
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
     std::fprintf(stderr, "[lowbit] fp8_gemm %lldx%lldx%lld %s: grid %d (%d units)\n",
                  static_cast<long long>(args.m), static_cast<long long>(args.n), static_cast<long long>(args.k),
-                 cfg.to_string().c_str(), grid, units);
-  const cudaError_t e = entry->launch(grid, stream, tm_a, tm_b, tm_d, p, dev.device);
+                 cfg.to_string().c_str(), launched, units);
   if (e != cudaSuccess)
     return Status::Error(StatusCode::kCudaError, std::string("fp8_gemm launch: ") + cudaGetErrorString(e));
   return Status::Ok();

@@ -45,7 +45,10 @@ struct RegisterSplit {
   static_assert(128 * (168 - kProducerRegs) + 1024 >= 256 * (kConsumerRegs - 168), "setmaxnreg budget");
 };
 
-template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true>
+// kClusterM_: CTAs per cluster along M. With 2, a CTA pair computes vertically adjacent tiles of
+// the same B tile and each CTA loads half of B, multicast to both: L2 serves each B tile once per
+// pair (the 128-row tile alone was L2-bound, docs/perf.md W1 v3).
+template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -57,7 +60,9 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kWgmmaK = 32;
-  static constexpr int kClusterM = 1;  // no TMA multicast (see fp8::produce_unit)
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
+  static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
 
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;

@@ -1,0 +1,72 @@
+// Host side of thread-block clusters: launching a persistent grid in clusters of CTAs along x,
+// and how many CTAs of a kernel the device holds at once in such clusters (GPCs need not divide
+// evenly into clusters, so this is asked of the runtime, once per device and kernel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <utility>
+
+namespace lowbit::hopper {
+
+// `attr` holds the cluster shape and must outlive the returned config's use.
+inline cudaLaunchConfig_t cluster_launch_config(int ctas, int threads, int smem_bytes, int cluster,
+                                                cudaStream_t stream, cudaLaunchAttribute* attr) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Sets the kernel's dynamic shared-memory opt-in and answers how many of its CTAs are resident
+// at once: the SM count for single CTAs, clusters x cluster size otherwise. Cached per device
+// and kernel (the kernel is a template argument so each one has its own cache).
+template <auto kKernel>
+cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int device, int* max_ctas) {
+  constexpr auto kernel = kKernel;
+  static std::mutex mu;
+  static int cached[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= 0 && device < 64 && cached[device] > 0) {
+    *max_ctas = cached[device];
+    return cudaSuccess;
+  }
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return e;
+  int ctas = 0;
+  if (cluster > 1) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch_config(cluster * 1024, threads, smem_bytes, cluster, nullptr, &attr);
+    int clusters = 0;
+    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e != cudaSuccess) return e;
+    ctas = clusters * cluster;
+  } else {
+    e = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+  }
+  if (ctas <= 0) return cudaErrorInvalidConfiguration;
+  if (device >= 0 && device < 64) cached[device] = ctas;
+  *max_ctas = ctas;
+  return cudaSuccess;
+}
+
+template <class... KernelArgs, class... Args>
+cudaError_t launch_clustered(void (*kernel)(KernelArgs...), int ctas, int threads, int smem_bytes, int cluster,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch_config(ctas, threads, smem_bytes, cluster, stream, &attr);
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace lowbit::hopper
