@@ -237,8 +237,9 @@ void expect_close(const Case& c) {
 }  // namespace
 
 TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
-  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=64,splits=3", "bn=128,splits=2", "bn=192,splits=4",
-                          "bn=128,turns=1", "bn=192,turns=1,group=1", "bn=64,grid=7,group=3"}) {
+  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=64,splits=3", "bn=128,splits=2", "bn=192,splits=4",
+                          "bn=256,splits=3", "bn=128,turns=1", "bn=192,turns=1,group=1", "bn=256,turns=1",
+                          "bn=64,grid=7,group=3"}) {
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
       Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
       expect_exact(c);
@@ -253,7 +254,7 @@ TEST_F(Fp8GemmGpu, EdgeShapesExact) {
   for (int64_t m : ms)
     for (int64_t n : ns)
       for (int64_t k : ks)
-        for (const char* cfg : {"bn=64", "bn=192,splits=2"}) {
+        for (const char* cfg : {"bn=64", "bn=192,splits=2", "bn=256"}) {
           if (std::string(cfg).find("splits=2") != std::string::npos && k < 256) continue;
           expect_exact({m, n, k, OutType::kBF16, true, Inputs::kSmallInts, cfg});
         }
@@ -298,6 +299,8 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
   expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128"});
   expect_close({128, 1024, 8192, OutType::kBF16, false, Inputs::kUniform, "bn=128,splits=8"});
   expect_close({64, 768, 1536, OutType::kFP32, true, Inputs::kUniform, "bn=64,splits=4"});
+  expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256"});
+  expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=256"});
 }
 
 TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
@@ -385,6 +388,7 @@ TEST_F(Fp8GemmGpu, EpilogueOptionsAloneAndCombined) {
     for (int64_t P : {7, 64, 100}) expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=64", P});
     expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=128", 0, true});
     expect_exact({259, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 7, true});
+    expect_exact({259, 400, 384, out, true, Inputs::kSmallInts, "bn=256", 7, true});
     expect_exact({200, 256, 512, out, true, Inputs::kSmallInts, "bn=128,splits=2", 13, true});
     for (Activation act : {Activation::kGelu, Activation::kSilu}) {
       expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=64", 0, false, act});

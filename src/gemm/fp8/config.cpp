@@ -24,7 +24,8 @@ double tile_efficiency(int block_n) {
   switch (block_n) {
     case 64: return 0.50;
     case 128: return 0.80;
-    default: return 0.70;
+    case 192: return 0.70;
+    default: return 0.60;  // 256: not yet measured; kept below the others until it is
   }
 }
 }  // namespace model
@@ -122,7 +123,7 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   }));
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))
-    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 192)");
+    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 192, 256)");
   if (text.find("stages=") != std::string::npos && c.stages != stages)
     return Status::Invalid("bn=" + std::to_string(c.block_n) + " is compiled with stages=" + std::to_string(stages));
   c.stages = stages;

@@ -139,6 +139,8 @@ const VariantEntry kEntries[] = {
     entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
     entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
     entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
+    entries_for<256, false>(0), entries_for<256, false>(1), entries_for<256, false>(2),
+    entries_for<256, true>(0),  entries_for<256, true>(1),  entries_for<256, true>(2),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
 };

@@ -115,15 +115,22 @@ struct PlainPromotion {
 // double-buffered: the MMAs of K block j+1 are issued before the adds of block j, so the tensor
 // cores always have a block queued and a stage's round trip is not bounded by MMA latency --
 // what decides small-M, bandwidth-bound shapes. Otherwise block j is retired before j+1 issues,
-// and the other consumer warpgroup covers the adds (see MmaTurn).
+// and the other consumer warpgroup's MMAs keep the tensor cores busy during the adds. The widest
+// tile (256 columns: a 128-register acc) issues each K block in two 128-column parts through one
+// 64-register partial, so acc + partial still fit; its 128 x 256 tile reads a quarter fewer
+// operand bytes per FLOP from L2 than 128 x 128.
 template <class T, class Promotion = PlainPromotion>
 struct Consumer {
-  using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, T::kBlockN>;
+  static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial
+  static constexpr int kParts = T::kBlockN / kPartN;
+  static_assert(kParts == 1 || !T::kDoubleBuffer, "N-split partials are retired one by one");
+  using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
   static constexpr int kRegs = T::kBlockN / 2;
+  static constexpr int kPartRegs = kPartN / 2;
   static constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
 
   struct Partial {
-    float r[kRegs];
+    float r[kPartRegs];
     typename Promotion::Pending pending;
     int stage;  // whose MMAs are issued but not yet retired
   };
@@ -134,13 +141,17 @@ struct Consumer {
   MmaTurn& turn;
   Promotion promotion{};
 
-  __device__ __forceinline__ void issue(Partial& part, int kb) {
-    promotion.issued(part.pending, kb);
-    ss.bars.consumer_wait(pos);
+  // Part `part_n` (columns [part_n * kPartN, +kPartN)) of K block kb. The first part waits for
+  // the stage, the last one moves on to the next.
+  __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
+    if (part_n == 0) {
+      promotion.issued(part.pending, kb);
+      ss.bars.consumer_wait(pos);
+    }
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[pos.stage] + consumer_wg * 64 * T::kBlockK, 0,
                                                    kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
-    const uint64_t desc_b =
-        hopper::make_smem_desc(ss.b[pos.stage], 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
+    const uint64_t desc_b = hopper::make_smem_desc(ss.b[pos.stage] + part_n * kPartN * T::kBlockK, 0,
+                                                   kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
     hopper::fence_operands(part.r);
     turn.before_issue();
     hopper::wgmma_fence();
@@ -152,34 +163,38 @@ struct Consumer {
     hopper::wgmma_commit_group();
     turn.after_issue();
     part.stage = pos.stage;
-    pos.advance();
+    if (part_n == kParts - 1) pos.advance();
   }
 
-  // Waits until at most kInFlight committed groups remain, hands the retired block's stage back
-  // (its bytes are no longer read) and promotes its partial into acc. In a cluster the stage is
-  // handed back to every CTA whose producer multicasts into it (peers only write the B rows,
-  // which only this warpgroup's retired wgmmas read, so the remote arrival can be relaxed).
+  // Waits until at most kInFlight committed groups remain and promotes the retired part into its
+  // columns of acc; after the block's last part, hands its stage back (its bytes are no longer
+  // read). In a cluster the stage is handed back to every CTA whose producer multicasts into it
+  // (peers only write the B rows, which only this warpgroup's retired wgmmas read, so the remote
+  // arrival can be relaxed).
   template <int kInFlight>
-  __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs]) {
+  __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs], int part_n = 0) {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part.r);
     const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage, consumer_wg);
-    if constexpr (Promotion::kReadsStage) {
-      // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
-      // into it is an async-proxy write.
-      hopper::fence_async_shared();
-      __syncwarp();
-    }
-    if (threadIdx.x % 32 == 0) {
-      ss.bars.consumer_release(part.stage);
-      if constexpr (T::kClusterM > 1) {
-        const uint32_t rank = hopper::cluster_rank();
+    if (part_n == kParts - 1) {
+      if constexpr (Promotion::kReadsStage) {
+        // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
+        // into it is an async-proxy write.
+        hopper::fence_async_shared();
+        __syncwarp();
+      }
+      if (threadIdx.x % 32 == 0) {
+        ss.bars.consumer_release(part.stage);
+        if constexpr (T::kClusterM > 1) {
+          const uint32_t rank = hopper::cluster_rank();
 #pragma unroll
-        for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
-          hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage], (rank + peer) % T::kClusterM);
+          for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
+            hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage], (rank + peer) % T::kClusterM);
+        }
       }
     }
-    promotion.apply(scale, part.r, acc);
+    // The part's columns are fragment groups [part_n * kPartN / 8, ...): a contiguous slice of acc.
+    promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
   }
 
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
@@ -210,8 +225,11 @@ struct Consumer {
     } else {
       Partial part;
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-        issue(part, kb);
-        retire<0>(part, acc);
+#pragma unroll
+        for (int part_n = 0; part_n < kParts; ++part_n) {
+          issue(part, kb, part_n);
+          retire<0>(part, acc, part_n);
+        }
       }
     }
   }

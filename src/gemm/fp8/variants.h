@@ -24,12 +24,14 @@ constexpr int fp8_stages_for(int block_n, bool fused = false) {
          (16384 + block_n * 128);
 }
 
-// With promotion each consumer thread holds 2 x block_n / 2 accumulator registers, so 192 is
-// the widest tile that fits in the 232 registers a consumer gets.
+// With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
+// partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
+// fits by issuing each K block in two 128-column parts through one partial (fp8::Consumer).
 constexpr Fp8Variant kFp8Variants[] = {
     {64, fp8_stages_for(64), fp8_stages_for(64, true), "narrow: more tiles for small M, deepest pipeline"},
     {128, fp8_stages_for(128), fp8_stages_for(128, true), "balanced default"},
-    {192, fp8_stages_for(192), fp8_stages_for(192, true), "wide: least shared-memory traffic per FLOP for large M"},
+    {192, fp8_stages_for(192), fp8_stages_for(192, true), "wide: less L2 traffic per FLOP for large M"},
+    {256, fp8_stages_for(256), fp8_stages_for(256, true), "widest: least L2 traffic per FLOP, two-part promotion"},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
