@@ -13,4 +13,15 @@ __device__ __forceinline__ Storage& aligned_shared_storage(uint8_t* smem_raw) {
   return *reinterpret_cast<Storage*>(smem_raw + pad);
 }
 
+// The same, with the address kept in a register: under register pressure ptxas otherwise
+// rebuilds it from the shared-window special registers (S2UR, tens of cycles) in front of every
+// barrier wait of the mainloop. The empty asm only hides the value from the optimizer; it emits
+// no instruction.
+template <class Storage>
+__device__ __forceinline__ Storage& pinned_shared_storage(uint8_t* smem_raw) {
+  Storage* p = &aligned_shared_storage<Storage>(smem_raw);
+  asm volatile("" : "+l"(p));
+  return *p;
+}
+
 }  // namespace lowbit::hopper
