@@ -64,8 +64,9 @@ struct Fp8GemmConfig {
 // Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
-// The configuration lowbit would pick for this shape on this device, with its reason.
-Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out);
+// The configuration lowbit would pick for this shape on this device, with its reason; with
+// `fused_epilogue` (row broadcast, activation or residual), among the tiles that have one.
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, bool fused_epilogue = false);
 
 // A printable table of every candidate the chooser scored for this shape (the cost model).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);

@@ -18,16 +18,11 @@ namespace model {
 constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
 constexpr double kDramTBs = 3.0;
 constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
-// Measured 2026-11-22 (docs/perf.md): BN = 128, whose promotion is double-buffered, beat BN = 192
-// (serial promotion) by 5-35% at 4096x8192x8192 in interleaved runs.
-double tile_efficiency(int block_n) {
-  switch (block_n) {
-    case 64: return 0.50;
-    case 128: return 0.80;
-    case 192: return 0.70;
-    default: return 0.60;  // 256: not yet measured; kept below the others until it is
-  }
-}
+// Measured 2026-11-22, session 6 (docs/perf.md W1 v4): at M = 4096, once wave quantization is
+// counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
+// 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
+// 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
+double tile_efficiency(int block_n) { return block_n == 64 ? 0.50 : 0.80; }
 }  // namespace model
 
 // A wave of S CTAs walking g tile rows at a time touches g*128 rows of A and (S/g)*BN rows of B;
@@ -41,6 +36,12 @@ int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
 
 int fp8_tiles(int64_t m, int64_t n, int block_n) {
   return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
+}
+
+int fp8_fused_stages(int block_n) {
+  for (const auto& v : kFp8Variants)
+    if (v.block_n == block_n) return v.fused_stages;
+  return 0;
 }
 
 bool fp8_variant_exists(int block_n, int* stages) {
@@ -88,12 +89,16 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       out.push_back(c);
     }
   }
-  // Ties (within 3%) go to fewer splits, then to the wider tile.
-  std::stable_sort(out.begin(), out.end(), [](const Fp8Candidate& a, const Fp8Candidate& b) {
+  // Ties (within 3%) go to fewer splits, then to the wider tile (less L2 traffic per FLOP) -- but
+  // not to 256 on memory-bound shapes, where it leaves SMs without a tile and is unmeasured.
+  auto width_rank = [](const Fp8Candidate& c) {
+    return c.bound[0] == 'm' && c.config.block_n > 192 ? 0 : c.config.block_n;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Fp8Candidate& a, const Fp8Candidate& b) {
     if (std::fabs(a.t_total_us - b.t_total_us) > 0.03 * std::min(a.t_total_us, b.t_total_us))
       return a.t_total_us < b.t_total_us;
     if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
-    return a.config.block_n > b.config.block_n;
+    return width_rank(a) > width_rank(b);
   });
   return out;
 }
@@ -132,13 +137,15 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   return Status::Ok();
 }
 
-Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out) {
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, bool fused_epilogue) {
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
-  const auto cands = fp8::score_fp8_candidates(m, n, k, dev.sm_count);
-  if (cands.empty()) return Status::Invalid("no FP8 GEMM candidate for this shape");
-  *out = cands.front().config;
-  return Status::Ok();
+  for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
+    if (!fused_epilogue || fp8::fp8_fused_stages(c.config.block_n) > 0) {
+      *out = c.config;
+      return Status::Ok();
+    }
+  return Status::Invalid("no FP8 GEMM candidate for this shape");
 }
 
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {

@@ -56,6 +56,11 @@ Status validate(const Fp8GemmArgs& a) {
   return Status::Ok();
 }
 
+// Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
+bool fused_epilogue(const Fp8GemmArgs& a) {
+  return a.row_bcast != nullptr || a.residual != nullptr || a.activation != Activation::kNone;
+}
+
 Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))
@@ -70,7 +75,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
-  const bool plain = !a.bias && !a.row_bcast && !a.residual && a.activation == Activation::kNone;
+  const bool plain = !a.bias && !fused_epilogue(a);
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
@@ -139,13 +144,18 @@ const VariantEntry kEntries[] = {
     entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
     entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
     entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
-    entries_for<256, false>(0), entries_for<256, false>(1), entries_for<256, false>(2),
-    entries_for<256, true>(0),  entries_for<256, true>(1),  entries_for<256, true>(2),
+    entries_for<256, false>(0), entries_for<256, false>(1),  // no fused variant (variants.h)
+    entries_for<256, true>(0),  entries_for<256, true>(1),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 6 * fp8::kNumFp8Variants + 4,
-              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x three epilogues");
+constexpr int expected_entries() {
+  int n = 4;  // the cluster pairs
+  for (const auto& v : fp8::kFp8Variants) n += v.fused_stages > 0 ? 6 : 4;
+  return n;
+}
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
+              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged, int cluster) {
   for (const auto& e : kEntries)
@@ -180,11 +190,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                            "fp8_gemm: config " + cfg.to_string() + " needs " + std::to_string(need) +
                                " bytes of workspace, got " + std::to_string(args.workspace_bytes));
   } else {
-    // Best candidate whose workspace the caller can hold (splits = 1 needs none).
+    // Best candidate whose workspace the caller can hold (splits = 1 needs none) and, for the
+    // fused epilogue, that has a fused variant.
     const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
     bool found = false;
     for (const auto& c : cands)
-      if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes) {
+      if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
+          !(fused_epilogue(args) && fp8::fp8_fused_stages(c.config.block_n) == 0)) {
         cfg = c.config;
         found = true;
         break;
@@ -192,8 +204,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
   }
 
-  // Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
-  const bool fused = args.row_bcast != nullptr || args.residual != nullptr || args.activation != Activation::kNone;
+  const bool fused = fused_epilogue(args);
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster);
   if (!entry)
