@@ -23,6 +23,10 @@ constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden 
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
 // 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
 double tile_efficiency(int block_n) { return block_n == 64 ? 0.50 : 0.80; }
+// Fraction of the DRAM bandwidth a tile streams at small M: the double-buffered tiles (64, 128)
+// keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
+// 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4).
+double stream_efficiency(int block_n) { return block_n <= 128 ? 1.0 : 0.85; }
 }  // namespace model
 
 // A wave of S CTAs walking g tile rows at a time touches g*128 rows of A and (S/g)*BN rows of B;
@@ -79,7 +83,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // SMs that have no unit pull no bytes: a half-empty grid cannot reach full bandwidth.
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
-      c.t_memory_us = bytes / (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7));
+      c.t_memory_us =
+          bytes / (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7) * model::stream_efficiency(v.block_n));
       c.t_total_us = std::max(c.t_compute_us, c.t_memory_us);
       c.bound = c.t_compute_us >= c.t_memory_us ? "tensor" : "memory";
       char reason[160];

@@ -37,10 +37,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   // Offset from the __shared__ array itself (not a pointer rebuilt from an integer), so the
   // compiler keeps the shared address space and ordinary accesses compile to LDS/STS.
-  // Pinned in a register (see pinned_shared_storage), except in the cluster variants, whose
-  // remote-arrival addresses leave no register for it.
-  auto& ss = T::kClusterM == 1 ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
-                               : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
+  // Pinned in a register (see pinned_shared_storage) in the plain single-CTA variants, where it
+  // measured 3-8% faster; the cluster variants would spill, and the fused ones ran 10% slower
+  // with it (W2, docs/perf.md W1 v4).
+  constexpr bool kPin = T::kClusterM == 1 && !T::kFused;
+  auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
+                  : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
