@@ -61,6 +61,16 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
   return cudaSuccess;
 }
 
+// CTAs of a persistent grid: `grid` <= 0 asks for all resident ones, a forced grid is capped at
+// them unless `oversubscribe` (only single CTAs may wait for a second wave: cluster peers must
+// co-run); at most one cluster per unit when `max_units` > 0; whole clusters, at least one.
+inline int persistent_grid(int grid, int max_ctas, int max_units, int cluster, bool oversubscribe) {
+  int ctas = grid <= 0 ? max_ctas : oversubscribe ? grid : (grid < max_ctas ? grid : max_ctas);
+  if (max_units > 0 && ctas > max_units * cluster) ctas = max_units * cluster;
+  ctas = ctas / cluster * cluster;
+  return ctas < cluster ? cluster : ctas;
+}
+
 template <class... KernelArgs, class... Args>
 cudaError_t launch_clustered(void (*kernel)(KernelArgs...), int ctas, int threads, int smem_bytes, int cluster,
                              cudaStream_t stream, Args&&... args) {

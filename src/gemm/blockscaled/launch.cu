@@ -52,9 +52,7 @@ struct Launcher {
     int max_ctas = 0;
     cudaError_t e = hopper::prepare_persistent<kernel>(T::kThreads, T::kSmemBytes, kClusterM, device, &max_ctas);
     if (e != cudaSuccess) return e;
-    int ctas = grid > 0 ? std::min(grid, max_ctas) : max_ctas;
-    if (max_units > 0) ctas = std::min(ctas, max_units * kClusterM);
-    ctas = std::max(kClusterM, ctas / kClusterM * kClusterM);
+    const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kClusterM, /*oversubscribe=*/false);
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
       std::fprintf(stderr, "[lowbit] blockscaled %s: %d CTAs in clusters of %d (at most %d resident)\n",

@@ -42,18 +42,18 @@ int fp8_tiles(int64_t m, int64_t n, int block_n) {
   return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
 }
 
-int fp8_fused_stages(int block_n) {
-  for (const auto& v : kFp8Variants)
-    if (v.block_n == block_n) return v.fused_stages;
-  return 0;
-}
-
 bool fp8_variant_exists(int block_n, int* stages) {
   for (const auto& v : kFp8Variants)
     if (v.block_n == block_n) {
       if (stages) *stages = v.stages;
       return true;
     }
+  return false;
+}
+
+bool fp8_has_epilogue(int block_n, bool fused_epilogue) {
+  for (const auto& v : kFp8Variants)
+    if (v.block_n == block_n) return !fused_epilogue || v.fused_stages > 0;
   return false;
 }
 
@@ -146,7 +146,7 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, bo
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
-    if (!fused_epilogue || fp8::fp8_fused_stages(c.config.block_n) > 0) {
+    if (fp8::fp8_has_epilogue(c.config.block_n, fused_epilogue)) {
       *out = c.config;
       return Status::Ok();
     }

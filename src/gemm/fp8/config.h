@@ -28,6 +28,7 @@ int fp8_k_blocks(int64_t k);
 int raster_group_for(int sm_count, int block_n);
 int fp8_tiles(int64_t m, int64_t n, int block_n);
 bool fp8_variant_exists(int block_n, int* stages);
-int fp8_fused_stages(int block_n);  // 0 for a block_n with no variant
+// Whether block_n has a compiled variant for that epilogue (the widest tile has no fused one).
+bool fp8_has_epilogue(int block_n, bool fused_epilogue);
 
 }  // namespace lowbit::fp8

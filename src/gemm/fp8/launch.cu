@@ -98,9 +98,7 @@ struct Variant {
         hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, kCluster, device, &max_ctas);
     if (e != cudaSuccess) return e;
     // A forced grid may exceed what is resident only without clusters (peers must co-run).
-    int ctas = grid <= 0 ? max_ctas : kCluster == 1 ? grid : std::min(grid, max_ctas);
-    ctas = std::min(ctas, max_units * kCluster);
-    ctas = std::max(kCluster, ctas / kCluster * kCluster);
+    const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kCluster, /*oversubscribe=*/kCluster == 1);
     *launched = ctas;
     if constexpr (kCluster == 1) {
       fp8::fp8_gemm_kernel<T><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
@@ -196,7 +194,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     bool found = false;
     for (const auto& c : cands)
       if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
-          !(fused_epilogue(args) && fp8::fp8_fused_stages(c.config.block_n) == 0)) {
+          fp8::fp8_has_epilogue(c.config.block_n, fused_epilogue(args))) {
         cfg = c.config;
         found = true;
         break;

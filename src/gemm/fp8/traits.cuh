@@ -47,7 +47,8 @@ struct RegisterSplit {
 
 // kClusterM_: CTAs per cluster along M. With 2, a CTA pair computes vertically adjacent tiles of
 // the same B tile and each CTA loads half of B, multicast to both: L2 serves each B tile once per
-// pair (the 128-row tile alone was L2-bound, docs/perf.md W1 v3).
+// pair. It cut L2 throughput from 82% to 59% yet ran slower, as did the same pairs without
+// multicast (docs/perf.md W1 v4), so the launcher never picks it by itself.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
