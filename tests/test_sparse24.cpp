@@ -51,3 +51,109 @@ TEST(Sparse24, EmptyAndSingleNonzeroGroups) {
   EXPECT_EQ(c.indices[2], 0 | (1 << 2));
   EXPECT_EQ(decompress_2_4(c), x);
 }
+
+// ---- lowbit's prepacked format (formats/sparse24_layout.h) and the host compressor ----------
+
+#include "lowbit/sparse.h"
+#include "sparse24_test_util.h"
+
+namespace {
+
+struct Packed {
+  std::vector<uint8_t> values, meta;
+};
+
+lowbit::Status pack_host(const lowbit_test::RawMatrix& a, bool prune, Packed* out) {
+  out->values.assign(static_cast<size_t>(a.rows * a.cols / 2 * lowbit_test::elem_bytes(a.type)), 0xAB);
+  out->meta.assign(lowbit::sparse24_meta_bytes(a.rows, a.cols, a.type), 0xCD);
+  return lowbit::sparse24_compress_host(a.bytes.data(), a.rows, a.cols, a.type, prune, out->values.data(),
+                                        out->meta.data());
+}
+
+}  // namespace
+
+TEST(Sparse24Prepacked, RoundTripsRandomMatricesOfBothTypes) {
+  for (auto type : {lowbit::SparseType::kE4M3, lowbit::SparseType::kF16})
+    for (int64_t m : {1, 3, 64, 129, 200})
+      for (int64_t k : {32, 160, 288}) {
+        const auto a = lowbit_test::random_matrix(type, m, k, false, 4.0f, true, lowbit_test::seed() + m * 1000 + k);
+        Packed p;
+        const auto st = pack_host(a, false, &p);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        std::vector<float> dense;
+        std::string why;
+        ASSERT_TRUE(lowbit_test::decode_prepacked(type, m, k, p.values, p.meta, &dense, &why)) << why;
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < k; ++c)
+            ASSERT_EQ(dense[r * k + c], a.at(r, c)) << "type " << static_cast<int>(type) << " " << m << "x" << k
+                                                    << " at (" << r << ", " << c << ")";
+      }
+}
+
+TEST(Sparse24Prepacked, HostCompressNamesTheFirstViolatingGroup) {
+  for (auto type : {lowbit::SparseType::kE4M3, lowbit::SparseType::kF16}) {
+    auto a = lowbit_test::random_matrix(type, 70, 64, true, 3.0f, true, lowbit_test::seed());
+    for (int i = 0; i < 4; ++i) a.set(66, 20 + i, lowbit_test::encode(type, 1.0f));  // row 66, group 5: 4 nonzeros
+    for (int i = 0; i < 3; ++i) a.set(69, 4 + i, lowbit_test::encode(type, 2.0f));   // a later one
+    Packed p;
+    const auto st = pack_host(a, false, &p);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.to_string().find("row 66, columns 20..23"), std::string::npos) << st.to_string();
+  }
+}
+
+TEST(Sparse24Prepacked, HostPruneKeepsTheTwoLargestMagnitudes) {
+  for (auto type : {lowbit::SparseType::kE4M3, lowbit::SparseType::kF16}) {
+    const auto a = lowbit_test::random_matrix(type, 130, 96, false, 8.0f, false, lowbit_test::seed() + 7);
+    Packed p;
+    ASSERT_TRUE(pack_host(a, true, &p).ok());
+    std::vector<float> want(a.rows * a.cols);
+    for (int64_t r = 0; r < a.rows; ++r)
+      for (int64_t c = 0; c < a.cols; ++c) want[r * a.cols + c] = a.at(r, c);
+    prune_2_4(want.data(), a.rows, a.cols);  // the float reference pruner
+    std::vector<float> got;
+    std::string why;
+    ASSERT_TRUE(lowbit_test::decode_prepacked(type, a.rows, a.cols, p.values, p.meta, &got, &why)) << why;
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(Sparse24Prepacked, BadInputsAreErrors) {
+  std::vector<uint8_t> buf(1 << 16);
+  auto* p = buf.data();
+  using lowbit::SparseType;
+  EXPECT_FALSE(lowbit::sparse24_compress_host(p, 4, 48, SparseType::kE4M3, false, p, p).ok());  // K % 32
+  EXPECT_FALSE(lowbit::sparse24_compress_host(p, 0, 64, SparseType::kE4M3, false, p, p).ok());
+  EXPECT_FALSE(lowbit::sparse24_compress_host(nullptr, 4, 64, SparseType::kE4M3, false, p, p).ok());
+  EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 48, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
+  // Not pruning needs somewhere to report a violation.
+  EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 64, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
+
+  lowbit::Sparse24GemmArgs g;
+  g.m = 128;
+  g.n = 128;
+  g.k = 256;
+  g.a_values = g.a_meta = g.b = p;
+  g.d = p;
+  // (g itself is valid; each case below breaks one rule and must fail before any device work,
+  // so these run on the CPU machine too.)
+  auto bad = [&](auto mutate, const char* what) {
+    lowbit::Sparse24GemmArgs b = g;
+    mutate(b);
+    const auto st = lowbit::sparse24_gemm(b, nullptr);
+    EXPECT_EQ(st.code(), lowbit::StatusCode::kInvalidArgument) << what << ": " << st.to_string();
+  };
+  bad([](auto& b) { b.m = 0; }, "M = 0");
+  bad([](auto& b) { b.n = 24; }, "N % 16");
+  bad([](auto& b) { b.k = 48; }, "K % 32");
+  bad([](auto& b) { b.a_meta = nullptr; }, "null metadata");
+  bad([&](auto& b) { b.b = p + 8; }, "misaligned B");
+  bad([](auto& b) { b.type = static_cast<SparseType>(7); }, "unknown type");
+  bad([&](auto& b) { b.workspace_bytes = 64; }, "workspace bytes without a workspace");
+  lowbit::Sparse24GemmConfig cfg;
+  EXPECT_FALSE(lowbit::parse_sparse24_config("bn=192", &cfg).ok());
+  EXPECT_FALSE(lowbit::parse_sparse24_config("stages=3", &cfg).ok());
+  ASSERT_TRUE(lowbit::parse_sparse24_config("bn=256,splits=2", &cfg).ok());
+  EXPECT_EQ(cfg.block_n, 256);
+  EXPECT_EQ(cfg.splits, 2);
+}

@@ -79,4 +79,21 @@ cudaError_t launch_clustered(void (*kernel)(KernelArgs...), int ctas, int thread
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// Launches kKernel as a persistent grid (see persistent_grid) on `stream`; *launched gets the CTA
+// count. Single CTAs use the plain launch, clusters cudaLaunchKernelEx.
+template <auto kKernel, class... Args>
+cudaError_t launch_persistent(int grid, int max_units, int threads, int smem_bytes, int cluster, int device,
+                              cudaStream_t stream, int* launched, Args&&... args) {
+  int max_ctas = 0;
+  const cudaError_t e = prepare_persistent<kKernel>(threads, smem_bytes, cluster, device, &max_ctas);
+  if (e != cudaSuccess) return e;
+  const int ctas = persistent_grid(grid, max_ctas, max_units, cluster, /*oversubscribe=*/cluster == 1);
+  *launched = ctas;
+  if (cluster == 1) {
+    kKernel<<<ctas, threads, smem_bytes, stream>>>(std::forward<Args>(args)...);
+    return cudaGetLastError();
+  }
+  return launch_clustered(kKernel, ctas, threads, smem_bytes, cluster, stream, std::forward<Args>(args)...);
+}
+
 }  // namespace lowbit::hopper

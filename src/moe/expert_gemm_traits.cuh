@@ -26,7 +26,6 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kWgmmaK = 32;
   static constexpr int kClusterM = 1;
   static constexpr int kSmemA = kBlockM * kBlockK;
   static constexpr int kSmemB = kBlockN * kBlockK;

@@ -28,7 +28,6 @@ struct BlockScaledTraits : fp8::EpilogueStaging<128, kOutFp32_>, fp8::RegisterSp
   static constexpr bool kOutFp32 = kOutFp32_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kWgmmaK = 32;
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static constexpr int kSmemA = kBlockM * kBlockK;

@@ -1,6 +1,7 @@
-// Dense FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
+// FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
 // consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
-// into FP32 registers, optional split-K fix-up, TMA-store epilogue.
+// into FP32 registers, optional split-K fix-up, TMA-store epilogue. The operand path is T's:
+// dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
 // mainloop -> epilogue.
 #pragma once
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                     const __grid_constant__ CUtensorMap tm_d, const Fp8KernelParams p) {
   // Static checks.
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
-  static_assert(T::kBlockK == 128, "one 128-byte swizzle row of E4M3 per K block");
+  static_assert(T::kSmemB == T::kBlockN * 128, "B: one 128-byte swizzle row per K block");
   static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
   static_assert((T::kBlockN / 2) % 4 == 0, "split-K stores fragments as float4");
 
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
                   : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
+  using Operands = typename T::Operands;  // dense, or 2:4-sparse A (gemm/sparse/operands.cuh)
 
   // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
@@ -86,11 +88,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
-      for (int u = first_unit; u < num_units; u += unit_step)
-        produce_unit<T>(ss, &tm_a, &tm_b, unit_at(u), T::stage_tx_bytes(p.a_box_rows), pos);
-    } else if (T::kStaged && threadIdx.x / 32 == 1 && staged) {
-      uint32_t parity = 0;
-      for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) StagedOps::load(ss, p, unit_at(u), parity);
+      for (int u = first_unit; u < num_units; u += unit_step) {
+        const gemm::WorkUnit w = unit_at(u);
+        auto extra = Operands::template stage_extra<T>(ss, p, w);
+        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
+      }
+    } else if constexpr (T::kStaged) {
+      if (threadIdx.x / 32 == 1 && staged) {
+        uint32_t parity = 0;
+        for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) StagedOps::load(ss, p, unit_at(u), parity);
+      }
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -104,7 +111,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};
-    Consumer<T> consumer{ss, consumer_wg, pos, turn};
+    Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos, turn};
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
@@ -117,9 +124,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                           gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                               &ss.fixup_is_last, static_cast<int>(threadIdx.x) - 128,
                                               128 * consumer_wgs);
-      if (staged) StagedOps::wait(ss, parity);
+      if constexpr (T::kStaged)
+        if (staged) StagedOps::wait(ss, parity);
       if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
-      if (staged) StagedOps::release(ss);
+      if constexpr (T::kStaged)
+        if (staged) StagedOps::release(ss);
       if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
     }
     turn.finish();

@@ -93,20 +93,9 @@ struct Variant {
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device, int* launched) {
-    int max_ctas = 0;
-    const cudaError_t e =
-        hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, kCluster, device, &max_ctas);
-    if (e != cudaSuccess) return e;
     // A forced grid may exceed what is resident only without clusters (peers must co-run).
-    const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kCluster, /*oversubscribe=*/kCluster == 1);
-    *launched = ctas;
-    if constexpr (kCluster == 1) {
-      fp8::fp8_gemm_kernel<T><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(a, b, d, p);
-      return cudaGetLastError();
-    } else {
-      return hopper::launch_clustered(fp8::fp8_gemm_kernel<T>, ctas, T::kThreads, T::kSmemBytes, kCluster, stream, a,
-                                      b, d, p);
-    }
+    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
+                                                             device, stream, launched, a, b, d, p);
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };

@@ -1,10 +1,12 @@
 // FP8 GEMM mainloop: the TMA producer and the WGMMA consumer for one work unit.
-// Separate from the epilogue and the scheduler so that a new operand path (sparse, dequant,
-// block scales) replaces this file only.
+// Separate from the epilogue and the scheduler. What a stage holds and how it becomes MMAs is an
+// operand-path policy (gemm/fp8/operands.cuh: dense; gemm/sparse/operands.cuh: 2:4 sparse);
+// how a finished K block joins the FP32 accumulator is a promotion policy (plain, block-scaled).
 #pragma once
 
 #include <cuda.h>
 
+#include "gemm/fp8/operands.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
@@ -14,12 +16,6 @@
 
 namespace lowbit::fp8 {
 
-// Extra bytes a mainloop variant lands in each stage besides the A and B tiles (the block-scaled
-// GEMM's per-row A scales); the plain GEMM has none.
-struct NoStageExtra {
-  __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
-};
-
 // One elected thread streams the A and B tiles of each K block into the ring: A rows
 // [a_row, a_row + T::kBlockM) and B rows [b_row, b_row + T::kBlockN). TMA zero-fills rows and
 // columns past the tensor's edge, so partial tiles need no special case here. `stage_bytes`
@@ -27,7 +23,7 @@ struct NoStageExtra {
 // With a cluster of T::kClusterM CTAs along M (all on the same B tile), each CTA loads
 // 1/kClusterM of the B rows and multicasts them to every CTA of the cluster: L2 serves each B
 // tile once per cluster instead of once per CTA.
-template <class T, class StageExtra = NoStageExtra>
+template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
@@ -36,7 +32,7 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
     ss.bars.producer_acquire(pos);
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
-    hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * T::kBlockK, a_row);
+    hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * Operands::template a_cols_per_block<T>(), a_row);
     if constexpr (T::kClusterM == 1) {
       hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
     } else {
@@ -51,13 +47,13 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
 }
 
 // The tile of a work unit of the M x N tile grid.
-template <class T, class StageExtra = NoStageExtra>
+template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{}) {
-  produce_rows<T>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN, w.kb_begin, w.kb_end, stage_bytes,
-                  pos, extra);
+  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN, w.kb_begin,
+                                        w.kb_end, stage_bytes, pos, extra);
 }
 
 // The two consumer warpgroups take turns issuing their MMAs for each K block (0, 1, 0, 1, ...).
@@ -119,15 +115,15 @@ struct PlainPromotion {
 // tile (256 columns: a 128-register acc) issues each K block in two 128-column parts through one
 // 64-register partial, so acc + partial still fit; its 128 x 256 tile reads a quarter fewer
 // operand bytes per FLOP from L2 than 128 x 128.
-template <class T, class Promotion = PlainPromotion>
+template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands>
 struct Consumer {
   static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial
   static constexpr int kParts = T::kBlockN / kPartN;
   static_assert(kParts == 1 || !T::kDoubleBuffer, "N-split partials are retired one by one");
-  using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
   static constexpr int kRegs = T::kBlockN / 2;
   static constexpr int kPartRegs = kPartN / 2;
-  static constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
+  // The stage is read by ordinary loads (scales, sparse metadata), not only by wgmma.
+  static constexpr bool kReadsStage = Promotion::kReadsStage || Operands::kReadsStage;
 
   struct Partial {
     float r[kPartRegs];
@@ -148,18 +144,10 @@ struct Consumer {
       promotion.issued(part.pending, kb);
       ss.bars.consumer_wait(pos);
     }
-    const uint64_t desc_a = hopper::make_smem_desc(ss.a[pos.stage] + consumer_wg * 64 * T::kBlockK, 0,
-                                                   kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
-    const uint64_t desc_b = hopper::make_smem_desc(ss.b[pos.stage] + part_n * kPartN * T::kBlockK, 0,
-                                                   kSwizzleAtomBytes, hopper::SmemSwizzle::k128B);
     hopper::fence_operands(part.r);
     turn.before_issue();
     hopper::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < T::kBlockK / T::kWgmmaK; ++ks) {
-      Op::mma(part.r, hopper::advance_desc(desc_a, ks * T::kWgmmaK), hopper::advance_desc(desc_b, ks * T::kWgmmaK),
-              ks > 0);
-    }
+    Operands::template mma<T, kPartN>(ss, pos.stage, consumer_wg, part_n, part.r);
     hopper::wgmma_commit_group();
     turn.after_issue();
     part.stage = pos.stage;
@@ -177,7 +165,7 @@ struct Consumer {
     hopper::fence_operands(part.r);
     const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage, consumer_wg);
     if (part_n == kParts - 1) {
-      if constexpr (Promotion::kReadsStage) {
+      if constexpr (kReadsStage) {
         // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
         // into it is an async-proxy write.
         hopper::fence_async_shared();

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gemm/epilogue_params.h"
+#include "gemm/fp8/operands.cuh"
 #include "gemm/fp8/variants.h"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
@@ -60,8 +61,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr bool kStaged = kStaged_ || kFused_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kWgmmaK = 32;
   static constexpr int kClusterM = kClusterM_;
+  using Operands = DenseOperands;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
 
@@ -110,6 +111,10 @@ struct Fp8KernelParams {
   // stream far slower than in-bounds boxes (measured: M=64 ran 25% slower than M=128 on the same
   // N, K), so for M <= 64 the A box stops at row 64 and only consumer warpgroup 0 works.
   int a_box_rows;
+  // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
+  // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
+  const uint8_t* sparse_meta;
+  int64_t sparse_meta_block_stride;
 };
 
 }  // namespace lowbit::fp8

@@ -1,0 +1,56 @@
+// Operand paths of the FP8 GEMM mainloop: what a stage holds besides the barriers and how a
+// consumer warpgroup turns it into wgmma instructions. The dense path lives here; the 2:4-sparse
+// one (gemm/sparse/operands.cuh) provides the same members, so the producer, the consumer's
+// pipeline and promotion, the scheduler and the epilogue are shared.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/wgmma.cuh"
+
+namespace lowbit::fp8 {
+
+// Extra bytes a mainloop variant lands in each stage besides the A and B tiles (block-scaled A
+// scales, sparse metadata); the dense GEMM has none.
+struct NoStageExtra {
+  __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
+};
+
+// Dense E4M3: a stage holds A [128 x kBlockK] and B [BN x kBlockK], both K-major with the
+// 128-byte swizzle TMA writes; a K block is kBlockK / 32 wgmma k32 steps.
+struct DenseOperands {
+  static constexpr bool kReadsStage = false;  // consumers read the stage only through wgmma
+
+  // A columns (elements of A's tensor map) per K block.
+  template <class T>
+  __host__ __device__ static constexpr int a_cols_per_block() {
+    return T::kBlockK;
+  }
+
+  // What the producer adds to each stage of unit `w` (nothing).
+  template <class T, class Params>
+  __device__ __forceinline__ static NoStageExtra stage_extra(typename T::SharedStorage&, const Params&,
+                                                             const gemm::WorkUnit&) {
+    return {};
+  }
+
+  // Issues columns [part_n * kPartN, +kPartN) of the stage's K block into `r`; the first step
+  // overwrites it.
+  template <class T, int kPartN>
+  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, int consumer_wg,
+                                             int part_n, float (&r)[kPartN / 2]) {
+    using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
+    constexpr int kWgmmaK = 32;
+    constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
+    const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes,
+                                                   hopper::SmemSwizzle::k128B);
+    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * T::kBlockK, 0, kSwizzleAtomBytes,
+                                                   hopper::SmemSwizzle::k128B);
+#pragma unroll
+    for (int ks = 0; ks < T::kBlockK / kWgmmaK; ++ks)
+      Op::mma(r, hopper::advance_desc(desc_a, ks * kWgmmaK), hopper::advance_desc(desc_b, ks * kWgmmaK), ks > 0);
+  }
+};
+
+}  // namespace lowbit::fp8

@@ -1,0 +1,194 @@
+// 2:4 compression into the prepacked layout of formats/sparse24_layout.h, on the device (large
+// weights) and on the host (tests, offline preparation). Both walk the same mapping: one thread
+// (host: one iteration) per metadata word pair of a slab's K block, so each word is written
+// whole and each group's values exactly once.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "formats/sparse24_layout.h"
+#include "lowbit/sparse.h"
+
+namespace lowbit {
+namespace {
+
+using formats::Sparse24Type;
+
+Sparse24Type to_format(SparseType t) { return t == SparseType::kE4M3 ? Sparse24Type::kE4M3 : Sparse24Type::kF16; }
+
+constexpr unsigned long long kNoViolation = ~0ull;
+
+// Reads group (row, col .. col + 3) of the dense matrix as raw bits.
+template <int kElemBytes>
+__host__ __device__ inline void read_group(const void* dense, int64_t k, int64_t row, int64_t col, uint32_t (&bits)[4]) {
+  if constexpr (kElemBytes == 1) {
+    uint32_t v;
+    std::memcpy(&v, static_cast<const uint8_t*>(dense) + row * k + col, 4);
+    for (int i = 0; i < 4; ++i) bits[i] = (v >> (8 * i)) & 0xFFu;
+  } else {
+    uint64_t v;
+    std::memcpy(&v, static_cast<const uint16_t*>(dense) + row * k + col, 8);
+    for (int i = 0; i < 4; ++i) bits[i] = static_cast<uint32_t>(v >> (16 * i)) & 0xFFFFu;
+  }
+}
+
+template <int kElemBytes>
+__host__ __device__ inline void write_pair(void* values, int64_t k, int64_t row, int64_t col, uint32_t lo, uint32_t hi) {
+  // Compressed columns col/2, col/2 + 1 of [m, k/2].
+  const int64_t off = row * (k / 2) + col / 2;
+  if constexpr (kElemBytes == 1) {
+    const uint16_t v = static_cast<uint16_t>(lo | hi << 8);
+    std::memcpy(static_cast<uint8_t*>(values) + off, &v, 2);
+  } else {
+    const uint32_t v = lo | hi << 16;
+    std::memcpy(static_cast<uint16_t*>(values) + off, &v, 4);
+  }
+}
+
+// Word pair of thread t in block (slab, kb). Returns the lowest violating group index found
+// (row * (k / 4) + group), or kNoViolation.
+template <Sparse24Type kType>
+__host__ __device__ inline unsigned long long encode_words(const void* dense, int64_t m, int64_t k, bool prune,
+                                                          void* values, uint32_t* words, int64_t slab, int64_t kb,
+                                                          int t) {
+  constexpr int kEb = formats::sparse24_elem_bytes(kType);
+  const bool owner = formats::sparse24_thread_owns(kType, t);
+  unsigned long long violation = kNoViolation;
+  for (int j = 0; j < 2; ++j) {
+    uint32_t word = 0;
+    for (int i = 0; i < 8; ++i) {
+      const formats::SparseChunkPos pos = formats::sparse24_chunk_pos(kType, t, j, i);
+      const int64_t row = slab * formats::kSparseSlabRows + pos.row;
+      const int64_t col = kb * formats::sparse24_block_k(kType) + pos.col;
+      uint32_t code = 0x4;  // padding: positions 0 and 1, no values
+      if (row < m && col < k) {
+        uint32_t bits[4];
+        read_group<kEb>(dense, k, row, col, bits);
+        int a = 0, b = 0;
+        if (formats::sparse24_encode_group(bits, kType, prune, &a, &b, &code) > 2) {
+          const unsigned long long g = static_cast<unsigned long long>(row * (k / 4) + col / 4);
+          violation = g < violation ? g : violation;
+        }
+        if (owner) {
+          uint32_t lo = 0, hi = 0;  // selected, not indexed: a dynamic index puts bits[] in local memory
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            lo = x == a ? bits[x] : lo;
+            hi = x == b ? bits[x] : hi;
+          }
+          write_pair<kEb>(values, k, row, col, lo, hi);
+        }
+      }
+      word |= code << (4 * i);
+    }
+    words[j] = word;
+  }
+  return violation;
+}
+
+template <Sparse24Type kType>
+__global__ void __launch_bounds__(128) sparse24_compress_kernel(const void* dense, int64_t m, int64_t k, bool prune,
+                                                                void* values, uint8_t* meta, int64_t slabs,
+                                                                unsigned long long* violation) {
+  const int64_t block = blockIdx.x;  // = kb * slabs + slab
+  const int64_t slab = block % slabs;
+  const int64_t kb = block / slabs;
+  const int t = static_cast<int>(threadIdx.x);
+  uint32_t words[2];
+  const unsigned long long v = encode_words<kType>(dense, m, k, prune, values, words, slab, kb, t);
+  *reinterpret_cast<uint2*>(meta + block * formats::kSparseMetaBlockBytes + 8 * t) = make_uint2(words[0], words[1]);
+  if (v != kNoViolation && violation) atomicMin(violation, v);
+}
+
+Status validate(const void* dense, int64_t m, int64_t k, SparseType type, const void* values, const void* meta,
+                const char* who) {
+  if (m <= 0) return Status::Invalid(std::string(who) + ": M must be >= 1 (got " + std::to_string(m) + ")");
+  if (k <= 0 || k % 32 != 0)
+    return Status::Invalid(std::string(who) + ": K must be a positive multiple of 32 (got " + std::to_string(k) + ")");
+  if (m > INT_MAX || k > INT_MAX) return Status::Invalid(std::string(who) + ": M and K must be below 2^31");
+  if (type != SparseType::kE4M3 && type != SparseType::kF16)
+    return Status::Invalid(std::string(who) + ": unknown element type");
+  if (!dense || !values || !meta) return Status::Invalid(std::string(who) + ": dense, values and meta must be non-null");
+  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!a16(dense) || !a16(values) || !a16(meta))
+    return Status::Invalid(std::string(who) + ": dense, values and meta must be 16-byte aligned");
+  return Status::Ok();
+}
+
+Status violation_error(const char* who, int64_t index, int64_t k) {
+  const int64_t row = index / (k / 4), group = index % (k / 4);
+  return Status::Invalid(std::string(who) + ": A is not 2:4 sparse: row " + std::to_string(row) + ", columns " +
+                         std::to_string(4 * group) + ".." + std::to_string(4 * group + 3) +
+                         " hold more than 2 nonzeros (first violating group)");
+}
+
+}  // namespace
+
+Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values, void* meta,
+                         int64_t* violation, cudaStream_t stream) {
+  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress"));
+  if (!violation && !prune)
+    return Status::Invalid("sparse24_compress: violation must be non-null unless pruning (it reports non-2:4 input)");
+  if (violation && reinterpret_cast<uintptr_t>(violation) % 8)
+    return Status::Invalid("sparse24_compress: violation must be 8-byte aligned");
+  const Sparse24Type ft = to_format(type);
+  const int64_t slabs = formats::sparse24_slabs(m);
+  const int64_t blocks = slabs * formats::sparse24_k_blocks(k, ft);
+  if (blocks > INT_MAX) return Status::Invalid("sparse24_compress: matrix too large");
+  auto* v = reinterpret_cast<unsigned long long*>(violation);
+  cudaError_t e = cudaSuccess;
+  if (v) e = cudaMemsetAsync(v, 0xFF, sizeof(*v), stream);  // -1: no violation
+  if (e == cudaSuccess) {
+    if (ft == Sparse24Type::kE4M3)
+      sparse24_compress_kernel<Sparse24Type::kE4M3><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(
+          dense, m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
+    else
+      sparse24_compress_kernel<Sparse24Type::kF16><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(
+          dense, m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
+    e = cudaGetLastError();
+  }
+  if (e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError, std::string("sparse24_compress: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, SparseType type, void* values, void* meta,
+                                 int64_t* violation, cudaStream_t stream) {
+  LOWBIT_RETURN_IF_ERROR(sparse24_compress(dense, m, k, type, false, values, meta, violation, stream));
+  int64_t host = -1;
+  cudaError_t e = cudaMemcpyAsync(&host, violation, sizeof(host), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError, std::string("sparse24_compress_checked: ") + cudaGetErrorString(e));
+  if (host >= 0) return violation_error("sparse24_compress_checked", host, k);
+  return Status::Ok();
+}
+
+Status sparse24_compress_host(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values,
+                              void* meta) {
+  if (m <= 0 || k <= 0 || k % 32 != 0 || !dense || !values || !meta)
+    return validate(dense, m, k, type, values, meta, "sparse24_compress_host");
+  const Sparse24Type ft = to_format(type);
+  const int64_t slabs = formats::sparse24_slabs(m);
+  const int64_t kbs = formats::sparse24_k_blocks(k, ft);
+  unsigned long long violation = kNoViolation;
+  for (int64_t kb = 0; kb < kbs; ++kb)
+    for (int64_t slab = 0; slab < slabs; ++slab) {
+      uint8_t* block = static_cast<uint8_t*>(meta) + (kb * slabs + slab) * formats::kSparseMetaBlockBytes;
+      for (int t = 0; t < 128; ++t) {
+        uint32_t words[2];
+        const unsigned long long v =
+            ft == Sparse24Type::kE4M3
+                ? encode_words<Sparse24Type::kE4M3>(dense, m, k, prune, values, words, slab, kb, t)
+                : encode_words<Sparse24Type::kF16>(dense, m, k, prune, values, words, slab, kb, t);
+        violation = v < violation ? v : violation;
+        std::memcpy(block + 8 * t, words, 8);
+      }
+    }
+  if (violation != kNoViolation) return violation_error("sparse24_compress_host", static_cast<int64_t>(violation), k);
+  return Status::Ok();
+}
+
+}  // namespace lowbit

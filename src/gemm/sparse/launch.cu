@@ -1,0 +1,317 @@
+// Host side of the 2:4-sparse GEMM: argument checks, config choice, tensor maps, launch of the
+// FP8 GEMM kernel with the sparse operand path. Stream-ordered; no allocation, no synchronization.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "common/key_value.h"
+#include "formats/sparse24_layout.h"
+#include "gemm/fp8/config.h"
+#include "gemm/fp8/kernel.cuh"
+#include "gemm/sparse/traits.cuh"
+#include "hopper/cluster_launch.h"
+#include "hopper/tensor_map.h"
+#include "lowbit/device.h"
+#include "lowbit/sparse.h"
+
+namespace lowbit {
+namespace {
+
+using formats::Sparse24Type;
+
+Sparse24Type to_format(SparseType t) { return t == SparseType::kE4M3 ? Sparse24Type::kE4M3 : Sparse24Type::kF16; }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The compiled variants, as data: tile width x element type.
+struct SparseVariant {
+  int block_n;
+  const char* note;
+};
+constexpr SparseVariant kSparseVariants[] = {
+    {128, "balanced: double-buffered promotion, 7 stages"},
+    {256, "widest: least B traffic per FLOP, two-part promotion, 4 stages"},
+};
+
+bool variant_exists(int block_n) {
+  for (const auto& v : kSparseVariants)
+    if (v.block_n == block_n) return true;
+  return false;
+}
+
+using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                 const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
+
+template <Sparse24Type kType, int kBlockN>
+cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                           const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
+  using T = sparse::SparseTraits<kType, kBlockN>;
+  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device,
+                                                           stream, launched, a, b, d, p);
+}
+
+struct Entry {
+  Sparse24Type type;
+  int block_n;
+  LaunchFn launch;
+  int smem_bytes;
+};
+const Entry kEntries[] = {
+    {Sparse24Type::kE4M3, 128, &launch_variant<Sparse24Type::kE4M3, 128>,
+     sparse::SparseTraits<Sparse24Type::kE4M3, 128>::kSmemBytes},
+    {Sparse24Type::kE4M3, 256, &launch_variant<Sparse24Type::kE4M3, 256>,
+     sparse::SparseTraits<Sparse24Type::kE4M3, 256>::kSmemBytes},
+    {Sparse24Type::kF16, 128, &launch_variant<Sparse24Type::kF16, 128>,
+     sparse::SparseTraits<Sparse24Type::kF16, 128>::kSmemBytes},
+    {Sparse24Type::kF16, 256, &launch_variant<Sparse24Type::kF16, 256>,
+     sparse::SparseTraits<Sparse24Type::kF16, 256>::kSmemBytes},
+};
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]),
+              "every variant is compiled for both element types");
+
+const Entry* find_entry(Sparse24Type type, int block_n) {
+  for (const auto& e : kEntries)
+    if (e.type == type && e.block_n == block_n) return &e;
+  return nullptr;
+}
+
+int tiles_for(int64_t m, int64_t n, int block_n) {
+  return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
+}
+
+// Cost model (same form as the dense chooser, gemm/fp8/config.cpp): waves of units at the sparse
+// tensor rate (twice the dense one) against the bytes streamed (half of A, its metadata, B, D).
+struct Scored {
+  Sparse24GemmConfig config;
+  double t_us;
+};
+std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, int sm_count) {
+  constexpr double kDenseTflopsPerSm = 1979.0 / 132.0;  // E4M3; F16 is half
+  constexpr double kEfficiency = 0.7;                   // not yet calibrated for the sparse path
+  constexpr double kDramTBs = 3.0;
+  constexpr double kUnitOverheadUs = 1.5;
+  const int eb = formats::sparse24_elem_bytes(type);
+  const int kb = static_cast<int>(formats::sparse24_k_blocks(k, type));
+  const double rate = 2.0 * kDenseTflopsPerSm / eb * kEfficiency;
+  std::vector<Scored> out;
+  for (const auto& v : kSparseVariants) {
+    const int tiles = tiles_for(m, n, v.block_n);
+    for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
+      const int units = tiles * splits;
+      if (splits > 1 && units > 2 * sm_count) break;
+      const double rounds = std::ceil(static_cast<double>(units) / sm_count);
+      const int unit_kb = (kb + splits - 1) / splits;
+      const double unit_us = 2.0 * 128 * v.block_n * formats::sparse24_block_k(type) * unit_kb / (rate * 1e6);
+      const double t_compute = rounds * (unit_us + kUnitOverheadUs);
+      const double active = std::min(1.0, static_cast<double>(units) / sm_count);
+      const double bytes = static_cast<double>(m) * k * eb / 2 + static_cast<double>(m) * k / 8 +
+                           static_cast<double>(n) * k * eb + static_cast<double>(m) * n * 2 +
+                           (splits > 1 ? 2.0 * tiles * splits * 128.0 * v.block_n * 4.0 : 0.0);
+      const double t_memory = bytes / (kDramTBs * 1e6 * std::min(1.0, active / 0.7));
+      Scored s;
+      s.config.block_n = v.block_n;
+      s.config.splits = splits;
+      s.t_us = std::max(t_compute, t_memory);
+      char reason[160];
+      std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs, %s-bound, est %.1f us (%s)", units, sm_count,
+                    t_compute >= t_memory ? "tensor" : "memory", s.t_us, v.note);
+      s.config.reason = reason;
+      out.push_back(s);
+    }
+  }
+  // Ties (within 3%) go to fewer splits, then to the narrower tile (the measured default).
+  std::stable_sort(out.begin(), out.end(), [](const Scored& a, const Scored& b) {
+    if (std::fabs(a.t_us - b.t_us) > 0.03 * std::min(a.t_us, b.t_us)) return a.t_us < b.t_us;
+    if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
+    return a.config.block_n < b.config.block_n;
+  });
+  return out;
+}
+
+Status validate(const Sparse24GemmArgs& a) {
+  if (a.m <= 0) return Status::Invalid("sparse24_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
+  if (a.n <= 0 || a.n % 16 != 0)
+    return Status::Invalid("sparse24_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
+  if (a.k <= 0 || a.k % 32 != 0)
+    return Status::Invalid("sparse24_gemm: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
+  if (a.m > INT_MAX - 256 || a.n > INT_MAX - 256 || a.k > INT_MAX - 256)
+    return Status::Invalid("sparse24_gemm: M, N and K must each be below 2^31");
+  if (a.type != SparseType::kE4M3 && a.type != SparseType::kF16)
+    return Status::Invalid("sparse24_gemm: unknown element type");
+  if (!a.a_values || !a.a_meta || !a.b || !a.d)
+    return Status::Invalid("sparse24_gemm: A values, A metadata, B and D must be non-null");
+  if (!aligned16(a.a_values) || !aligned16(a.a_meta) || !aligned16(a.b) || !aligned16(a.d))
+    return Status::Invalid("sparse24_gemm: A values, A metadata, B and D must be 16-byte aligned");
+  if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
+      (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
+    return Status::Invalid("sparse24_gemm: scale pointers must be 4-byte aligned");
+  if (a.workspace_bytes > 0 && !a.workspace)
+    return Status::Invalid("sparse24_gemm: workspace_bytes > 0 with a null workspace");
+  if (a.workspace && !aligned16(a.workspace))
+    return Status::Invalid("sparse24_gemm: workspace must be 16-byte aligned");
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type) {
+  if (m <= 0 || k <= 0) return 0;
+  return static_cast<size_t>(formats::sparse24_meta_bytes(m, k, to_format(type)));
+}
+
+std::string Sparse24GemmConfig::to_string() const {
+  std::ostringstream os;
+  os << "bn=" << block_n << ",splits=" << splits << ",group=" << raster_group << ",grid=" << grid;
+  return os.str();
+}
+
+Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
+  Sparse24GemmConfig c;
+  LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
+    if (key == "bn") c.block_n = value;
+    else if (key == "splits") c.splits = value;
+    else if (key == "group") c.raster_group = value;
+    else if (key == "grid") c.grid = value;
+    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid)");
+    return Status::Ok();
+  }));
+  if (!variant_exists(c.block_n))
+    return Status::Invalid("no compiled sparse variant with bn=" + std::to_string(c.block_n) + " (128, 256)");
+  c.reason = "forced";
+  *out = c;
+  return Status::Ok();
+}
+
+size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseType /*type*/,
+                                    const Sparse24GemmConfig& config) {
+  if (config.splits <= 1) return 0;
+  const size_t tiles = static_cast<size_t>(tiles_for(m, n, config.block_n));
+  const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
+  return counters + tiles * config.splits * 128 * config.block_n * sizeof(float);
+}
+
+Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out) {
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const auto cands = score(m, n, k, to_format(type), dev.sm_count);
+  if (cands.empty()) return Status::Invalid("sparse24_gemm: no candidate for this shape");
+  *out = cands.front().config;
+  return Status::Ok();
+}
+
+Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sparse24GemmConfig* forced) {
+  LOWBIT_RETURN_IF_ERROR(validate(args));
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  const Sparse24Type type = to_format(args.type);
+  const int kb = static_cast<int>(formats::sparse24_k_blocks(args.k, type));
+
+  Sparse24GemmConfig cfg;
+  if (forced) {
+    cfg = *forced;
+    if (!variant_exists(cfg.block_n))
+      return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
+    if (cfg.splits < 1 || cfg.splits > kb)
+      return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
+    if (cfg.raster_group < 0 || cfg.grid < 0)
+      return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
+    const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
+    if (need > args.workspace_bytes)
+      return Status::Error(StatusCode::kWorkspaceTooSmall, "sparse24_gemm: config " + cfg.to_string() + " needs " +
+                                                               std::to_string(need) + " bytes of workspace, got " +
+                                                               std::to_string(args.workspace_bytes));
+  } else {
+    bool found = false;
+    for (const auto& c : score(args.m, args.n, args.k, type, dev.sm_count))
+      if (sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, c.config) <= args.workspace_bytes) {
+        cfg = c.config;
+        found = true;
+        break;
+      }
+    if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
+  }
+  const Entry* entry = find_entry(type, cfg.block_n);
+  if (!entry) return Status::Invalid("sparse24_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
+  if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, "sparse24_gemm: kernel needs " +
+                                                             std::to_string(entry->smem_bytes) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(dev.smem_per_block_optin));
+
+  const int eb = formats::sparse24_elem_bytes(type);
+  const CUtensorMapDataType dtype = eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int a_box_rows = args.m <= 64 ? 64 : 128;  // as the dense GEMM: no box past a small M
+  CUtensorMap tm_a, tm_b, tm_d;
+  hopper::TensorMap2dSpec sa;
+  sa.base = args.a_values;
+  sa.dtype = dtype;
+  sa.elem_bytes = eb;
+  sa.rows = static_cast<uint64_t>(args.m);
+  sa.cols = static_cast<uint64_t>(args.k / 2);
+  sa.row_stride_bytes = static_cast<uint64_t>(args.k / 2) * eb;
+  sa.box_rows = static_cast<uint32_t>(a_box_rows);
+  sa.box_cols = static_cast<uint32_t>(64 / eb);  // 64 compressed bytes per row per K block
+  sa.swizzle = hopper::TmaSwizzle::k64B;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
+  hopper::TensorMap2dSpec sb;
+  sb.base = args.b;
+  sb.dtype = dtype;
+  sb.elem_bytes = eb;
+  sb.rows = static_cast<uint64_t>(args.n);
+  sb.cols = static_cast<uint64_t>(args.k);
+  sb.row_stride_bytes = static_cast<uint64_t>(args.k) * eb;
+  sb.box_rows = static_cast<uint32_t>(cfg.block_n);
+  sb.box_cols = static_cast<uint32_t>(128 / eb);
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
+  hopper::TensorMap2dSpec sd;
+  sd.base = args.d;
+  sd.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  sd.elem_bytes = 2;
+  sd.rows = static_cast<uint64_t>(args.m);
+  sd.cols = static_cast<uint64_t>(args.n);
+  sd.row_stride_bytes = static_cast<uint64_t>(args.n) * 2;
+  sd.box_rows = 64;
+  sd.box_cols = 64;
+  sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
+
+  fp8::Fp8KernelParams p{};
+  p.sched.tiles_m = static_cast<int>((args.m + 127) / 128);
+  p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
+  p.sched.k_blocks = kb;
+  p.sched.splits = cfg.splits;
+  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
+  p.a_box_rows = a_box_rows;
+  p.m = static_cast<int>(args.m);
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.epi.alpha = args.alpha;
+  p.epi.a_scale = args.a_scale;
+  p.epi.b_scale = args.b_scale;
+  p.epi.row_period = 1;
+  p.sparse_meta = static_cast<const uint8_t*>(args.a_meta);
+  p.sparse_meta_block_stride = formats::sparse24_slabs(args.m) * formats::kSparseMetaBlockBytes;
+  if (cfg.splits > 1) {
+    const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
+    p.tile_counters = static_cast<int*>(args.workspace);
+    p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
+  }
+  const int units = p.sched.num_units();
+  int launched = 0;
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] sparse24_gemm %s %lldx%lldx%lld %s: grid %d (%d units)\n",
+                 eb == 1 ? "e4m3" : "f16", static_cast<long long>(args.m), static_cast<long long>(args.n),
+                 static_cast<long long>(args.k), cfg.to_string().c_str(), launched, units);
+  if (e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError, std::string("sparse24_gemm launch: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace lowbit

@@ -1,0 +1,66 @@
+// The 2:4-sparse operand path of the FP8 GEMM mainloop (gemm/fp8/operands.cuh has the dense one).
+// A stage holds, for one K block (128 logical columns of E4M3, 64 of F16 -- one 128-byte row of
+// B either way):
+//  - A: the 128 x 64-byte compressed values (64-byte swizzle), loaded by TMA;
+//  - B: BN x 128 bytes, dense (128-byte swizzle), as in the dense GEMM;
+//  - the 2 KiB of prepacked metadata of the tile's two 64-row slabs (formats/sparse24_layout.h),
+//    one bulk copy on the same barrier: metadata is a pipelined operand like A and B.
+// Each consumer thread reads its two metadata words (8 bytes, conflict-free) when it issues the
+// K block; the K block is two sparse wgmma steps, each reading 32 bytes of every A row and 64
+// bytes of every B row.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
+
+namespace lowbit::sparse {
+
+template <class T>
+struct MetaStageLoad {
+  typename T::SharedStorage* ss;
+  const uint8_t* tile_meta;  // K block 0 of the tile's slab pair
+  int64_t block_stride;      // bytes from one K block's blocks to the next's
+  __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
+    hopper::bulk_load(ss->meta[stage], tile_meta + kb * block_stride, T::kMetaBytes, full);
+  }
+};
+
+template <hopper::WgmmaKind kKind>
+struct SparseOperands {
+  static constexpr bool kReadsStage = true;  // the metadata words, by ordinary loads
+  static constexpr int kSteps = 2;           // sparse wgmma steps per K block
+  static constexpr int kABytesPerStep = 32;  // compressed A bytes per row per step
+  static constexpr int kBBytesPerStep = 64;  // dense B bytes per row per step
+
+  template <class T>
+  __host__ __device__ static constexpr int a_cols_per_block() {
+    return T::kBlockK / 2;
+  }
+
+  template <class T, class Params>
+  __device__ __forceinline__ static MetaStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
+                                                                 const gemm::WorkUnit& w) {
+    return {&ss, p.sparse_meta + static_cast<int64_t>(w.m_block) * T::kMetaBytes, p.sparse_meta_block_stride};
+  }
+
+  template <class T, int kPartN>
+  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, int consumer_wg,
+                                             int part_n, float (&r)[kPartN / 2]) {
+    using Op = hopper::WgmmaSpOp<kKind, kPartN>;
+    static_assert(kSteps * kBBytesPerStep == 128 && kSteps * kABytesPerStep == 64, "one K block = two steps");
+    const uint2 meta =
+        *reinterpret_cast<const uint2*>(ss.meta[stage] + consumer_wg * 1024 + (threadIdx.x % 128) * 8);
+    const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * 64, 0, 8 * 64,
+                                                   hopper::SmemSwizzle::k64B);
+    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * 128, 0, 8 * 128,
+                                                   hopper::SmemSwizzle::k128B);
+    Op::mma(r, desc_a, desc_b, meta.x, false);
+    Op::mma(r, hopper::advance_desc(desc_a, kABytesPerStep), hopper::advance_desc(desc_b, kBBytesPerStep), meta.y,
+            true);
+  }
+};
+
+}  // namespace lowbit::sparse

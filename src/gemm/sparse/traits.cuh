@@ -1,0 +1,57 @@
+// Compile-time shape of the 2:4-sparse GEMM kernel variants: the FP8 GEMM kernel
+// (gemm/fp8/kernel.cuh) with the sparse operand path, the plain epilogue (alpha, BF16 out).
+#pragma once
+
+#include <cstdint>
+
+#include "formats/sparse24_layout.h"
+#include "gemm/fp8/traits.cuh"
+#include "gemm/sparse/operands.cuh"
+#include "hopper/mbarrier.cuh"
+
+namespace lowbit::sparse {
+
+// Stages fill 227 KiB after 32 KiB of epilogue staging and 2 KiB of barriers and slack.
+constexpr int sparse_stages_for(int block_n) {
+  return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
+}
+
+template <formats::Sparse24Type kType, int kBlockN_>
+struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit {
+  static constexpr formats::Sparse24Type kSparseType = kType;
+  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockK = formats::sparse24_block_k(kType);  // logical columns per K block
+  static constexpr int kStages = sparse_stages_for(kBlockN_);
+  static constexpr bool kOutFp32 = false;
+  static constexpr bool kFused = false;
+  static constexpr bool kStaged = false;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kClusterM = 1;
+  using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
+                                                                       : hopper::WgmmaKind::kF16>;
+  using Staging = fp8::EpilogueStaging<kBlockN_, false>;
+
+  static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
+  static constexpr int kSmemB = kBlockN * 128;   // dense: 128 bytes per row per K block
+  static constexpr int kMetaBytes = 2 * formats::kSparseMetaBlockBytes;
+  static_assert(kBlockM == formats::kSparseTileRows, "a tile is one prepacked slab pair");
+  __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
+    return static_cast<uint32_t>(a_rows * 64 + kSmemB + kMetaBytes);
+  }
+  // Same register budget as the dense tiles (fp8::Fp8Traits).
+  static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
+
+  struct alignas(1024) SharedStorage {
+    uint8_t a[kStages][kSmemA];  // 1024-byte aligned: both swizzle atoms (512 / 1024 bytes)
+    uint8_t b[kStages][kSmemB];
+    alignas(16) uint8_t meta[kStages][kMetaBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
+    hopper::StageBarriers<kStages> bars;
+    int fixup_is_last;
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
+};
+
+}  // namespace lowbit::sparse
