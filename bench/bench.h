@@ -27,6 +27,7 @@ struct Options {
   int samples = 50;
   uint64_t seed = 0;
   std::string json;
+  std::string sparse;  // custom shapes: "e4m3" or "f16" runs them through the 2:4-sparse GEMM (W3)
 };
 
 struct Shape {
@@ -69,6 +70,7 @@ Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_nvfp4_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_blockscaled_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_moe_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_sparse_shape(const Options& opt, const Shape& shape, Result* r);
 
 // Nominal dense BF16 tensor rate (H100 SXM): the NVFP4 kernel's MMAs run at it.
 constexpr double kPeakBf16Tflops = 989.0;

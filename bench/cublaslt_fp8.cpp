@@ -30,4 +30,9 @@ Status CublasLtFp8::run(const void* a, const void* b, void* d, const void* bias,
   return lt_.matmul(a, b, d, alpha, s);
 }
 
+Status CublasLtF16::plan(int64_t m, int64_t n, int64_t k) {
+  LOWBIT_RETURN_IF_ERROR(lt_.create());
+  return lt_.finish_types(m, n, k, CUDA_R_16F, CUDA_R_16F, "cuBLASLt FP16");
+}
+
 }  // namespace lowbit::bench

@@ -26,4 +26,15 @@ class CublasLtFp8 {
   LtTnPlan lt_;
 };
 
+// Dense FP16 x FP16 -> FP16 with FP32 compute: the dense baseline of the FP16 sparse GEMM.
+class CublasLtF16 {
+ public:
+  Status plan(int64_t m, int64_t n, int64_t k);
+  Status run(const void* a, const void* b, void* d, float alpha, cudaStream_t s) { return lt_.matmul(a, b, d, alpha, s); }
+  const std::string& algo_note() const { return lt_.note(); }
+
+ private:
+  LtTnPlan lt_;
+};
+
 }  // namespace lowbit::bench

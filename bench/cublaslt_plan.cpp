@@ -40,10 +40,14 @@ Status LtTnPlan::create() {
 }
 
 Status LtTnPlan::finish(int64_t m, int64_t n, int64_t k, OutType out, const char* label) {
+  return finish_types(m, n, k, CUDA_R_8F_E4M3, out == OutType::kFP32 ? CUDA_R_32F : CUDA_R_16BF, label);
+}
+
+Status LtTnPlan::finish_types(int64_t m, int64_t n, int64_t k, cudaDataType_t in, cudaDataType_t dt,
+                              const char* label) {
   label_ = label;
-  const cudaDataType_t dt = out == OutType::kFP32 ? CUDA_R_32F : CUDA_R_16BF;
-  LOWBIT_LT_CHECK("layout a", cublasLtMatrixLayoutCreate(&la_, CUDA_R_8F_E4M3, k, n, k));
-  LOWBIT_LT_CHECK("layout b", cublasLtMatrixLayoutCreate(&lb_, CUDA_R_8F_E4M3, k, m, k));
+  LOWBIT_LT_CHECK("layout a", cublasLtMatrixLayoutCreate(&la_, in, k, n, k));
+  LOWBIT_LT_CHECK("layout b", cublasLtMatrixLayoutCreate(&lb_, in, k, m, k));
   LOWBIT_LT_CHECK("layout c", cublasLtMatrixLayoutCreate(&lc_, dt, n, m, n));
   LOWBIT_LT_CHECK("layout d", cublasLtMatrixLayoutCreate(&ld_, dt, n, m, n));
   workspace_bytes_ = 32u << 20;

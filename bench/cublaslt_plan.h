@@ -40,6 +40,8 @@ class LtTnPlan {
   cublasLtMatmulDesc_t desc() const { return op_; }
   // Layouts, workspace and the heuristic's answers (none: a kCudaError Status naming `label`).
   Status finish(int64_t m, int64_t n, int64_t k, OutType out, const char* label);
+  // The same with explicit element types (input A/B, output C/D), for non-FP8 baselines.
+  Status finish_types(int64_t m, int64_t n, int64_t k, cudaDataType_t in, cudaDataType_t out, const char* label);
   bool ready() const { return num_algos_ > 0; }
   // One matmul D = alpha * A . B^T (beta 0). cuBLASLt's first answer is what a user gets; if it
   // refuses to run (NOT_SUPPORTED) before any run succeeded, the next answer is tried, as

@@ -1,4 +1,5 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "device_fill.h"
@@ -55,6 +56,22 @@ __global__ void k_fill_u16(uint16_t* dst, size_t n, uint16_t bits) {
     dst[i] = bits;
 }
 
+__global__ void k_fill_f16_uniform(__half* dst, size_t n, float range, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2half_rn(uniform_pm1(seed, i) * range);
+}
+
+// Zeroes two of every four consecutive elements (a hashed choice of the 6 pairs per group).
+template <class E>
+__global__ void k_mask_2_4(E* dst, size_t groups, uint64_t seed) {
+  constexpr uint8_t kPairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+  for (size_t g = blockIdx.x * size_t(blockDim.x) + threadIdx.x; g < groups; g += size_t(gridDim.x) * blockDim.x) {
+    const int p = static_cast<int>(mix(seed ^ mix(g)) % 6);
+    dst[4 * g + kPairs[p][0]] = E{};
+    dst[4 * g + kPairs[p][1]] = E{};
+  }
+}
+
 int blocks_for(size_t n) {
   const size_t b = (n + 255) / 256;
   return static_cast<int>(b < 65535 ? (b == 0 ? 1 : b) : 65535);
@@ -87,6 +104,17 @@ cudaError_t fill_f32_scales(float* dst, size_t count, int lo_exp, int hi_exp, bo
 
 cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s) {
   k_fill_u16<<<blocks_for(count_u16), 256, 0, s>>>(static_cast<uint16_t*>(dst), count_u16, bits);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_f16_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s) {
+  k_fill_f16_uniform<<<blocks_for(count), 256, 0, s>>>(static_cast<__half*>(dst), count, range, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t mask_2_4(void* dst, size_t count, int elem_bytes, uint64_t seed, cudaStream_t s) {
+  if (elem_bytes == 1) k_mask_2_4<<<blocks_for(count / 4), 256, 0, s>>>(static_cast<uint8_t*>(dst), count / 4, seed);
+  else k_mask_2_4<<<blocks_for(count / 4), 256, 0, s>>>(static_cast<uint16_t*>(dst), count / 4, seed);
   return cudaGetLastError();
 }
 

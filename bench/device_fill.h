@@ -21,6 +21,11 @@ cudaError_t fill_u8_range(void* dst, size_t count, int lo, int hi, uint64_t seed
 // products), else uniform in [1, 2).
 cudaError_t fill_f32_scales(float* dst, size_t count, int lo_exp, int hi_exp, bool pow2, uint64_t seed,
                             cudaStream_t s);
+// FP16 values uniform in [-range, range].
+cudaError_t fill_f16_uniform(void* dst, size_t count, float range, uint64_t seed, cudaStream_t s);
+// Makes a row-major matrix 2:4 sparse along its rows: zeroes 2 of every 4 consecutive elements
+// (1- or 2-byte elements; count % 4 == 0).
+cudaError_t mask_2_4(void* dst, size_t count, int elem_bytes, uint64_t seed, cudaStream_t s);
 // Poison: every 16-bit word set to `bits` (0xFFFF is a BF16 NaN and, twice, an FP32 NaN).
 cudaError_t fill_u16(void* dst, size_t count_u16, uint16_t bits, cudaStream_t s);
 

@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -64,6 +64,15 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     second.top_k = 8;
     v.push_back(second);
   }
+  for (const char* w3 : {"W3-fp8", "W3-f16"}) {
+    if (suite != w3 && suite != "W3" && suite != "default") continue;
+    // 2:4 sparse A: the square shapes, and sparse weights W[O=7168, K=2048] times activations
+    // X[T, K] for T = 128 and 4096 (the product computed as W . X^T: M = O, N = T).
+    v.push_back({w3, 4096, 8192, 8192});
+    v.push_back({w3, 8192, 8192, 8192});
+    v.push_back({w3, 7168, 128, 2048});
+    v.push_back({w3, 7168, 4096, 2048});
+  }
   if (suite == "W1-llm" || suite == "default") {
     const int64_t ms[] = {64, 128, 4096};
     const int64_t nk[][2] = {{2112, 7168}, {4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}};
@@ -90,9 +99,9 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W4|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
-      "             [--no-baseline] [--list] [--alt CONFIG]...\n");
+      "             [--no-baseline] [--list] [--alt CONFIG]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n");
 }
 
 }  // namespace
@@ -126,6 +135,10 @@ int main(int argc, char** argv) {
     else if (a == "--explain") opt.explain = true;
     else if (a == "--no-baseline") opt.baseline = false;
     else if (a == "--list") list = true;
+    else if (a == "--sparse") {
+      opt.sparse = next("--sparse");
+      if (opt.sparse != "e4m3" && opt.sparse != "f16") { std::fprintf(stderr, "--sparse takes e4m3 or f16\n"); return 2; }
+    }
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); usage(); return 2; }
   }
@@ -168,6 +181,8 @@ int main(int argc, char** argv) {
                       : sh.suite == "W4"              ? run_nvfp4_shape(opt, sh, &r)
                       : sh.suite.rfind("BS-", 0) == 0 ? run_blockscaled_shape(opt, sh, &r)
                       : sh.suite == "W6"              ? run_moe_shape(opt, sh, &r)
+                      : sh.suite.rfind("W3", 0) == 0 || (sh.suite == "custom" && !opt.sparse.empty())
+                          ? run_sparse_shape(opt, sh, &r)
                                                       : run_fp8_shape(opt, sh, &r);
     if (!st.ok()) {
       r.shape = sh;
@@ -231,6 +246,17 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.shape.experts, r.shape.top_k, r.us_det,
                   stages.c_str(), r.err, r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
+    if (r.shape.suite.rfind("W3", 0) == 0) {
+      std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | dense(ours) %8.1f | %8.2e %8.2e | %s %s\n",
+                  r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_fp8_ours, r.err, r.err_base,
+                  r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       if (r.speedup > 0) {
         log_sum += std::log(r.speedup);
         ++log_n;

@@ -1,0 +1,220 @@
+// W3: 2:4-sparse GEMM (E4M3 or F16) against dense cuBLASLt on the same (2:4) inputs, same process,
+// and, for E4M3, against our own dense FP8 GEMM.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "cublaslt_fp8.h"
+#include "device_fill.h"
+#include "formats/e4m3.h"
+#include "formats/fp16.h"
+#include "lowbit/device.h"
+#include "lowbit/gemm.h"
+#include "lowbit/sparse.h"
+#include "reference/reference_gemm.h"
+#include "timing.h"
+
+namespace lowbit::bench {
+
+Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
+  r->shape = sh;
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const bool fp8 = sh.suite != "W3-f16" && opt.sparse != "f16";
+  const SparseType type = fp8 ? SparseType::kE4M3 : SparseType::kF16;
+  const int eb = fp8 ? 1 : 2;
+  const int64_t m = sh.m, n = sh.n, k = sh.k;
+  // Sets rotate until two L2s' worth of the operands each kernel reads pass between reuses
+  // (the dense baselines read the dense A, ours its compressed half and metadata).
+  const size_t set_bytes = static_cast<size_t>((m * k + n * k) * eb);
+  const int sets = std::max(1, static_cast<int>(std::min<size_t>(8, (2 * dev.l2_bytes + set_bytes - 1) / set_bytes)));
+
+  OwnedStream stream;
+  LOWBIT_RETURN_IF_ERROR(stream.create());
+  cudaStream_t s = stream.s;
+  std::vector<DeviceBuffer> A(sets), B(sets), V(sets), Mt(sets);
+  DeviceBuffer D, Dbase, Ddense, scales, ws, wsd, viol;
+  LOWBIT_RETURN_IF_ERROR(viol.alloc(8));
+  const uint64_t seed = opt.seed;
+  for (int i = 0; i < sets; ++i) {
+    LOWBIT_RETURN_IF_ERROR(A[i].alloc(static_cast<size_t>(m * k * eb)));
+    LOWBIT_RETURN_IF_ERROR(B[i].alloc(static_cast<size_t>(n * k * eb)));
+    LOWBIT_RETURN_IF_ERROR(V[i].alloc(static_cast<size_t>(m * k / 2 * eb)));
+    LOWBIT_RETURN_IF_ERROR(Mt[i].alloc(sparse24_meta_bytes(m, k, type)));
+    const uint64_t sa = seed * 1000 + 2 * i, sb = sa + 1;
+    if (fp8) {
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(A[i].p, m * k, 4.0f, sa, s), "fill A"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(B[i].p, n * k, 4.0f, sb, s), "fill B"));
+    } else {
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_f16_uniform(A[i].p, m * k, 1.0f, sa, s), "fill A"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_f16_uniform(B[i].p, n * k, 1.0f, sb, s), "fill B"));
+    }
+    LOWBIT_RETURN_IF_ERROR(cuda_status(mask_2_4(A[i].p, m * k, eb, sa ^ 0x24, s), "mask A"));
+    // The checked compression synchronizes: setup, never timed.
+    LOWBIT_RETURN_IF_ERROR(
+        sparse24_compress_checked(A[i].p, m, k, type, V[i].p, Mt[i].p, static_cast<int64_t*>(viol.p), s));
+  }
+  LOWBIT_RETURN_IF_ERROR(D.alloc(static_cast<size_t>(m * n) * 2));
+  LOWBIT_RETURN_IF_ERROR(Dbase.alloc(static_cast<size_t>(m * n) * 2));
+  LOWBIT_RETURN_IF_ERROR(Ddense.alloc(static_cast<size_t>(m * n) * 2));
+  LOWBIT_RETURN_IF_ERROR(scales.alloc(512));
+  const float h_scales[2] = {fp8 ? 0.0625f : 1.0f, fp8 ? 0.03125f : 1.0f};
+  float* d_sa = static_cast<float*>(scales.p);
+  float* d_sb = d_sa + 64;
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
+
+  Sparse24GemmConfig cfg;
+  if (!opt.config.empty()) {
+    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(opt.config, &cfg));
+  } else {
+    LOWBIT_RETURN_IF_ERROR(choose_sparse24_config(m, n, k, type, &cfg));
+  }
+  const size_t ws_bytes = sparse24_gemm_workspace_size(m, n, k, type, cfg);
+  LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+  LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
+  r->config = cfg.to_string();
+  auto ours = [&](cudaStream_t st, int i) {
+    Sparse24GemmArgs a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.type = type;
+    a.a_values = V[i % sets].p;
+    a.a_meta = Mt[i % sets].p;
+    a.b = B[i % sets].p;
+    a.d = D.p;
+    a.a_scale = d_sa;
+    a.b_scale = d_sb;
+    a.workspace = ws.p;
+    a.workspace_bytes = ws_bytes;
+    return sparse24_gemm(a, st, &cfg);
+  };
+
+  // Dense baselines on the same (2:4, uncompressed) A: cuBLASLt, and for E4M3 our dense GEMM.
+  CublasLtFp8 lt8;
+  CublasLtF16 lt16;
+  bool baseline = opt.baseline;
+  std::string note;
+  if (baseline) {
+    const Status ps = fp8 ? lt8.plan(m, n, k, OutType::kBF16, false, d_sa, d_sb) : lt16.plan(m, n, k);
+    if (!ps.ok()) {
+      baseline = false;
+      note = "baseline unavailable: " + ps.to_string();
+    }
+  }
+  auto base = [&](cudaStream_t st, int i) {
+    return fp8 ? lt8.run(A[i % sets].p, B[i % sets].p, Dbase.p, nullptr, 1.0f, st)
+               : lt16.run(A[i % sets].p, B[i % sets].p, Dbase.p, 1.0f, st);
+  };
+  Fp8GemmConfig dense_cfg;
+  size_t wsd_bytes = 0;
+  if (fp8) {
+    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &dense_cfg));
+    dense_cfg.splits = 1;  // no workspace for the comparison run
+  }
+  auto dense = [&](cudaStream_t st, int i) {
+    Fp8GemmArgs a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.a = A[i % sets].p;
+    a.b = B[i % sets].p;
+    a.d = Ddense.p;
+    a.a_scale = d_sa;
+    a.b_scale = d_sb;
+    a.workspace_bytes = wsd_bytes;
+    return fp8_gemm(a, st, &dense_cfg);
+  };
+
+  // Correctness on set 0: poison, run once, compare sampled elements with the FP64 reference.
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n, 0xFFFF, s), "poison"));
+  LOWBIT_RETURN_IF_ERROR(ours(s, 0));
+  if (baseline) {
+    const Status bs = base(s, 0);
+    if (!bs.ok()) {
+      baseline = false;
+      note = "baseline failed: " + bs.to_string();
+    }
+  }
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
+  {
+    std::vector<uint8_t> ha(static_cast<size_t>(m * k * eb)), hb(static_cast<size_t>(n * k * eb));
+    std::vector<uint8_t> hd(static_cast<size_t>(m * n) * 2), hdb(hd.size());
+    cudaMemcpy(ha.data(), A[0].p, ha.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb.data(), B[0].p, hb.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(hd.data(), D.p, hd.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(hdb.data(), Dbase.p, hdb.size(), cudaMemcpyDeviceToHost);
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
+    int64_t unwritten = 0;
+    for (size_t i = 0; i < static_cast<size_t>(m * n); ++i)
+      if (!std::isfinite(read_output(hd, OutType::kBF16, i))) ++unwritten;
+    auto val = [&](const std::vector<uint8_t>& h, int64_t idx) -> double {
+      if (fp8) return formats::e4m3_to_float(h[idx]);
+      uint16_t bits;
+      std::memcpy(&bits, h.data() + 2 * idx, 2);
+      return formats::fp16_to_float(bits);
+    };
+    std::mt19937_64 rng(seed ^ 0x5EED);
+    std::vector<double> ref, got, gotb;
+    for (int t = 0; t < 2048; ++t) {
+      const int64_t i = static_cast<int64_t>(rng() % m), j = static_cast<int64_t>(rng() % n);
+      double acc = 0.0;
+      for (int64_t q = 0; q < k; ++q) acc += val(ha, i * k + q) * val(hb, j * k + q);
+      ref.push_back(acc * h_scales[0] * h_scales[1]);
+      got.push_back(read_output(hd, OutType::kBF16, static_cast<size_t>(i * n + j)));
+      if (fp8) {
+        gotb.push_back(read_output(hdb, OutType::kBF16, static_cast<size_t>(i * n + j)));
+      } else {  // the FP16 baseline writes FP16
+        uint16_t bits;
+        std::memcpy(&bits, hdb.data() + 2 * (i * n + j), 2);
+        gotb.push_back(formats::fp16_to_float(bits));
+      }
+    }
+    const auto e = reference::compare(ref, got);
+    r->err = e.rel_fro;
+    r->max_err = e.max_rel;
+    if (baseline) r->err_base = reference::compare(ref, gotb).rel_fro;
+    if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
+    else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
+  }
+
+  std::printf("  %s %lldx%lldx%lld: lowbit %s | %s\n", fp8 ? "e4m3" : "f16", (long long)m, (long long)n, (long long)k,
+              cfg.to_string().c_str(),
+              baseline ? (fp8 ? lt8.algo_note() : lt16.algo_note()).c_str() : note.c_str());
+  double rough = 0.0;
+  LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, s, &rough));
+  const int batch = std::clamp(static_cast<int>(2000.0 / std::max(rough, 1.0)), 3, 200);
+  std::vector<LaunchFn> launches = {ours};
+  if (baseline) launches.push_back(base);
+  if (fp8) launches.push_back(dense);
+  std::vector<Timing> timings;
+  LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &timings));
+  r->us = timings[0].median_us;
+  r->us_base = baseline ? timings[1].median_us : 0.0;
+  r->us_fp8_ours = fp8 ? timings.back().median_us : 0.0;
+
+  // Dense-equivalent FLOPs (what the product means); the floor counts the sparse tensor rate
+  // (twice the dense one) and the bytes actually read (half of A plus its metadata).
+  const double flops = 2.0 * m * n * k;
+  const double bytes = static_cast<double>(m * k / 2 * eb) + m * k / 8.0 + static_cast<double>(n * k * eb) + 2.0 * m * n;
+  const double peak = 2.0 * (fp8 ? kPeakFp8Tflops : kPeakBf16Tflops);
+  r->tflops = flops / (r->us * 1e6);
+  r->gbs = bytes / (r->us * 1e3);
+  r->floor_us = std::max(flops / (peak * 1e6), bytes / (kCopyTBs * 1e6));
+  r->pct_floor = 100.0 * r->floor_us / r->us;
+  r->speedup = baseline ? r->us_base / r->us : 0.0;
+  r->batch = batch;
+  r->samples = opt.samples;
+  if (r->status.empty()) r->status = note.empty() ? "ok" : note;
+  return Status::Ok();
+}
+
+}  // namespace lowbit::bench
