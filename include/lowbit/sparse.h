@@ -65,11 +65,12 @@ struct Sparse24GemmConfig {
   int splits = 1;        // split-K factor
   int raster_group = 0;  // 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
+  int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1)
   std::string reason;
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132" (any subset).
+// Parses "bn=128,splits=2,group=8,grid=132,cluster=2" (any subset).
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out);
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out);
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t k, SparseType type, const Sparse24GemmConfig& config);

@@ -37,8 +37,9 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
       hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
     } else {
       constexpr int kRows = T::kBlockN / T::kClusterM;
+      constexpr int kRowBytes = T::kSmemB / T::kBlockN;
       const int rank = static_cast<int>(hopper::cluster_rank());
-      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kRows * T::kBlockK, tm_b, full, kb * T::kBlockK,
+      hopper::tma_load_2d_multicast(ss.b[pos.stage] + rank * kRows * kRowBytes, tm_b, full, kb * T::kBlockK,
                                     b_row + rank * kRows, (1u << T::kClusterM) - 1u);
     }
     extra(pos.stage, kb, full);

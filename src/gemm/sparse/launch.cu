@@ -47,36 +47,39 @@ bool variant_exists(int block_n) {
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
 
-template <Sparse24Type kType, int kBlockN>
+template <Sparse24Type kType, int kBlockN, int kCluster>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = sparse::SparseTraits<kType, kBlockN>;
-  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device,
-                                                           stream, launched, a, b, d, p);
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster>;
+  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
+                                                           device, stream, launched, a, b, d, p);
 }
 
 struct Entry {
   Sparse24Type type;
   int block_n;
+  int cluster;
   LaunchFn launch;
   int smem_bytes;
 };
+template <Sparse24Type kType, int kBlockN, int kCluster>
+constexpr Entry entry() {
+  return {kType, kBlockN, kCluster, &launch_variant<kType, kBlockN, kCluster>,
+          sparse::SparseTraits<kType, kBlockN, kCluster>::kSmemBytes};
+}
+// Every variant x both element types x single CTAs and CTA pairs.
 const Entry kEntries[] = {
-    {Sparse24Type::kE4M3, 128, &launch_variant<Sparse24Type::kE4M3, 128>,
-     sparse::SparseTraits<Sparse24Type::kE4M3, 128>::kSmemBytes},
-    {Sparse24Type::kE4M3, 256, &launch_variant<Sparse24Type::kE4M3, 256>,
-     sparse::SparseTraits<Sparse24Type::kE4M3, 256>::kSmemBytes},
-    {Sparse24Type::kF16, 128, &launch_variant<Sparse24Type::kF16, 128>,
-     sparse::SparseTraits<Sparse24Type::kF16, 128>::kSmemBytes},
-    {Sparse24Type::kF16, 256, &launch_variant<Sparse24Type::kF16, 256>,
-     sparse::SparseTraits<Sparse24Type::kF16, 256>::kSmemBytes},
+    entry<Sparse24Type::kE4M3, 128, 1>(), entry<Sparse24Type::kE4M3, 256, 1>(),
+    entry<Sparse24Type::kF16, 128, 1>(),  entry<Sparse24Type::kF16, 256, 1>(),
+    entry<Sparse24Type::kE4M3, 128, 2>(), entry<Sparse24Type::kE4M3, 256, 2>(),
+    entry<Sparse24Type::kF16, 128, 2>(),  entry<Sparse24Type::kF16, 256, 2>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]),
-              "every variant is compiled for both element types");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]),
+              "every variant is compiled for both element types and both cluster sizes");
 
-const Entry* find_entry(Sparse24Type type, int block_n) {
+const Entry* find_entry(Sparse24Type type, int block_n, int cluster) {
   for (const auto& e : kEntries)
-    if (e.type == type && e.block_n == block_n) return &e;
+    if (e.type == type && e.block_n == block_n && e.cluster == cluster) return &e;
   return nullptr;
 }
 
@@ -167,6 +170,7 @@ size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type) {
 std::string Sparse24GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",splits=" << splits << ",group=" << raster_group << ",grid=" << grid;
+  if (cluster != 1) os << ",cluster=" << cluster;
   return os.str();
 }
 
@@ -177,11 +181,13 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
-    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid)");
+    else if (key == "cluster") c.cluster = value;
+    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster)");
     return Status::Ok();
   }));
   if (!variant_exists(c.block_n))
     return Status::Invalid("no compiled sparse variant with bn=" + std::to_string(c.block_n) + " (128, 256)");
+  if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("sparse cluster must be 1 or 2");
   c.reason = "forced";
   *out = c;
   return Status::Ok();
@@ -220,6 +226,9 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
     if (cfg.raster_group < 0 || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
+    if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
+    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1))
+      return Status::Invalid("sparse24_gemm: cluster=2 needs M > 64 and splits=1; config " + cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
     if (need > args.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "sparse24_gemm: config " + cfg.to_string() + " needs " +
@@ -235,7 +244,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       }
     if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
   }
-  const Entry* entry = find_entry(type, cfg.block_n);
+  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster);
   if (!entry) return Status::Invalid("sparse24_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
   if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, "sparse24_gemm: kernel needs " +
@@ -265,7 +274,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   sb.rows = static_cast<uint64_t>(args.n);
   sb.cols = static_cast<uint64_t>(args.k);
   sb.row_stride_bytes = static_cast<uint64_t>(args.k) * eb;
-  sb.box_rows = static_cast<uint32_t>(cfg.block_n);
+  sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
   sb.box_cols = static_cast<uint32_t>(128 / eb);
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   hopper::TensorMap2dSpec sd;
@@ -281,11 +290,13 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
   fp8::Fp8KernelParams p{};
-  p.sched.tiles_m = static_cast<int>((args.m + 127) / 128);
+  // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
+  p.sched.tiles_m = static_cast<int>(((args.m + 127) / 128 + cfg.cluster - 1) / cfg.cluster);
   p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
   p.sched.k_blocks = kb;
   p.sched.splits = cfg.splits;
-  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group : fp8::raster_group_for(dev.sm_count, cfg.block_n);
+  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group
+                                         : std::max(1, fp8::raster_group_for(dev.sm_count, cfg.block_n) / cfg.cluster);
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);

@@ -43,7 +43,11 @@ struct SparseOperands {
   template <class T, class Params>
   __device__ __forceinline__ static MetaStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
                                                                  const gemm::WorkUnit& w) {
-    return {&ss, p.sparse_meta + static_cast<int64_t>(w.m_block) * T::kMetaBytes, p.sparse_meta_block_stride};
+    // A cluster's phantom tile below the matrix (its A is all zero fill) reads the last tile's
+    // metadata instead of past the buffer: any legal codes times zeros.
+    const int64_t tiles_m = p.sparse_meta_block_stride / T::kMetaBytes;
+    const int64_t m_block = w.m_block < tiles_m ? w.m_block : tiles_m - 1;
+    return {&ss, p.sparse_meta + m_block * T::kMetaBytes, p.sparse_meta_block_stride};
   }
 
   template <class T, int kPartN>
