@@ -21,7 +21,7 @@ namespace lowbit {
 
 enum class SparseType { kE4M3 = 0, kF16 = 1 };
 
-// Bytes of the prepacked metadata of an [m, k] sparse A (M padded to 128, K to the K block).
+// Bytes of the prepacked metadata of an [m, k] sparse A (M padded to 128, K to a pair of K blocks).
 size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type);
 
 // Compresses a dense row-major [m, k] A (E4M3 bytes or F16 halves, 16-byte aligned) into

@@ -13,7 +13,7 @@
 // sparse wgmma of the K block) at bytes [8t, 8t + 8). Blocks are ordered slab-fastest:
 // block (slab, kb) starts at (kb * slabs + slab) * 1024, with slabs = M rounded up to 128, / 64,
 // so the two slabs of a 128-row tile are one contiguous 2 KiB copy. Rows past M and columns
-// past K are padding (code 0x4, no values).
+// past K (K blocks are padded to an even count) are padding (code 0x4, no values).
 //
 // Register mapping (PTX ISA "Matrix fragments for sparse wgmma"; docs/notes/wgmma_sp_metadata.md):
 // thread t = 32w + 4g + q, word j, nibble i (bits 4i..4i+3)
@@ -40,8 +40,10 @@ __host__ __device__ constexpr int sparse24_block_k(Sparse24Type t) { return 128 
 __host__ __device__ constexpr int64_t sparse24_slabs(int64_t m) {
   return (m + kSparseTileRows - 1) / kSparseTileRows * (kSparseTileRows / kSparseSlabRows);
 }
+// K blocks of the metadata: rounded up to an even count, because the GEMM accumulates K blocks
+// in pairs (gemm/sparse/operands.cuh); a padding block holds only 0x4 codes.
 __host__ __device__ constexpr int64_t sparse24_k_blocks(int64_t k, Sparse24Type t) {
-  return (k + sparse24_block_k(t) - 1) / sparse24_block_k(t);
+  return (k + 2 * sparse24_block_k(t) - 1) / (2 * sparse24_block_k(t)) * 2;
 }
 __host__ __device__ constexpr int64_t sparse24_meta_bytes(int64_t m, int64_t k, Sparse24Type t) {
   return sparse24_slabs(m) * sparse24_k_blocks(k, t) * kSparseMetaBlockBytes;

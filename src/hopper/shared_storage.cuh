@@ -24,4 +24,13 @@ __device__ __forceinline__ Storage& pinned_shared_storage(uint8_t* smem_raw) {
   return *p;
 }
 
+// 8 bytes from shared memory through a pointer whose address space the compiler may have lost
+// (pinned_shared_storage hides it): an explicit ld.shared instead of a generic LD.
+__device__ __forceinline__ uint2 ld_shared_u32x2(const void* smem_ptr) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 }  // namespace lowbit::hopper

@@ -53,8 +53,9 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{}) {
-  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN, w.kb_begin,
-                                        w.kb_end, stage_bytes, pos, extra);
+  constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
+  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN,
+                                        w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
 
 // The two consumer warpgroups take turns issuing their MMAs for each K block (0, 1, 0, 1, ...).
@@ -125,11 +126,15 @@ struct Consumer {
   static constexpr int kPartRegs = kPartN / 2;
   // The stage is read by ordinary loads (scales, sparse metadata), not only by wgmma.
   static constexpr bool kReadsStage = Promotion::kReadsStage || Operands::kReadsStage;
+  // K blocks accumulated in one partial before it is promoted: as many as keep the products per
+  // partial at the dense K block's 128 (a sparse K block holds half as many).
+  static constexpr int kGroup = Operands::kBlocksPerPromotion;
+  static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
 
   struct Partial {
     float r[kPartRegs];
     typename Promotion::Pending pending;
-    int stage;  // whose MMAs are issued but not yet retired
+    int stage[kGroup];  // whose MMAs are issued but not yet retired
   };
 
   typename T::SharedStorage& ss;
@@ -138,33 +143,45 @@ struct Consumer {
   MmaTurn& turn;
   Promotion promotion{};
 
-  // Part `part_n` (columns [part_n * kPartN, +kPartN)) of K block kb. The first part waits for
-  // the stage, the last one moves on to the next.
+  // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
+  // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
+  // the ring on. Straight-line code between the fence and the commit: a wait loop or a branch
+  // inside a wgmma group makes ptxas serialize every wgmma of the kernel (C7520).
   __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
     if (part_n == 0) {
       promotion.issued(part.pending, kb);
-      ss.bars.consumer_wait(pos);
+      hopper::RingPosition<T::kStages> at = pos;
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
+    }
+    hopper::RingPosition<T::kStages> at = pos;
+    typename Operands::StageRegs regs[kGroup];  // loaded before the fence: wgmma reads them
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i, at.advance()) {
+      part.stage[i] = at.stage;
+      regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
     hopper::fence_operands(part.r);
     turn.before_issue();
     hopper::wgmma_fence();
-    Operands::template mma<T, kPartN>(ss, pos.stage, consumer_wg, part_n, part.r);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i)
+      Operands::template mma<T, kPartN>(ss, part.stage[i], regs[i], consumer_wg, part_n, part.r, /*accumulate=*/i > 0);
     hopper::wgmma_commit_group();
     turn.after_issue();
-    part.stage = pos.stage;
-    if (part_n == kParts - 1) pos.advance();
+    if (part_n == kParts - 1) pos = at;
   }
 
   // Waits until at most kInFlight committed groups remain and promotes the retired part into its
-  // columns of acc; after the block's last part, hands its stage back (its bytes are no longer
-  // read). In a cluster the stage is handed back to every CTA whose producer multicasts into it
-  // (peers only write the B rows, which only this warpgroup's retired wgmmas read, so the remote
-  // arrival can be relaxed).
+  // columns of acc; after the last part, hands its stages back (their bytes are no longer read).
+  // In a cluster a stage is handed back to every CTA whose producer multicasts into it (peers
+  // only write the B rows, which only this warpgroup's retired wgmmas read, so the remote arrival
+  // can be relaxed).
   template <int kInFlight>
   __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs], int part_n = 0) {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part.r);
-    const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage, consumer_wg);
+    const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage[0], consumer_wg);
     if (part_n == kParts - 1) {
       if constexpr (kReadsStage) {
         // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
@@ -173,12 +190,15 @@ struct Consumer {
         __syncwarp();
       }
       if (threadIdx.x % 32 == 0) {
-        ss.bars.consumer_release(part.stage);
-        if constexpr (T::kClusterM > 1) {
-          const uint32_t rank = hopper::cluster_rank();
 #pragma unroll
-          for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
-            hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage], (rank + peer) % T::kClusterM);
+        for (int i = 0; i < kGroup; ++i) {
+          ss.bars.consumer_release(part.stage[i]);
+          if constexpr (T::kClusterM > 1) {
+            const uint32_t rank = hopper::cluster_rank();
+#pragma unroll
+            for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
+              hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage[i]], (rank + peer) % T::kClusterM);
+          }
         }
       }
     }
@@ -186,34 +206,36 @@ struct Consumer {
     promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
   }
 
+  // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+    const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     if constexpr (T::kDoubleBuffer) {
       Partial p0, p1;
       // Unrolled by two so each partial stays a fixed register array.
-      int kb = w.kb_begin;
+      int kb = kb_begin;
       issue(p0, kb);
-      ++kb;
+      kb += kGroup;
       while (true) {
-        if (kb == w.kb_end) {
+        if (kb == kb_end) {
           retire<0>(p0, acc);
           break;
         }
         issue(p1, kb);
-        ++kb;
+        kb += kGroup;
         retire<1>(p0, acc);
-        if (kb == w.kb_end) {
+        if (kb == kb_end) {
           retire<0>(p1, acc);
           break;
         }
         issue(p0, kb);
-        ++kb;
+        kb += kGroup;
         retire<1>(p1, acc);
       }
     } else {
       Partial part;
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+      for (int kb = kb_begin; kb < kb_end; kb += kGroup) {
 #pragma unroll
         for (int part_n = 0; part_n < kParts; ++part_n) {
           issue(part, kb, part_n);

@@ -21,6 +21,7 @@ struct NoStageExtra {
 // 128-byte swizzle TMA writes; a K block is kBlockK / 32 wgmma k32 steps.
 struct DenseOperands {
   static constexpr bool kReadsStage = false;  // consumers read the stage only through wgmma
+  static constexpr int kBlocksPerPromotion = 1;  // 128 products per partial per K block
 
   // A columns (elements of A's tensor map) per K block.
   template <class T>
@@ -35,11 +36,19 @@ struct DenseOperands {
     return {};
   }
 
-  // Issues columns [part_n * kPartN, +kPartN) of the stage's K block into `r`; the first step
-  // overwrites it.
+  // Registers a stage's MMAs take besides descriptors (none here; the sparse metadata there),
+  // read before the warpgroup fence.
+  struct StageRegs {};
+  template <class T>
+  __device__ __forceinline__ static StageRegs stage_regs(const typename T::SharedStorage&, int, int) {
+    return {};
+  }
+
+  // Issues columns [part_n * kPartN, +kPartN) of the stage's K block into `r`, adding to it when
+  // `accumulate`, else overwriting it.
   template <class T, int kPartN>
-  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, int consumer_wg,
-                                             int part_n, float (&r)[kPartN / 2]) {
+  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs,
+                                             int consumer_wg, int part_n, float (&r)[kPartN / 2], bool accumulate) {
     using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
     constexpr int kWgmmaK = 32;
     constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
@@ -49,7 +58,8 @@ struct DenseOperands {
                                                    hopper::SmemSwizzle::k128B);
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / kWgmmaK; ++ks)
-      Op::mma(r, hopper::advance_desc(desc_a, ks * kWgmmaK), hopper::advance_desc(desc_b, ks * kWgmmaK), ks > 0);
+      Op::mma(r, hopper::advance_desc(desc_a, ks * kWgmmaK), hopper::advance_desc(desc_b, ks * kWgmmaK),
+              accumulate || ks > 0);
   }
 };
 

@@ -67,15 +67,15 @@ constexpr Entry entry() {
   return {kType, kBlockN, kCluster, &launch_variant<kType, kBlockN, kCluster>,
           sparse::SparseTraits<kType, kBlockN, kCluster>::kSmemBytes};
 }
-// Every variant x both element types x single CTAs and CTA pairs.
+// Every variant x both element types, and CTA pairs of the widest tile (the double-buffered
+// 128-wide tile spills with the pair's bookkeeping).
 const Entry kEntries[] = {
     entry<Sparse24Type::kE4M3, 128, 1>(), entry<Sparse24Type::kE4M3, 256, 1>(),
     entry<Sparse24Type::kF16, 128, 1>(),  entry<Sparse24Type::kF16, 256, 1>(),
-    entry<Sparse24Type::kE4M3, 128, 2>(), entry<Sparse24Type::kE4M3, 256, 2>(),
-    entry<Sparse24Type::kF16, 128, 2>(),  entry<Sparse24Type::kF16, 256, 2>(),
+    entry<Sparse24Type::kE4M3, 256, 2>(), entry<Sparse24Type::kF16, 256, 2>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]),
-              "every variant is compiled for both element types and both cluster sizes");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 2,
+              "every variant is compiled for both element types");
 
 const Entry* find_entry(Sparse24Type type, int block_n, int cluster) {
   for (const auto& e : kEntries)
@@ -99,7 +99,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, in
   constexpr double kDramTBs = 3.0;
   constexpr double kUnitOverheadUs = 1.5;
   const int eb = formats::sparse24_elem_bytes(type);
-  const int kb = static_cast<int>(formats::sparse24_k_blocks(k, type));
+  const int kb = static_cast<int>(formats::sparse24_k_blocks(k, type)) / 2;  // pairs of K blocks
   const double rate = 2.0 * kDenseTflopsPerSm / eb * kEfficiency;
   std::vector<Scored> out;
   for (const auto& v : kSparseVariants) {
@@ -109,7 +109,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, in
       if (splits > 1 && units > 2 * sm_count) break;
       const double rounds = std::ceil(static_cast<double>(units) / sm_count);
       const int unit_kb = (kb + splits - 1) / splits;
-      const double unit_us = 2.0 * 128 * v.block_n * formats::sparse24_block_k(type) * unit_kb / (rate * 1e6);
+      const double unit_us = 2.0 * 128 * v.block_n * 2 * formats::sparse24_block_k(type) * unit_kb / (rate * 1e6);
       const double t_compute = rounds * (unit_us + kUnitOverheadUs);
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k * eb / 2 + static_cast<double>(m) * k / 8 +
@@ -215,7 +215,9 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   const Sparse24Type type = to_format(args.type);
-  const int kb = static_cast<int>(formats::sparse24_k_blocks(args.k, type));
+  // The schedule counts pairs of K blocks: the mainloop accumulates two per promotion.
+  constexpr int kGroup = sparse::SparseTraits<Sparse24Type::kE4M3, 128>::Operands::kBlocksPerPromotion;
+  const int kb = static_cast<int>(formats::sparse24_k_blocks(args.k, type)) / kGroup;
 
   Sparse24GemmConfig cfg;
   if (forced) {
@@ -223,12 +225,13 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
     if (!variant_exists(cfg.block_n))
       return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
     if (cfg.splits < 1 || cfg.splits > kb)
-      return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
+      return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (pairs of K blocks)");
     if (cfg.raster_group < 0 || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
     if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
-    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1))
-      return Status::Invalid("sparse24_gemm: cluster=2 needs M > 64 and splits=1; config " + cfg.to_string());
+    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || cfg.block_n != 256))
+      return Status::Invalid("sparse24_gemm: cluster=2 is compiled for bn=256 and needs M > 64 and splits=1; config " +
+                             cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
     if (need > args.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "sparse24_gemm: config " + cfg.to_string() + " needs " +

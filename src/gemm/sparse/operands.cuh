@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "gemm/tile_scheduler.cuh"
+#include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
@@ -31,6 +32,9 @@ struct MetaStageLoad {
 template <hopper::WgmmaKind kKind>
 struct SparseOperands {
   static constexpr bool kReadsStage = true;  // the metadata words, by ordinary loads
+  // A sparse K block multiplies half as many values per row as a dense one: two of them per
+  // partial keep the dense path's 128 products per promotion (and halve the waits and adds).
+  static constexpr int kBlocksPerPromotion = 2;
   static constexpr int kSteps = 2;           // sparse wgmma steps per K block
   static constexpr int kABytesPerStep = 32;  // compressed A bytes per row per step
   static constexpr int kBBytesPerStep = 64;  // dense B bytes per row per step
@@ -50,18 +54,27 @@ struct SparseOperands {
     return {&ss, p.sparse_meta + m_block * T::kMetaBytes, p.sparse_meta_block_stride};
   }
 
+  // This thread's two metadata words of the stage (one per sparse wgmma step).
+  struct StageRegs {
+    uint2 meta;
+  };
+  template <class T>
+  __device__ __forceinline__ static StageRegs stage_regs(const typename T::SharedStorage& ss, int stage,
+                                                         int consumer_wg) {
+    return {hopper::ld_shared_u32x2(ss.meta[stage] + consumer_wg * 1024 + (threadIdx.x % 128) * 8)};
+  }
+
   template <class T, int kPartN>
-  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, int consumer_wg,
-                                             int part_n, float (&r)[kPartN / 2]) {
+  __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs regs,
+                                             int consumer_wg, int part_n, float (&r)[kPartN / 2], bool accumulate) {
     using Op = hopper::WgmmaSpOp<kKind, kPartN>;
     static_assert(kSteps * kBBytesPerStep == 128 && kSteps * kABytesPerStep == 64, "one K block = two steps");
-    const uint2 meta =
-        *reinterpret_cast<const uint2*>(ss.meta[stage] + consumer_wg * 1024 + (threadIdx.x % 128) * 8);
+    const uint2 meta = regs.meta;
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * 64, 0, 8 * 64,
                                                    hopper::SmemSwizzle::k64B);
     const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * 128, 0, 8 * 128,
                                                    hopper::SmemSwizzle::k128B);
-    Op::mma(r, desc_a, desc_b, meta.x, false);
+    Op::mma(r, desc_a, desc_b, meta.x, accumulate);
     Op::mma(r, hopper::advance_desc(desc_a, kABytesPerStep), hopper::advance_desc(desc_b, kBBytesPerStep), meta.y,
             true);
   }
