@@ -181,15 +181,8 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   const double bytes = static_cast<double>(m * k + n * k) + static_cast<double>(m * n) * out_bytes +
                        (opt.bias ? 2.0 * n : 0.0);
   r->us = t_ours.median_us;
-  r->us_base = t_base.median_us;
-  r->tflops = flops / (r->us * 1e6);
-  r->gbs = bytes / (r->us * 1e3);
-  r->floor_us = std::max(flops / (kPeakFp8Tflops * 1e6), bytes / (kCopyTBs * 1e6));
-  r->pct_floor = 100.0 * r->floor_us / r->us;
-  r->speedup = baseline ? r->us_base / r->us : 0.0;
-  r->batch = batch;
-  r->samples = opt.samples;
-  if (r->status.empty()) r->status = baseline_note.empty() ? "ok" : baseline_note;
+  r->us_base = baseline ? t_base.median_us : 0.0;
+  set_rates(r, flops, bytes, kPeakFp8Tflops, batch, opt.samples, baseline_note);
   return Status::Ok();
 }
 

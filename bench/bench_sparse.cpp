@@ -206,14 +206,7 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   const double flops = 2.0 * m * n * k;
   const double bytes = static_cast<double>(m * k / 2 * eb) + m * k / 8.0 + static_cast<double>(n * k * eb) + 2.0 * m * n;
   const double peak = 2.0 * (fp8 ? kPeakFp8Tflops : kPeakBf16Tflops);
-  r->tflops = flops / (r->us * 1e6);
-  r->gbs = bytes / (r->us * 1e3);
-  r->floor_us = std::max(flops / (peak * 1e6), bytes / (kCopyTBs * 1e6));
-  r->pct_floor = 100.0 * r->floor_us / r->us;
-  r->speedup = baseline ? r->us_base / r->us : 0.0;
-  r->batch = batch;
-  r->samples = opt.samples;
-  if (r->status.empty()) r->status = note.empty() ? "ok" : note;
+  set_rates(r, flops, bytes, peak, batch, opt.samples, note);
   return Status::Ok();
 }
 

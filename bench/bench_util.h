@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -75,6 +76,21 @@ inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t 
   *workspace_bytes = 0;
   for (const auto& c : *cfgs) *workspace_bytes = std::max(*workspace_bytes, fp8_gemm_workspace_size(m, n, k, c));
   return Status::Ok();
+}
+
+// The rates a shape reports from its medians r->us (ours) and r->us_base (0: no baseline ran):
+// TFLOPS, GB/s, the floor max(flops / peak, bytes / copy bandwidth) and its share, x baseline,
+// and status "ok" unless a check or `note` (why the baseline is missing) says otherwise.
+inline void set_rates(Result* r, double flops, double bytes, double peak_tflops, int batch, int samples,
+                      const std::string& note) {
+  r->tflops = flops / (r->us * 1e6);
+  r->gbs = bytes / (r->us * 1e3);
+  r->floor_us = std::max(flops / (peak_tflops * 1e6), bytes / (kCopyTBs * 1e6));
+  r->pct_floor = 100.0 * r->floor_us / r->us;
+  r->speedup = r->us_base > 0 ? r->us_base / r->us : 0.0;
+  r->batch = batch;
+  r->samples = samples;
+  if (r->status.empty()) r->status = note.empty() ? "ok" : note;
 }
 
 }  // namespace lowbit::bench

@@ -18,27 +18,16 @@
 #include "lowbit/gemm.h"
 #include "lowbit/patch_embed.h"
 #include "reference/reference_gemm.h"
+#include "gpu_test_util.h"
 #include "test_seed.h"
 
 using namespace lowbit;
 
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+class Fp8GemmGpu : public lowbit_test::HopperTest {};
+using lowbit_test::Buf;
 
-class Fp8GemmGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status st = require_hopper();
-    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
-  }
-};
-
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 16), cudaSuccess); }
-  ~Buf() { cudaFree(p); }
-};
 
 enum class Inputs { kSmallInts, kUniform };
 

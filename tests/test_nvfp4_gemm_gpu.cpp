@@ -15,32 +15,16 @@
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 #include "lowbit/nvfp4.h"
+#include "gpu_test_util.h"
 #include "test_seed.h"
 
 using namespace lowbit;
 
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+class Nvfp4GemmGpu : public lowbit_test::HopperTest {};
+using lowbit_test::Buf;
 
-class Nvfp4GemmGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status st = require_hopper();
-    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
-  }
-};
-
-struct Buf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Buf(size_t b) : bytes(b ? b : 16) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
-  ~Buf() { cudaFree(p); }
-  template <class V>
-  void upload(const std::vector<V>& v) {
-    ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-};
 
 // Codes of the small-integer E2M1 values {0, +-1, +-2, +-3, +-4, +-6}.
 const uint8_t kIntCodes[] = {0x0, 0x2, 0x4, 0x5, 0x6, 0x7, 0xA, 0xC, 0xD, 0xE, 0xF};

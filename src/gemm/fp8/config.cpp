@@ -7,6 +7,7 @@
 
 #include "common/key_value.h"
 #include "gemm/fp8/variants.h"
+#include "gemm/launch_common.h"
 
 namespace lowbit {
 namespace fp8 {
@@ -179,10 +180,8 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
 }
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
-  if (config.splits <= 1) return 0;
-  const size_t tiles = static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n));
-  const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
-  return counters + tiles * config.splits * 128 * config.block_n * sizeof(float);
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n)), config.splits, 128,
+                                       config.block_n);
 }
 
 }  // namespace lowbit

@@ -12,6 +12,7 @@
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/kernel.cuh"
 #include "gemm/fp8/variants.h"
+#include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
@@ -25,13 +26,7 @@ using fp8::Fp8KernelParams;
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 Status validate(const Fp8GemmArgs& a) {
-  if (a.m <= 0) return Status::Invalid("fp8_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
-  if (a.n <= 0 || a.n % 16 != 0)
-    return Status::Invalid("fp8_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
-  if (a.k <= 0 || a.k % 16 != 0)
-    return Status::Invalid("fp8_gemm: K must be a positive multiple of 16 (got " + std::to_string(a.k) + ")");
-  if (a.m > INT_MAX - 256 || a.n > INT_MAX - 256 || a.k > INT_MAX - 256)
-    return Status::Invalid("fp8_gemm: M, N and K must each be below 2^31");
+  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("fp8_gemm", a.m, a.n, a.k, 16));
   if (!a.a || !a.b || !a.d) return Status::Invalid("fp8_gemm: A, B and D must be non-null");
   if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d))
     return Status::Invalid("fp8_gemm: A, B and D must be 16-byte aligned");
@@ -257,22 +252,15 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.epi.activation = static_cast<int>(args.activation == Activation::kGelu   ? gemm::EpilogueActivation::kGelu
                                       : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
                                                                              : gemm::EpilogueActivation::kNone);
-  if (cfg.splits > 1) {
-    const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
-    p.tile_counters = static_cast<int*>(args.workspace);
-    p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
-  }
+  gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
   const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] fp8_gemm %lldx%lldx%lld %s: grid %d (%d units)\n",
-                 static_cast<long long>(args.m), static_cast<long long>(args.n), static_cast<long long>(args.k),
-                 cfg.to_string().c_str(), launched, units);
-  if (e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError, std::string("fp8_gemm launch: ") + cudaGetErrorString(e));
-  return Status::Ok();
+  auto describe = [&] {
+    return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
+           cfg.to_string();
+  };
+  return gemm::launch_status(e, describe, launched, units);
 }
 
 }  // namespace lowbit

@@ -15,6 +15,7 @@
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/kernel.cuh"
 #include "gemm/sparse/traits.cuh"
+#include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
@@ -137,13 +138,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, in
 }
 
 Status validate(const Sparse24GemmArgs& a) {
-  if (a.m <= 0) return Status::Invalid("sparse24_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
-  if (a.n <= 0 || a.n % 16 != 0)
-    return Status::Invalid("sparse24_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
-  if (a.k <= 0 || a.k % 32 != 0)
-    return Status::Invalid("sparse24_gemm: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
-  if (a.m > INT_MAX - 256 || a.n > INT_MAX - 256 || a.k > INT_MAX - 256)
-    return Status::Invalid("sparse24_gemm: M, N and K must each be below 2^31");
+  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("sparse24_gemm", a.m, a.n, a.k, 32));
   if (a.type != SparseType::kE4M3 && a.type != SparseType::kF16)
     return Status::Invalid("sparse24_gemm: unknown element type");
   if (!a.a_values || !a.a_meta || !a.b || !a.d)
@@ -195,10 +190,8 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
 
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseType /*type*/,
                                     const Sparse24GemmConfig& config) {
-  if (config.splits <= 1) return 0;
-  const size_t tiles = static_cast<size_t>(tiles_for(m, n, config.block_n));
-  const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
-  return counters + tiles * config.splits * 128 * config.block_n * sizeof(float);
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(tiles_for(m, n, config.block_n)), config.splits, 128,
+                                       config.block_n);
 }
 
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out) {
@@ -310,22 +303,15 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   p.epi.row_period = 1;
   p.sparse_meta = static_cast<const uint8_t*>(args.a_meta);
   p.sparse_meta_block_stride = formats::sparse24_slabs(args.m) * formats::kSparseMetaBlockBytes;
-  if (cfg.splits > 1) {
-    const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
-    p.tile_counters = static_cast<int*>(args.workspace);
-    p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + (tiles * sizeof(int) + 255) / 256 * 256);
-  }
+  gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
   const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] sparse24_gemm %s %lldx%lldx%lld %s: grid %d (%d units)\n",
-                 eb == 1 ? "e4m3" : "f16", static_cast<long long>(args.m), static_cast<long long>(args.n),
-                 static_cast<long long>(args.k), cfg.to_string().c_str(), launched, units);
-  if (e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError, std::string("sparse24_gemm launch: ") + cudaGetErrorString(e));
-  return Status::Ok();
+  auto describe = [&] {
+    return std::string("sparse24_gemm ") + (eb == 1 ? "e4m3 " : "f16 ") + std::to_string(args.m) + "x" +
+           std::to_string(args.n) + "x" + std::to_string(args.k) + " " + cfg.to_string();
+  };
+  return gemm::launch_status(e, describe, launched, units);
 }
 
 }  // namespace lowbit

@@ -1,0 +1,62 @@
+// Host pieces the persistent GEMM launchers share: the shape rules every one of them checks, the
+// split-K workspace layout (gemm/split_k.cuh is the device fix-up) -- one arrival counter per tile
+// (padded to 256 bytes), then `splits` FP32 partial tiles per tile -- and the launch tail.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "lowbit/status.h"
+
+namespace lowbit::gemm {
+
+// M >= 1, N a positive multiple of 16 (16-byte rows for TMA), K a positive multiple of
+// `k_multiple`, all below 2^31 with room for a tile of padding. `who` prefixes the message.
+inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t k, int k_multiple) {
+  const std::string w(who);
+  if (m <= 0) return Status::Invalid(w + ": M must be >= 1 (got " + std::to_string(m) + ")");
+  if (n <= 0 || n % 16 != 0)
+    return Status::Invalid(w + ": N must be a positive multiple of 16 (got " + std::to_string(n) + ")");
+  if (k <= 0 || k % k_multiple != 0)
+    return Status::Invalid(w + ": K must be a positive multiple of " + std::to_string(k_multiple) + " (got " +
+                           std::to_string(k) + ")");
+  if (m > INT_MAX - 256 || n > INT_MAX - 256 || k > INT_MAX - 256)
+    return Status::Invalid(w + ": M, N and K must each be below 2^31");
+  return Status::Ok();
+}
+
+inline size_t split_k_counter_bytes(size_t tiles) { return (tiles * sizeof(int) + 255) / 256 * 256; }
+
+inline size_t split_k_workspace_bytes(size_t tiles, int splits, int block_m, int block_n) {
+  if (splits <= 1) return 0;
+  return split_k_counter_bytes(tiles) + tiles * static_cast<size_t>(splits) * block_m * block_n * sizeof(float);
+}
+
+// Points the kernel parameters' split-K buffers into the workspace (nothing without a split).
+template <class Params>
+void bind_split_k_workspace(Params& p, void* workspace) {
+  if (p.sched.splits <= 1) return;
+  const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
+  p.tile_counters = static_cast<int*>(workspace);
+  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + split_k_counter_bytes(tiles));
+}
+
+// After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)") and the Status.
+// `describe` (a callable returning std::string) runs only when logging or on an error, so a
+// launch builds no strings.
+template <class Describe>
+Status launch_status(cudaError_t e, const Describe& describe, int launched, int units) {
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches) std::fprintf(stderr, "[lowbit] %s: grid %d (%d units)\n", describe().c_str(), launched, units);
+  if (e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError, describe() + " launch: " + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace lowbit::gemm

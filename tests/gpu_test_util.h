@@ -1,0 +1,38 @@
+// What every GPU test file shares: a fixture that skips (with the reason) without a Hopper GPU,
+// a device buffer that frees itself, and CUDA_OK.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "lowbit/device.h"
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+namespace lowbit_test {
+
+class HopperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const lowbit::Status st = lowbit::require_hopper();
+    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
+  }
+};
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t b) : bytes(b ? b : 16) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class V>
+  void upload(const std::vector<V>& v) {
+    ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+};
+
+}  // namespace lowbit_test
