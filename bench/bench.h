@@ -59,6 +59,8 @@ struct Result {
   double compute_floor_us = 0;     // FLOPs at the BF16 dense tensor rate (the kernel's MMA)
   // Grouped suites: our dense kernel launched once per group.
   double us_loop = 0, x_loop = 0;
+  // W3 only: cuSPARSELt on the same sparse A (0: not built or failed), and its sampled error.
+  double us_cusparselt = 0, err_cusparselt = 0;
   double similarity = 0;  // DeepGEMM's 1 - 2 sum(xy) / (sum x^2 + sum y^2) on the sampled outputs
   // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).
   double us_det = 0;

@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "bench_util.h"
 #include "cublaslt_fp8.h"
+#include "cusparselt_baseline.h"
 #include "device_fill.h"
 #include "formats/e4m3.h"
 #include "formats/fp16.h"
@@ -134,6 +135,27 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
     return fp8_gemm(a, st, &dense_cfg);
   };
 
+  // cuSPARSELt on the same 2:4 A (its own compression and search: setup, not timed). Its FP16
+  // output for F16 inputs (it has no F16 -> BF16) costs the same bytes as our BF16.
+  CusparseLtBaseline cslt;
+  DeviceBuffer Dcs;
+  LOWBIT_RETURN_IF_ERROR(Dcs.alloc(static_cast<size_t>(m * n) * 2));
+  bool have_cslt = opt.baseline && CusparseLtBaseline::available();
+  std::string cslt_note = CusparseLtBaseline::available() ? "" : "cuSPARSELt not built";
+  if (have_cslt) {
+    Status cs = cslt.plan(m, n, k, fp8, h_scales[0] * h_scales[1], sets, s);
+    for (int i = 0; cs.ok() && i < sets; ++i) cs = cslt.compress(i, A[i].p, s);
+    if (cs.ok()) cs = cslt.search(B[0].p, Dcs.p, s);
+    if (cs.ok()) cs = cuda_status(cudaStreamSynchronize(s), "cuSPARSELt setup");
+    if (!cs.ok()) {
+      have_cslt = false;
+      cslt_note = cs.to_string();
+    } else {
+      cslt_note = cslt.note();
+    }
+  }
+  auto sparse_base = [&](cudaStream_t st, int i) { return cslt.run(i % sets, B[i % sets].p, Dcs.p, st); };
+
   // Correctness on set 0: poison, run once, compare sampled elements with the FP64 reference.
   LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n, 0xFFFF, s), "poison"));
   LOWBIT_RETURN_IF_ERROR(ours(s, 0));
@@ -144,10 +166,18 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
       note = "baseline failed: " + bs.to_string();
     }
   }
+  if (have_cslt) {
+    const Status cs = sparse_base(s, 0);
+    if (!cs.ok()) {
+      have_cslt = false;
+      cslt_note = "cuSPARSELt failed: " + cs.to_string();
+    }
+  }
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
   {
     std::vector<uint8_t> ha(static_cast<size_t>(m * k * eb)), hb(static_cast<size_t>(n * k * eb));
-    std::vector<uint8_t> hd(static_cast<size_t>(m * n) * 2), hdb(hd.size());
+    std::vector<uint8_t> hd(static_cast<size_t>(m * n) * 2), hdb(hd.size()), hdc(hd.size());
+    cudaMemcpy(hdc.data(), Dcs.p, hdc.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(ha.data(), A[0].p, ha.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(hb.data(), B[0].p, hb.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(hd.data(), D.p, hd.size(), cudaMemcpyDeviceToHost);
@@ -163,25 +193,28 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
       return formats::fp16_to_float(bits);
     };
     std::mt19937_64 rng(seed ^ 0x5EED);
-    std::vector<double> ref, got, gotb;
+    std::vector<double> ref, got, gotb, gotc;
+    // Our BF16 output; the dense baselines' and cuSPARSELt's: BF16 for E4M3 in, FP16 for F16 in.
+    auto other = [&](const std::vector<uint8_t>& h, int64_t idx) -> double {
+      if (fp8) return read_output(h, OutType::kBF16, static_cast<size_t>(idx));
+      uint16_t bits;
+      std::memcpy(&bits, h.data() + 2 * idx, 2);
+      return formats::fp16_to_float(bits);
+    };
     for (int t = 0; t < 2048; ++t) {
       const int64_t i = static_cast<int64_t>(rng() % m), j = static_cast<int64_t>(rng() % n);
       double acc = 0.0;
       for (int64_t q = 0; q < k; ++q) acc += val(ha, i * k + q) * val(hb, j * k + q);
       ref.push_back(acc * h_scales[0] * h_scales[1]);
       got.push_back(read_output(hd, OutType::kBF16, static_cast<size_t>(i * n + j)));
-      if (fp8) {
-        gotb.push_back(read_output(hdb, OutType::kBF16, static_cast<size_t>(i * n + j)));
-      } else {  // the FP16 baseline writes FP16
-        uint16_t bits;
-        std::memcpy(&bits, hdb.data() + 2 * (i * n + j), 2);
-        gotb.push_back(formats::fp16_to_float(bits));
-      }
+      gotb.push_back(other(hdb, i * n + j));
+      gotc.push_back(other(hdc, i * n + j));
     }
     const auto e = reference::compare(ref, got);
     r->err = e.rel_fro;
     r->max_err = e.max_rel;
     if (baseline) r->err_base = reference::compare(ref, gotb).rel_fro;
+    if (have_cslt) r->err_cusparselt = reference::compare(ref, gotc).rel_fro;
     if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
     else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
   }
@@ -189,17 +222,20 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   std::printf("  %s %lldx%lldx%lld: lowbit %s | %s\n", fp8 ? "e4m3" : "f16", (long long)m, (long long)n, (long long)k,
               cfg.to_string().c_str(),
               baseline ? (fp8 ? lt8.algo_note() : lt16.algo_note()).c_str() : note.c_str());
+  std::printf("  sparse baseline: %s\n", cslt_note.c_str());
   double rough = 0.0;
   LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, s, &rough));
   const int batch = std::clamp(static_cast<int>(2000.0 / std::max(rough, 1.0)), 3, 200);
   std::vector<LaunchFn> launches = {ours};
   if (baseline) launches.push_back(base);
   if (fp8) launches.push_back(dense);
+  if (have_cslt) launches.push_back(sparse_base);
   std::vector<Timing> timings;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &timings));
   r->us = timings[0].median_us;
   r->us_base = baseline ? timings[1].median_us : 0.0;
-  r->us_fp8_ours = fp8 ? timings.back().median_us : 0.0;
+  r->us_fp8_ours = fp8 ? timings[baseline ? 2 : 1].median_us : 0.0;
+  r->us_cusparselt = have_cslt ? timings.back().median_us : 0.0;
 
   // Dense-equivalent FLOPs (what the product means); the floor counts the sparse tensor rate
   // (twice the dense one) and the bytes actually read (half of A plus its metadata).

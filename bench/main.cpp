@@ -253,9 +253,11 @@ int main(int argc, char** argv) {
       continue;
     }
     if (r.shape.suite.rfind("W3", 0) == 0) {
-      std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | dense(ours) %8.1f | %8.2e %8.2e | %s %s\n",
+      std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | dense(ours) %8.1f | "
+                  "cuSPARSELt %8.1f %6.3f x | %8.2e %8.2e %8.2e | %s %s\n",
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
-                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_fp8_ours, r.err, r.err_base,
+                  r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_fp8_ours, r.us_cusparselt,
+                  r.us_cusparselt > 0 ? r.us_cusparselt / r.us : 0.0, r.err, r.err_base, r.err_cusparselt,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       if (r.speedup > 0) {
         log_sum += std::log(r.speedup);
@@ -297,7 +299,8 @@ int main(int argc, char** argv) {
         << ",\"x_cublaslt\":" << r.speedup << ",\"err\":" << r.err << ",\"err_cublaslt\":" << r.err_base
         << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
-        << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"compute_floor_us\":" << r.compute_floor_us
+        << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"us_cusparselt\":" << r.us_cusparselt
+        << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
         << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";

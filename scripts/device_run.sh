@@ -14,6 +14,9 @@ export BUILD_DIR=build-dev JOBS=16
 } 2>&1 | tee "$OUT/env.log"
 extra=()
 [ -d .deps/googletest ] && extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest")
+# PyTorch's cuSPARSELt (W3's sparse baseline), when present.
+cslt=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null)
+[ -n "$cslt" ] && extra+=(-DLOWBIT_CUSPARSELT_ROOT="$cslt")
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=ON "${extra[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 ninja -C build-dev -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 grep -iE "spill|warning" "$OUT/build.log" | head -20
