@@ -130,6 +130,8 @@ struct Consumer {
   // partial at the dense K block's 128 (a sparse K block holds half as many).
   static constexpr int kGroup = Operands::kBlocksPerPromotion;
   static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
+  // A double-buffered consumer holds two groups of stages at once; fewer stages would deadlock.
+  static_assert(T::kStages >= (T::kDoubleBuffer ? 2 : 1) * kGroup, "the ring must hold the groups in flight");
 
   struct Partial {
     float r[kPartRegs];
