@@ -184,28 +184,71 @@ struct Consumer {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part.r);
     const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage[0], consumer_wg);
-    if (part_n == kParts - 1) {
-      if constexpr (kReadsStage) {
-        // Every lane's reads of the stage before lane 0's release; the producer's next bulk copy
-        // into it is an async-proxy write.
-        hopper::fence_async_shared();
-        __syncwarp();
+    if (part_n == kParts - 1) release(part.stage);
+    // The part's columns are fragment groups [part_n * kPartN / 8, ...): a contiguous slice of acc.
+    promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
+  }
+
+  // Without promotion (Operands::kPromote false: F16 inputs, whose MMAs accumulate in full FP32)
+  // every group goes straight into acc; a group's stages are handed back once the next group is
+  // issued and this one has retired (wait depth 1), so the tensor cores always have a group queued.
+  __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
+    int prev[kGroup];
+    bool have_prev = false;
+    for (int kb = kb_begin; kb < kb_end; kb += kGroup) {
+      hopper::RingPosition<T::kStages> at = pos;
+      typename Operands::StageRegs regs[kGroup];
+      int cur[kGroup];
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i, at.advance()) {
+        ss.bars.consumer_wait(at);
+        cur[i] = at.stage;
+        regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
       }
-      if (threadIdx.x % 32 == 0) {
+      // No fence_operands(acc) here: the previous group still writes acc, and a register
+      // constraint on it would make ptxas wait for that group before this one issues.
+      hopper::wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          ss.bars.consumer_release(part.stage[i]);
-          if constexpr (T::kClusterM > 1) {
-            const uint32_t rank = hopper::cluster_rank();
+      for (int part_n = 0; part_n < kParts; ++part_n)
 #pragma unroll
-            for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
-              hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[part.stage[i]], (rank + peer) % T::kClusterM);
-          }
+        for (int i = 0; i < kGroup; ++i)
+          Operands::template mma<T, kPartN>(ss, cur[i], regs[i], consumer_wg, part_n,
+                                            *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs),
+                                            /*accumulate=*/true);
+      hopper::wgmma_commit_group();
+      pos = at;
+      if (have_prev) {
+        hopper::wgmma_wait_group<1>();
+        release(prev);
+      }
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) prev[i] = cur[i];
+      have_prev = true;
+    }
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(acc);
+    if (have_prev) release(prev);
+  }
+
+  // Hands a retired group's stages back. With ordinary reads of the stage, every lane's reads
+  // come before lane 0's release: the producer's next bulk copy into it is an async-proxy write.
+  __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
+    if constexpr (kReadsStage) {
+      hopper::fence_async_shared();
+      __syncwarp();
+    }
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        ss.bars.consumer_release(stages[i]);
+        if constexpr (T::kClusterM > 1) {
+          const uint32_t rank = hopper::cluster_rank();
+#pragma unroll
+          for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
+            hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[stages[i]], (rank + peer) % T::kClusterM);
         }
       }
     }
-    // The part's columns are fragment groups [part_n * kPartN / 8, ...): a contiguous slice of acc.
-    promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
   }
 
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
@@ -213,7 +256,9 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
-    if constexpr (T::kDoubleBuffer) {
+    if constexpr (!Operands::kPromote) {
+      run_direct(kb_begin, kb_end, acc);
+    } else if constexpr (T::kDoubleBuffer) {
       Partial p0, p1;
       // Unrolled by two so each partial stays a fixed register array.
       int kb = kb_begin;

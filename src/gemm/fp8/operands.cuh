@@ -22,6 +22,8 @@ struct NoStageExtra {
 struct DenseOperands {
   static constexpr bool kReadsStage = false;  // consumers read the stage only through wgmma
   static constexpr int kBlocksPerPromotion = 1;  // 128 products per partial per K block
+  // E4M3 MMAs accumulate with fewer mantissa bits than FP32: promote each K block.
+  static constexpr bool kPromote = true;
 
   // A columns (elements of A's tensor map) per K block.
   template <class T>

@@ -35,6 +35,9 @@ struct SparseOperands {
   // A sparse K block multiplies half as many values per row as a dense one: two of them per
   // partial keep the dense path's 128 products per promotion (and halve the waits and adds).
   static constexpr int kBlocksPerPromotion = 2;
+  // F16 MMAs accumulate in full FP32 (only FP8 needs promotion): F16 accumulates straight into
+  // the FP32 registers across the whole K range.
+  static constexpr bool kPromote = kKind == hopper::WgmmaKind::kE4M3;
   static constexpr int kSteps = 2;           // sparse wgmma steps per K block
   static constexpr int kABytesPerStep = 32;  // compressed A bytes per row per step
   static constexpr int kBBytesPerStep = 64;  // dense B bytes per row per step
