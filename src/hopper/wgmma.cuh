@@ -55,6 +55,14 @@ __device__ __forceinline__ void fence_operands(float (&regs)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(regs[i])::"memory");
 }
 
+// The same for other registers an in-flight wgmma reads (sparse metadata): a use after the wait
+// that retires it keeps the compiler from reusing them while the MMA may still read them.
+template <int R>
+__device__ __forceinline__ void fence_operands(uint32_t (&regs)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(regs[i])::"memory");
+}
+
 enum class WgmmaKind { kE4M3, kBF16, kF16 };
 
 // m64nNkK, A and B from shared memory (K-major), FP32 accumulators in registers.

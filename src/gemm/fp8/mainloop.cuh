@@ -137,6 +137,7 @@ struct Consumer {
     float r[kPartRegs];
     typename Promotion::Pending pending;
     int stage[kGroup];  // whose MMAs are issued but not yet retired
+    typename Operands::StageRegs regs[kGroup];  // what those MMAs read from registers
   };
 
   typename T::SharedStorage& ss;
@@ -157,18 +158,18 @@ struct Consumer {
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
     }
     hopper::RingPosition<T::kStages> at = pos;
-    typename Operands::StageRegs regs[kGroup];  // loaded before the fence: wgmma reads them
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i, at.advance()) {
+    for (int i = 0; i < kGroup; ++i, at.advance()) {  // loaded before the fence: wgmma reads them
       part.stage[i] = at.stage;
-      regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
+      part.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
     hopper::fence_operands(part.r);
     turn.before_issue();
     hopper::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, kPartN>(ss, part.stage[i], regs[i], consumer_wg, part_n, part.r, /*accumulate=*/i > 0);
+      Operands::template mma<T, kPartN>(ss, part.stage[i], part.regs[i], consumer_wg, part_n, part.r,
+                                        /*accumulate=*/i > 0);
     hopper::wgmma_commit_group();
     turn.after_issue();
     if (part_n == kParts - 1) pos = at;
@@ -183,6 +184,8 @@ struct Consumer {
   __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs], int part_n = 0) {
     hopper::wgmma_wait_group<kInFlight>();
     hopper::fence_operands(part.r);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) Operands::hold(part.regs[i]);
     const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage[0], consumer_wg);
     if (part_n == kParts - 1) release(part.stage);
     // The part's columns are fragment groups [part_n * kPartN / 8, ...): a contiguous slice of acc.
@@ -192,42 +195,60 @@ struct Consumer {
   // Without promotion (Operands::kPromote false: F16 inputs, whose MMAs accumulate in full FP32)
   // every group goes straight into acc; a group's stages are handed back once the next group is
   // issued and this one has retired (wait depth 1), so the tensor cores always have a group queued.
-  __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
-    int prev[kGroup];
-    bool have_prev = false;
-    for (int kb = kb_begin; kb < kb_end; kb += kGroup) {
-      hopper::RingPosition<T::kStages> at = pos;
-      typename Operands::StageRegs regs[kGroup];
-      int cur[kGroup];
+  // Two register sets alternate (unrolled by two) so a group's operand registers stay untouched
+  // while it runs.
+  struct DirectGroup {
+    int stage[kGroup];
+    typename Operands::StageRegs regs[kGroup];
+  };
+  __device__ __forceinline__ void issue_direct(DirectGroup& g, float (&acc)[kRegs]) {
+    hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
-      for (int i = 0; i < kGroup; ++i, at.advance()) {
-        ss.bars.consumer_wait(at);
-        cur[i] = at.stage;
-        regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
-      }
-      // No fence_operands(acc) here: the previous group still writes acc, and a register
-      // constraint on it would make ptxas wait for that group before this one issues.
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int part_n = 0; part_n < kParts; ++part_n)
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i)
-          Operands::template mma<T, kPartN>(ss, cur[i], regs[i], consumer_wg, part_n,
-                                            *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs),
-                                            /*accumulate=*/true);
-      hopper::wgmma_commit_group();
-      pos = at;
-      if (have_prev) {
-        hopper::wgmma_wait_group<1>();
-        release(prev);
-      }
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i) prev[i] = cur[i];
-      have_prev = true;
+    for (int i = 0; i < kGroup; ++i, at.advance()) {
+      ss.bars.consumer_wait(at);
+      g.stage[i] = at.stage;
+      g.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
-    hopper::wgmma_wait_group<0>();
+    // No fence_operands(acc) here: the previous group still writes acc, and a register
+    // constraint on it would make ptxas wait for that group before this one issues.
+    hopper::wgmma_fence();
+    // Whole-width MMAs: with no partial there is no register reason to split N (and the split
+    // made ptxas serialize the wgmmas across the unrolled issue sites, C7520).
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i)
+      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc, /*accumulate=*/true);
+    hopper::wgmma_commit_group();
+    pos = at;
+  }
+  template <int kInFlight>
+  __device__ __forceinline__ void retire_direct(DirectGroup& g) {
+    hopper::wgmma_wait_group<kInFlight>();
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) Operands::hold(g.regs[i]);
+    release(g.stage);
+  }
+  __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
+    DirectGroup g0, g1;
+    int kb = kb_begin;
+    issue_direct(g0, acc);
+    kb += kGroup;
+    while (true) {
+      if (kb == kb_end) {
+        retire_direct<0>(g0);
+        break;
+      }
+      issue_direct(g1, acc);
+      kb += kGroup;
+      retire_direct<1>(g0);
+      if (kb == kb_end) {
+        retire_direct<0>(g1);
+        break;
+      }
+      issue_direct(g0, acc);
+      kb += kGroup;
+      retire_direct<1>(g1);
+    }
     hopper::fence_operands(acc);
-    if (have_prev) release(prev);
   }
 
   // Hands a retired group's stages back. With ordinary reads of the stage, every lane's reads

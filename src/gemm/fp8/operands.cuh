@@ -45,6 +45,8 @@ struct DenseOperands {
   __device__ __forceinline__ static StageRegs stage_regs(const typename T::SharedStorage&, int, int) {
     return {};
   }
+  // Called after the wait that retires the MMAs which read `regs` (nothing to keep here).
+  __device__ __forceinline__ static void hold(StageRegs&) {}
 
   // Issues columns [part_n * kPartN, +kPartN) of the stage's K block into `r`, adding to it when
   // `accumulate`, else overwriting it.

@@ -59,26 +59,31 @@ struct SparseOperands {
 
   // This thread's two metadata words of the stage (one per sparse wgmma step).
   struct StageRegs {
-    uint2 meta;
+    uint32_t meta[2];
   };
   template <class T>
   __device__ __forceinline__ static StageRegs stage_regs(const typename T::SharedStorage& ss, int stage,
                                                          int consumer_wg) {
-    return {hopper::ld_shared_u32x2(ss.meta[stage] + consumer_wg * 1024 + (threadIdx.x % 128) * 8)};
+    const uint2 m = hopper::ld_shared_u32x2(ss.meta[stage] + consumer_wg * 1024 + (threadIdx.x % 128) * 8);
+    return {{m.x, m.y}};
   }
+  // The metadata registers are read by the in-flight MMAs (measured: reusing them for the next
+  // group's words while the previous group ran gave wrong F16 results); keep them live until the
+  // wait that retires those MMAs.
+  __device__ __forceinline__ static void hold(StageRegs& regs) { hopper::fence_operands(regs.meta); }
 
   template <class T, int kPartN>
   __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs regs,
                                              int consumer_wg, int part_n, float (&r)[kPartN / 2], bool accumulate) {
     using Op = hopper::WgmmaSpOp<kKind, kPartN>;
     static_assert(kSteps * kBBytesPerStep == 128 && kSteps * kABytesPerStep == 64, "one K block = two steps");
-    const uint2 meta = regs.meta;
+    const uint32_t* meta = regs.meta;
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * 64, 0, 8 * 64,
                                                    hopper::SmemSwizzle::k64B);
     const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * 128, 0, 8 * 128,
                                                    hopper::SmemSwizzle::k128B);
-    Op::mma(r, desc_a, desc_b, meta.x, accumulate);
-    Op::mma(r, hopper::advance_desc(desc_a, kABytesPerStep), hopper::advance_desc(desc_b, kBBytesPerStep), meta.y,
+    Op::mma(r, desc_a, desc_b, meta[0], accumulate);
+    Op::mma(r, hopper::advance_desc(desc_a, kABytesPerStep), hopper::advance_desc(desc_b, kBBytesPerStep), meta[1],
             true);
   }
 };
