@@ -5,6 +5,8 @@
 // through memory: unit u of CTA b is b + u * gridDim.x.
 #pragma once
 
+#include <cuda_runtime.h>  // __host__ __device__ for host-only includers
+
 #include <cstdint>
 
 namespace lowbit::gemm {

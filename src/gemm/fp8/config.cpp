@@ -39,6 +39,17 @@ int raster_group_for(int sm_count, int block_n) {
 
 int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
 
+gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
+                                int raster_group, int sm_count) {
+  gemm::TileSchedule s;
+  s.tiles_m = static_cast<int>(((m + 127) / 128 + cluster - 1) / cluster);
+  s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
+  s.k_blocks = k_blocks;
+  s.splits = splits;
+  s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_n) / cluster);
+  return s;
+}
+
 int fp8_tiles(int64_t m, int64_t n, int block_n) {
   return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/tile_scheduler.cuh"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 
@@ -25,6 +26,10 @@ struct Fp8Candidate {
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
 
 int fp8_k_blocks(int64_t k);
+// The persistent schedule of an M x N output in 128 x block_n tiles (cluster rows of `cluster`
+// tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for / cluster.
+gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
+                                int raster_group, int sm_count);
 int raster_group_for(int sm_count, int block_n);
 int fp8_tiles(int64_t m, int64_t n, int block_n);
 bool fp8_variant_exists(int block_n, int* stages);

@@ -230,13 +230,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
 
   Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  const int tiles_m = static_cast<int>((args.m + 127) / 128);
-  p.sched.tiles_m = (tiles_m + cfg.cluster - 1) / cfg.cluster;
-  p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
-  p.sched.k_blocks = fp8::fp8_k_blocks(args.k);
-  p.sched.splits = cfg.splits;
-  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group
-                                         : std::max(1, fp8::raster_group_for(dev.sm_count, cfg.block_n) / cfg.cluster);
+  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_k_blocks(args.k), cfg.block_n, cfg.cluster, cfg.splits,
+                              cfg.raster_group, dev.sm_count);
   p.mma_turns = cfg.mma_turns;
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);

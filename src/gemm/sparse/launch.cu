@@ -287,12 +287,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
 
   fp8::Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  p.sched.tiles_m = static_cast<int>(((args.m + 127) / 128 + cfg.cluster - 1) / cfg.cluster);
-  p.sched.tiles_n = static_cast<int>((args.n + cfg.block_n - 1) / cfg.block_n);
-  p.sched.k_blocks = kb;
-  p.sched.splits = cfg.splits;
-  p.sched.group_m = cfg.raster_group > 0 ? cfg.raster_group
-                                         : std::max(1, fp8::raster_group_for(dev.sm_count, cfg.block_n) / cfg.cluster);
+  p.sched = fp8::fp8_schedule(args.m, args.n, kb, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
