@@ -105,13 +105,7 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
   LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(Dbase.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
   LOWBIT_RETURN_IF_ERROR(ours(s, 0));
-  if (baseline) {
-    const Status bs = base(s, 0);
-    if (!bs.ok()) {
-      baseline = false;
-      baseline_note = "baseline failed: " + bs.to_string();
-    }
-  }
+  if (baseline) keep_baseline_if_ok(base(s, 0), "baseline", &baseline, &baseline_note);
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
   {
     std::vector<uint8_t> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(n * k));

@@ -78,6 +78,14 @@ inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t 
   return Status::Ok();
 }
 
+// A baseline's first (correctness) run: on failure the baseline is dropped from timing and
+// `note` says why.
+inline void keep_baseline_if_ok(const Status& st, const char* what, bool* enabled, std::string* note) {
+  if (st.ok()) return;
+  *enabled = false;
+  *note = std::string(what) + " failed: " + st.to_string();
+}
+
 // The rates a shape reports from its medians r->us (ours) and r->us_base (0: no baseline ran):
 // TFLOPS, GB/s, the floor max(flops / peak, bytes / copy bandwidth) and its share, x baseline,
 // and status "ok" unless a check or `note` (why the baseline is missing) says otherwise.

@@ -49,7 +49,7 @@ CusparseLtBaseline::CusparseLtBaseline() = default;
 CusparseLtBaseline::~CusparseLtBaseline() = default;
 bool CusparseLtBaseline::available() { return true; }
 
-Status CusparseLtBaseline::plan(int64_t m, int64_t n, int64_t k, bool fp8, float alpha, int sets, cudaStream_t s) {
+Status CusparseLtBaseline::plan(int64_t m, int64_t n, int64_t k, bool fp8, float alpha, int sets) {
   impl_ = std::make_unique<Impl>();
   Impl& x = *impl_;
   x.alpha = alpha;
@@ -82,7 +82,6 @@ Status CusparseLtBaseline::plan(int64_t m, int64_t n, int64_t k, bool fp8, float
   x.compressed.assign(static_cast<size_t>(sets), nullptr);
   for (auto& p : x.compressed)
     if (cudaMalloc(&p, csize) != cudaSuccess) return Status::Error(StatusCode::kCudaError, "cuSPARSELt A: allocation failed");
-  (void)s;
   note_ = "cuSPARSELt " + std::to_string(version) + (fp8 ? " E4M3->BF16" : " F16->F16");
   return Status::Ok();
 }
@@ -120,7 +119,7 @@ static Status missing() {
   return Status::Error(StatusCode::kUnsupportedDevice,
                        "built without cuSPARSELt (configure with -DLOWBIT_CUSPARSELT_ROOT=<dir with include/cusparseLt.h>)");
 }
-Status CusparseLtBaseline::plan(int64_t, int64_t, int64_t, bool, float, int, cudaStream_t) { return missing(); }
+Status CusparseLtBaseline::plan(int64_t, int64_t, int64_t, bool, float, int) { return missing(); }
 Status CusparseLtBaseline::compress(int, const void*, cudaStream_t) { return missing(); }
 Status CusparseLtBaseline::search(const void*, void*, cudaStream_t) { return missing(); }
 Status CusparseLtBaseline::run(int, const void*, void*, cudaStream_t) { return missing(); }

@@ -21,7 +21,7 @@ class CusparseLtBaseline {
   static bool available();
   // D[M,N] (BF16 for E4M3 in, FP16 for F16 in) = alpha * A[M,K] . B[N,K]^T, all row-major; A dense
   // with 2:4 sparsity, compressed here (setup, never timed) into `sets` buffers, one per input set.
-  Status plan(int64_t m, int64_t n, int64_t k, bool fp8, float alpha, int sets, cudaStream_t s);
+  Status plan(int64_t m, int64_t n, int64_t k, bool fp8, float alpha, int sets);
   Status compress(int set, const void* dense_a, cudaStream_t s);
   // Picks the fastest algorithm by cuSPARSELt's own search (setup).
   Status search(const void* b, void* d, cudaStream_t s);

@@ -125,6 +125,9 @@ TEST(Sparse24Prepacked, BadInputsAreErrors) {
   EXPECT_FALSE(lowbit::sparse24_compress_host(p, 4, 48, SparseType::kE4M3, false, p, p).ok());  // K % 32
   EXPECT_FALSE(lowbit::sparse24_compress_host(p, 0, 64, SparseType::kE4M3, false, p, p).ok());
   EXPECT_FALSE(lowbit::sparse24_compress_host(nullptr, 4, 64, SparseType::kE4M3, false, p, p).ok());
+  // An unknown type must not be read as one of the known ones.
+  EXPECT_FALSE(lowbit::sparse24_compress_host(p, 4, 64, static_cast<SparseType>(7), false, p, p).ok());
+  EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 64, static_cast<SparseType>(7), true, p, p, nullptr, nullptr).ok());
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 48, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
   // Not pruning needs somewhere to report a violation.
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 64, SparseType::kF16, false, p, p, nullptr, nullptr).ok());

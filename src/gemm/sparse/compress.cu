@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(128) sparse24_compress_kernel(const void* dens
   if (v != kNoViolation && violation) atomicMin(violation, v);
 }
 
+// `device`: the buffers are read by TMA-fed kernels and must be 16-byte aligned.
 Status validate(const void* dense, int64_t m, int64_t k, SparseType type, const void* values, const void* meta,
-                const char* who) {
+                const char* who, bool device) {
   if (m <= 0) return Status::Invalid(std::string(who) + ": M must be >= 1 (got " + std::to_string(m) + ")");
   if (k <= 0 || k % 32 != 0)
     return Status::Invalid(std::string(who) + ": K must be a positive multiple of 32 (got " + std::to_string(k) + ")");
@@ -112,7 +113,7 @@ Status validate(const void* dense, int64_t m, int64_t k, SparseType type, const 
     return Status::Invalid(std::string(who) + ": unknown element type");
   if (!dense || !values || !meta) return Status::Invalid(std::string(who) + ": dense, values and meta must be non-null");
   auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!a16(dense) || !a16(values) || !a16(meta))
+  if (device && (!a16(dense) || !a16(values) || !a16(meta)))
     return Status::Invalid(std::string(who) + ": dense, values and meta must be 16-byte aligned");
   return Status::Ok();
 }
@@ -128,7 +129,7 @@ Status violation_error(const char* who, int64_t index, int64_t k) {
 
 Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values, void* meta,
                          int64_t* violation, cudaStream_t stream) {
-  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress"));
+  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress", /*device=*/true));
   if (!violation && !prune)
     return Status::Invalid("sparse24_compress: violation must be non-null unless pruning (it reports non-2:4 input)");
   if (violation && reinterpret_cast<uintptr_t>(violation) % 8)
@@ -168,8 +169,7 @@ Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, Sparse
 
 Status sparse24_compress_host(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values,
                               void* meta) {
-  if (m <= 0 || k <= 0 || k % 32 != 0 || !dense || !values || !meta)
-    return validate(dense, m, k, type, values, meta, "sparse24_compress_host");
+  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress_host", /*device=*/false));
   const Sparse24Type ft = to_format(type);
   const int64_t slabs = formats::sparse24_slabs(m);
   const int64_t kbs = formats::sparse24_k_blocks(k, ft);
