@@ -292,6 +292,42 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
   expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=256"});
 }
 
+// Promotion every two K blocks: an odd K-block count (the last pair reads a block past K, which
+// TMA zero-fills), partial tiles, split K over pairs, both outputs; on random inputs the FP32-out
+// error, which this trades, still within twice cuBLASLt's, also at K = 16384.
+TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
+  for (int64_t m : {1, 129, 256, 1000})
+    for (int64_t k : {16, 384, 512})
+      for (const char* cfg : {"bn=128,promote=2", "bn=256,promote=2"})
+        for (OutType out : {OutType::kBF16, OutType::kFP32}) expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
+  expect_exact({256, 384, 1280, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,splits=3"});
+  expect_exact({300, 384, 1280, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,promote=2,splits=2,grid=5"});
+  expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,promote=2"});
+  expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"});
+  expect_close({256, 1024, 16384, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"});
+  expect_close({129, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=128,promote=2"});
+}
+
+TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
+  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4), bias(256 * 2);
+  for (const char* bad : {"bn=64,promote=2", "bn=192,promote=2", "bn=128,promote=3", "bn=128,promote=0",
+                          "bn=128,promote=2,cluster=2", "bn=256,promote=2,splits=3", "bias:bn=128,promote=2"}) {
+    const bool with_bias = std::string(bad).rfind("bias:", 0) == 0;
+    Fp8GemmConfig cfg;
+    ASSERT_TRUE(parse_fp8_config(with_bias ? bad + 5 : bad, &cfg).ok()) << bad;
+    Fp8GemmArgs a;
+    a.m = 256;
+    a.n = 256;
+    a.k = 512;  // 4 K blocks: 2 pairs, so splits=3 is too many
+    a.a = A.p;
+    a.b = B.p;
+    a.d = D.p;
+    a.bias = with_bias ? bias.p : nullptr;
+    const Status st = fp8_gemm(a, nullptr, &cfg);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
+  }
+}
+
 TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
   Case c{200, 640, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=64,splits=7"};
   Outcome first;

@@ -57,11 +57,14 @@ struct Fp8GemmConfig {
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
+  // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1, or 2 (bn=128/256,
+  // plain epilogue without a bias): half the promotion work, a larger FP32-out error (docs/perf.md W1).
+  int promote_every = 1;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2" (any subset); unknown keys are an error.
+// Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2,promote=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // The configuration lowbit would pick for this shape on this device, with its reason; with

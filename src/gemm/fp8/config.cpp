@@ -38,6 +38,9 @@ int raster_group_for(int sm_count, int block_n) {
 }
 
 int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
+int fp8_promotion_groups(int64_t k, int promote_every) {
+  return (fp8_k_blocks(k) + promote_every - 1) / std::max(1, promote_every);
+}
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
                                 int raster_group, int sm_count) {
@@ -127,6 +130,7 @@ std::string Fp8GemmConfig::to_string() const {
   os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
      << ",grid=" << grid << ",turns=" << mma_turns;
   if (cluster != 1) os << ",cluster=" << cluster;
+  if (promote_every != 1) os << ",promote=" << promote_every;
   return os.str();
 }
 
@@ -140,7 +144,9 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "turns") c.mma_turns = value;
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
-    else return Status::Invalid("unknown config key '" + key + "' (bn, splits, group, grid, stages, turns, cluster)");
+    else if (key == "promote") c.promote_every = value;
+    else return Status::Invalid("unknown config key '" + key +
+                                "' (bn, splits, group, grid, stages, turns, cluster, promote)");
     return Status::Ok();
   }));
   int stages = 0;

@@ -26,6 +26,8 @@ struct Fp8Candidate {
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
 
 int fp8_k_blocks(int64_t k);
+// The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`.
+int fp8_promotion_groups(int64_t k, int promote_every);
 // The persistent schedule of an M x N output in 128 x block_n tiles (cluster rows of `cluster`
 // tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for / cluster.
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,

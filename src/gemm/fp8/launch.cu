@@ -63,9 +63,12 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.stages != stages)
     return Status::Invalid("fp8_gemm: block_n=" + std::to_string(c.block_n) + " runs with stages=" +
                            std::to_string(stages));
-  const int kb = fp8::fp8_k_blocks(a.k);
+  if (c.promote_every != 1 && c.promote_every != 2)
+    return Status::Invalid("fp8_gemm: promote must be 1 or 2 (K blocks per FP32 promotion)");
+  const int kb = fp8::fp8_promotion_groups(a.k, c.promote_every);
   if (c.splits < 1 || c.splits > kb)
-    return Status::Invalid("fp8_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(kb) + "]");
+    return Status::Invalid("fp8_gemm: splits must be in [1, " + std::to_string(kb) +
+                           "] (K blocks of 128, rounded up, per promotion group)");
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
@@ -74,6 +77,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
+  if (c.promote_every == 2 && (!plain || c.cluster != 1 || (c.block_n != 128 && c.block_n != 256)))
+    return Status::Invalid("fp8_gemm: promote=2 is compiled for bn=128 and bn=256 with the plain epilogue "
+                           "without a bias and no cluster; config " + c.to_string());
   return Status::Ok();
 }
 
@@ -82,9 +88,10 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const Fp8KernelParams&, int device, int* launched);
 
-template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster>
+template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster,
+                           kPromoteEvery>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device, int* launched) {
@@ -101,14 +108,15 @@ struct VariantEntry {
   bool fused;
   bool staged;
   int cluster;
+  int promote_every;
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1>
+template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1>
 constexpr VariantEntry entry() {
-  return VariantEntry{BN, F32, Fused, Staged || Fused, Cluster, &Variant<BN, F32, Fused, Staged, Cluster>::launch,
-                      &Variant<BN, F32, Fused, Staged, Cluster>::smem_bytes};
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote>;
+  return VariantEntry{BN, F32, Fused, Staged || Fused, Cluster, Promote, &V::launch, &V::smem_bytes};
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -118,7 +126,8 @@ constexpr VariantEntry entries_for(int which) {
 }
 
 // Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
-// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles).
+// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles), then the
+// large-M tiles that promote every two K blocks (plain epilogue without a bias).
 const VariantEntry kEntries[] = {
     entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
     entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
@@ -130,19 +139,21 @@ const VariantEntry kEntries[] = {
     entries_for<256, true>(0),  entries_for<256, true>(1),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
+    entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),
+    entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
 };
 constexpr int expected_entries() {
-  int n = 4;  // the cluster pairs
+  int n = 4 + 4;  // the cluster pairs, the promote-every-2 tiles
   for (const auto& v : fp8::kFp8Variants) n += v.fused_stages > 0 ? 6 : 4;
   return n;
 }
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
-const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged, int cluster) {
+const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged, int cluster, int promote_every) {
   for (const auto& e : kEntries)
     if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged &&
-        e.cluster == cluster)
+        e.cluster == cluster && e.promote_every == promote_every)
       return &e;
   return nullptr;
 }
@@ -188,10 +199,9 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
 
   const bool fused = fused_epilogue(args);
   const bool staged = fused || args.bias != nullptr;
-  const VariantEntry* entry = find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster);
-  if (!entry)
-    return Status::Invalid("fp8_gemm: no kernel for block_n=" + std::to_string(cfg.block_n) +
-                           " cluster=" + std::to_string(cfg.cluster));
+  const VariantEntry* entry =
+      find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster, cfg.promote_every);
+  if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
                          "fp8_gemm: kernel needs " + std::to_string(entry->smem_bytes()) +
@@ -230,8 +240,10 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
 
   Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_k_blocks(args.k), cfg.block_n, cfg.cluster, cfg.splits,
-                              cfg.raster_group, dev.sm_count);
+  // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
+  // with a block past K, which TMA fills with zeros).
+  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_n,
+                              cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.mma_turns = cfg.mma_turns;
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);

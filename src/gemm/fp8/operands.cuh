@@ -19,10 +19,14 @@ struct NoStageExtra {
 
 // Dense E4M3: a stage holds A [128 x kBlockK] and B [BN x kBlockK], both K-major with the
 // 128-byte swizzle TMA writes; a K block is kBlockK / 32 wgmma k32 steps.
-struct DenseOperands {
+// E4M3 MMAs accumulate with fewer mantissa bits than FP32, so partials are promoted into FP32
+// registers every kGroup K blocks: 1 (128 products per partial, cuBLASLt's error) or 2 (half the
+// promotion adds and waits; the FP32-out error grows, docs/perf.md W1).
+template <int kGroup = 1>
+struct DenseOperandsT {
+  static_assert(kGroup == 1 || kGroup == 2, "promotion every one or two K blocks");
   static constexpr bool kReadsStage = false;  // consumers read the stage only through wgmma
-  static constexpr int kBlocksPerPromotion = 1;  // 128 products per partial per K block
-  // E4M3 MMAs accumulate with fewer mantissa bits than FP32: promote each K block.
+  static constexpr int kBlocksPerPromotion = kGroup;
   static constexpr bool kPromote = true;
 
   // A columns (elements of A's tensor map) per K block.
@@ -66,5 +70,6 @@ struct DenseOperands {
               accumulate || ks > 0);
   }
 };
+using DenseOperands = DenseOperandsT<1>;
 
 }  // namespace lowbit::fp8

@@ -50,7 +50,9 @@ struct RegisterSplit {
 // the same B tile and each CTA loads half of B, multicast to both: L2 serves each B tile once per
 // pair. It cut L2 throughput from 82% to 59% yet ran slower, as did the same pairs without
 // multicast (docs/perf.md W1 v4), so the launcher never picks it by itself.
-template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1>
+// kPromoteEvery_: K blocks the tensor cores accumulate before each FP32 promotion (DenseOperandsT).
+template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
+          int kPromoteEvery_ = 1>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -62,7 +64,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
-  using Operands = DenseOperands;
+  using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
 
