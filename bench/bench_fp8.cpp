@@ -61,7 +61,7 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
   std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes));
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, opt.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   const Fp8GemmConfig& cfg = cfgs[0];

@@ -54,7 +54,7 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
 
   std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, /*fused_epilogue=*/true));
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, Fp8EpilogueKind::kFused));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   r->config = cfgs[0].to_string();

@@ -57,6 +57,40 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
   EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
 }
 
+// Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide
+// tiles; the chooser takes it only where it models a gain (compute-bound shapes), never for a
+// bias or a fused epilogue.
+TEST(Fp8Config, PromoteEveryTwo) {
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2", &c).ok());
+  EXPECT_EQ(c.promote_every, 2);
+  EXPECT_NE(c.to_string().find("promote=2"), std::string::npos);
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused));
+  c.cluster = 2;
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  ASSERT_TRUE(parse_fp8_config("bn=64,promote=2", &c).ok());
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  ASSERT_TRUE(parse_fp8_config("bn=128,promote=3", &c).ok());
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_EQ(fp8::fp8_promotion_groups(16, 2), 1);
+  EXPECT_EQ(fp8::fp8_promotion_groups(384, 2), 2);  // 3 K blocks: a pair and a padded pair
+  EXPECT_EQ(fp8::fp8_promotion_groups(512, 2), 2);
+  EXPECT_EQ(fp8::fp8_promotion_groups(384, 1), 3);
+
+  const auto big = fp8::score_fp8_candidates(4096, 8192, 8192, 132);
+  EXPECT_EQ(big.front().config.promote_every, 2) << big.front().config.to_string();
+  // Memory-bound: the promotion interval changes no byte, so the tie goes to per-block promotion.
+  const auto small = fp8::score_fp8_candidates(64, 7168, 16384, 132);
+  EXPECT_EQ(small.front().config.promote_every, 1) << small.front().config.to_string();
+  for (const auto& cand : big) {
+    if (cand.config.promote_every == 2) {
+      EXPECT_TRUE(fp8::fp8_config_compiled(cand.config, Fp8EpilogueKind::kPlain));
+    }
+  }
+}
+
 TEST(Fp8Config, WorkspaceSize) {
   Fp8GemmConfig c;
   c.block_n = 128;

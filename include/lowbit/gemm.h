@@ -57,8 +57,10 @@ struct Fp8GemmConfig {
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
-  // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1, or 2 (bn=128/256,
-  // plain epilogue without a bias): half the promotion work, a larger FP32-out error (docs/perf.md W1).
+  // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
+  // or 2 (bn=128/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
+  // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
+  // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
@@ -67,9 +69,13 @@ struct Fp8GemmConfig {
 // Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2,promote=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
-// The configuration lowbit would pick for this shape on this device, with its reason; with
-// `fused_epilogue` (row broadcast, activation or residual), among the tiles that have one.
-Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, bool fused_epilogue = false);
+// What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
+// activation or residual). Kernels are compiled per epilogue, so it narrows the configs.
+enum class Fp8EpilogueKind { kPlain, kBias, kFused };
+
+// The configuration lowbit would pick for this shape and epilogue on this device, with its reason.
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
+                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain);
 
 // A printable table of every candidate the chooser scored for this shape (the cost model).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);

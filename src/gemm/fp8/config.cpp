@@ -23,7 +23,11 @@ constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden 
 // counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
 // 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
-double tile_efficiency(int block_n) { return block_n == 64 ? 0.50 : 0.80; }
+// Session 8 (W1 v5): with promotion every two K blocks the 128/192/256 tiles run ~16% faster at
+// M = 4096 (4096x8192x8192 bn=256: 537 -> 462 us; 4096x2112x7168 bn=128: 138 -> 131 us).
+double tile_efficiency(int block_n, int promote_every) {
+  return block_n == 64 ? 0.50 : promote_every == 2 ? 0.93 : 0.80;
+}
 // Fraction of the DRAM bandwidth a tile streams at small M: the double-buffered tiles (64, 128)
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
 // 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4).
@@ -66,18 +70,29 @@ bool fp8_variant_exists(int block_n, int* stages) {
   return false;
 }
 
-bool fp8_has_epilogue(int block_n, bool fused_epilogue) {
+bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
   for (const auto& v : kFp8Variants)
-    if (v.block_n == block_n) return !fused_epilogue || v.fused_stages > 0;
+    if (v.block_n == c.block_n) {
+      if (c.promote_every == 2)
+        return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && c.cluster == 1;
+      return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
+    }
   return false;
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {
   std::vector<Fp8Candidate> out;
-  const int kb = fp8_k_blocks(k);
+  // Every compiled tile, once per promotion interval it has.
+  std::vector<std::pair<const Fp8Variant*, int>> kernels;
   for (const auto& v : kFp8Variants) {
+    kernels.emplace_back(&v, 1);
+    if (v.promote2) kernels.emplace_back(&v, 2);
+  }
+  for (const auto& [vp, promote] : kernels) {
+    const Fp8Variant& v = *vp;
     const int tiles = fp8_tiles(m, n, v.block_n);
-    for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
+    const int groups = fp8_promotion_groups(k, promote);
+    for (int splits = 1; splits <= std::min(groups, 16); ++splits) {
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
@@ -85,13 +100,15 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.config.block_n = v.block_n;
       c.config.stages = v.stages;
       c.config.splits = splits;
+      c.config.promote_every = promote;
       c.config.raster_group = raster_group_for(sm_count, v.block_n);
       c.units = units;
       c.waves = static_cast<double>(units) / sm_count;
       const double rounds = std::ceil(c.waves);
-      const int unit_kb = (kb + splits - 1) / splits;
+      const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
       const double unit_flops = 2.0 * 128 * v.block_n * 128.0 * unit_kb;
-      const double unit_us = unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_n) * 1e6);
+      const double unit_us =
+          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_n, promote) * 1e6);
       c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
       const double out_bytes = static_cast<double>(m) * n * 2.0;
       const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * 128.0 * v.block_n * 4.0 : 0.0;
@@ -109,8 +126,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       out.push_back(c);
     }
   }
-  // Ties (within 3%) go to fewer splits, then to the wider tile (less L2 traffic per FLOP) -- but
-  // not to 256 on memory-bound shapes, where it leaves SMs without a tile and is unmeasured.
+  // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
+  // the wider tile (less L2 traffic per FLOP) -- but not to 256 on memory-bound shapes, where it
+  // leaves SMs without a tile and is unmeasured.
   auto width_rank = [](const Fp8Candidate& c) {
     return c.bound[0] == 'm' && c.config.block_n > 192 ? 0 : c.config.block_n;
   };
@@ -118,6 +136,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     if (std::fabs(a.t_total_us - b.t_total_us) > 0.03 * std::min(a.t_total_us, b.t_total_us))
       return a.t_total_us < b.t_total_us;
     if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
+    if (a.config.promote_every != b.config.promote_every) return a.config.promote_every < b.config.promote_every;
     return width_rank(a) > width_rank(b);
   });
   return out;
@@ -160,11 +179,11 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   return Status::Ok();
 }
 
-Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, bool fused_epilogue) {
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue) {
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
-    if (fp8::fp8_has_epilogue(c.config.block_n, fused_epilogue)) {
+    if (fp8::fp8_config_compiled(c.config, epilogue)) {
       *out = c.config;
       return Status::Ok();
     }
@@ -184,12 +203,13 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bn stages splits  units  waves  compute_us  memory_us  est_us  bound\n";
+  os << "   bn stages splits promote  units  waves  compute_us  memory_us  est_us  bound\n";
   char line[160];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
-                  c.config.block_n, c.config.stages, c.config.splits, c.units, c.waves, c.t_compute_us,
+    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %7d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
+                  c.config.block_n, c.config.stages, c.config.splits, c.config.promote_every, c.units, c.waves,
+                  c.t_compute_us,
                   c.t_memory_us, c.t_total_us, c.bound);
     os << line;
   }

@@ -35,7 +35,8 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n,
 int raster_group_for(int sm_count, int block_n);
 int fp8_tiles(int64_t m, int64_t n, int block_n);
 bool fp8_variant_exists(int block_n, int* stages);
-// Whether block_n has a compiled variant for that epilogue (the widest tile has no fused one).
-bool fp8_has_epilogue(int block_n, bool fused_epilogue);
+// Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
+// one; promotion every two K blocks only has the plain epilogue without a bias, single CTAs).
+bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue);
 
 }  // namespace lowbit::fp8

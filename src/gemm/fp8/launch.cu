@@ -55,6 +55,9 @@ Status validate(const Fp8GemmArgs& a) {
 bool fused_epilogue(const Fp8GemmArgs& a) {
   return a.row_bcast != nullptr || a.residual != nullptr || a.activation != Activation::kNone;
 }
+Fp8EpilogueKind epilogue_kind(const Fp8GemmArgs& a) {
+  return fused_epilogue(a) ? Fp8EpilogueKind::kFused : a.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain;
+}
 
 Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   int stages = 0;
@@ -77,9 +80,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
-  if (c.promote_every == 2 && (!plain || c.cluster != 1 || (c.block_n != 128 && c.block_n != 256)))
-    return Status::Invalid("fp8_gemm: promote=2 is compiled for bn=128 and bn=256 with the plain epilogue "
-                           "without a bias and no cluster; config " + c.to_string());
+  if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
+    return Status::Invalid("fp8_gemm: promote=2 is compiled for bn=128/192/256 with the plain epilogue without a "
+                           "bias and no cluster; config " + c.to_string());
   return Status::Ok();
 }
 
@@ -140,11 +143,12 @@ const VariantEntry kEntries[] = {
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
     entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),
+    entry<192, false, false, false, 1, 2>(), entry<192, true, false, false, 1, 2>(),
     entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
 };
 constexpr int expected_entries() {
-  int n = 4 + 4;  // the cluster pairs, the promote-every-2 tiles
-  for (const auto& v : fp8::kFp8Variants) n += v.fused_stages > 0 ? 6 : 4;
+  int n = 4;  // the cluster pairs
+  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
@@ -183,13 +187,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                            "fp8_gemm: config " + cfg.to_string() + " needs " + std::to_string(need) +
                                " bytes of workspace, got " + std::to_string(args.workspace_bytes));
   } else {
-    // Best candidate whose workspace the caller can hold (splits = 1 needs none) and, for the
-    // fused epilogue, that has a fused variant.
+    // Best candidate whose workspace the caller can hold (splits = 1 needs none) and that is
+    // compiled for this epilogue.
     const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
     bool found = false;
     for (const auto& c : cands)
       if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
-          fp8::fp8_has_epilogue(c.config.block_n, fused_epilogue(args))) {
+          fp8::fp8_config_compiled(c.config, epilogue_kind(args))) {
         cfg = c.config;
         found = true;
         break;

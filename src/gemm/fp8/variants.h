@@ -8,6 +8,9 @@ struct Fp8Variant {
   int block_n;
   int stages;        // plain epilogue (alpha, bias)
   int fused_stages;  // fused epilogue: fewer, to make room for the staged row-broadcast tile; 0 = none
+  // Also compiled promoting every two K blocks (plain epilogue without a bias): half the
+  // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
+  bool promote2;
   const char* note;
 };
 
@@ -28,11 +31,11 @@ constexpr int fp8_stages_for(int block_n, bool fused = false) {
 // partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
 // fits by issuing each K block in two 128-column parts through one partial (fp8::Consumer).
 constexpr Fp8Variant kFp8Variants[] = {
-    {64, fp8_stages_for(64), fp8_stages_for(64, true), "narrow: more tiles for small M, deepest pipeline"},
-    {128, fp8_stages_for(128), fp8_stages_for(128, true), "balanced default"},
-    {192, fp8_stages_for(192), fp8_stages_for(192, true), "wide: less L2 traffic per FLOP for large M"},
+    {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
+    {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},
+    {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},
     // No fused variant: with the staged row tile only 2 stages would fit.
-    {256, fp8_stages_for(256), 0, "widest: least L2 traffic per FLOP, two-part promotion"},
+    {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
