@@ -298,7 +298,7 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
 TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
   for (int64_t m : {1, 129, 256, 1000})
     for (int64_t k : {16, 384, 512})
-      for (const char* cfg : {"bn=128,promote=2", "bn=256,promote=2"})
+      for (const char* cfg : {"bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2"})
         for (OutType out : {OutType::kBF16, OutType::kFP32}) expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
   expect_exact({256, 384, 1280, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,splits=3"});
   expect_exact({300, 384, 1280, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,promote=2,splits=2,grid=5"});
@@ -306,11 +306,12 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
   expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"});
   expect_close({256, 1024, 16384, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"});
   expect_close({129, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=128,promote=2"});
+  expect_close({512, 2112, 7168, OutType::kFP32, false, Inputs::kUniform, "bn=192,promote=2"});
 }
 
 TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
   Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4), bias(256 * 2);
-  for (const char* bad : {"bn=64,promote=2", "bn=192,promote=2", "bn=128,promote=3", "bn=128,promote=0",
+  for (const char* bad : {"bn=64,promote=2", "bn=128,promote=3", "bn=128,promote=0",
                           "bn=128,promote=2,cluster=2", "bn=256,promote=2,splits=3", "bias:bn=128,promote=2"}) {
     const bool with_bias = std::string(bad).rfind("bias:", 0) == 0;
     Fp8GemmConfig cfg;
