@@ -16,8 +16,7 @@ namespace lowbit::gemm {
 // Returns true in the split that must finish the tile. All `threads` consumer threads call it.
 template <int kRegs>
 __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUnit& w, int splits,
-                                              float* partials, int* tile_counters, int* smem_flag,
-                                              int thread, int threads) {
+                                              float* partials, int* tile_counters, int thread, int threads) {
   static_assert(kRegs % 4 == 0, "fragments are stored as float4");
   constexpr int kVec = kRegs / 4;
   float4* base = reinterpret_cast<float4*>(partials) + static_cast<size_t>(w.tile) * splits * kVec * threads;
@@ -26,15 +25,16 @@ __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUni
     base[(static_cast<size_t>(w.split) * kVec + j) * threads + thread] =
         make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
   __threadfence();
+  // Every thread's partial is stored and fenced before thread 0 counts the split in; its verdict
+  // reaches the others through the barrier's OR (a shared flag, rewritten by the next unit's
+  // fix-up, was one more barrier and a write-after-read racecheck flagged).
   hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, threads);
+  bool last = false;
   if (thread == 0) {
-    const int prev = atomicAdd(&tile_counters[w.tile], 1);
-    const int last = prev == splits - 1;
+    last = atomicAdd(&tile_counters[w.tile], 1) == splits - 1;
     if (last) tile_counters[w.tile] = 0;
-    *smem_flag = last;
   }
-  hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, threads);
-  if (!*reinterpret_cast<volatile int*>(smem_flag)) return false;
+  if (!hopper::named_barrier_sync_or(hopper::NamedBarrier::kConsumers, threads, last)) return false;
   __threadfence();
   // Sum every split's stored partial (this split's own included) in split order, so the
   // rounding is the same whichever split happens to arrive last.

@@ -3,6 +3,8 @@
 // NamedBarrier below so that two roles never reuse an id by accident.
 #pragma once
 
+#include <cstdint>
+
 namespace lowbit::hopper {
 
 enum class NamedBarrier : int {
@@ -20,6 +22,23 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 
 __device__ __forceinline__ void named_barrier_sync(NamedBarrier id, int threads) {
   named_barrier_sync(static_cast<int>(id), threads);
+}
+
+// bar.sync that also ORs a predicate over every participating thread (bar.red.or): a decision one
+// thread made reaches all of them without a shared-memory flag and a second barrier.
+__device__ __forceinline__ bool named_barrier_sync_or(NamedBarrier id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n"
+      "  .reg .pred q, r;\n"
+      "  setp.ne.u32 q, %1, 0;\n"
+      "  bar.red.or.pred r, %2, %3, q;\n"
+      "  selp.u32 %0, 1, 0, r;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(static_cast<int>(id)), "r"(threads)
+      : "memory");
+  return any != 0;
 }
 
 // Signals without waiting: the threads that bar.sync on the same id (with the same count) wait

@@ -122,8 +122,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // waited for and released, finished here or not, so the loader stays in step.
       const bool finish = p.sched.splits == 1 ||
                           gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
-                                              &ss.fixup_is_last, static_cast<int>(threadIdx.x) - 128,
-                                              128 * consumer_wgs);
+                                              static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
       if constexpr (T::kStaged)
         if (staged) StagedOps::wait(ss, parity);
       if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);

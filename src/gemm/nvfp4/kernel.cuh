@@ -60,8 +60,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       gemm::WorkUnit wu{};
       wu.tile = w.tile;
       wu.split = w.split;
-      if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, &ss.fixup_is_last,
-                               static_cast<int>(threadIdx.x) - 128, 256))
+      if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
+                               256))
         return;
     }
     nvfp4_store_tile<T>(ss, p, w, consumer_wg, acc);

@@ -56,7 +56,6 @@ struct Nvfp4Traits {
     uint8_t weights[kStages][kWeightStageBytes];
     alignas(16) uint8_t epi[kEpiBytes];
     hopper::StageBarriers<kStages> bars;
-    int fixup_is_last;
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kActBoxBytes % 1024 == 0, "activation boxes keep the 1024-byte swizzle alignment");

@@ -53,7 +53,6 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit 
     alignas(16) uint8_t meta[kStages][kMetaBytes];
     uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
     hopper::StageBarriers<kStages> bars;
-    int fixup_is_last;
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
 };
