@@ -213,13 +213,13 @@ TEST(BlockScaledValidation, RejectsBadDenseArguments) {
 
 TEST(BlockScaledValidation, ParsesConfig) {
   BlockScaledConfig c;
-  ASSERT_TRUE(parse_blockscaled_config("grid=66,group=4,turns=1", &c).ok());
+  ASSERT_TRUE(parse_blockscaled_config("grid=66,group=4,cluster=2", &c).ok());
   EXPECT_EQ(c.grid, 66);
   EXPECT_EQ(c.raster_group, 4);
-  EXPECT_EQ(c.mma_turns, 1);
+  EXPECT_EQ(c.cluster, 2);
   EXPECT_FALSE(parse_blockscaled_config("bn=128", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
-  EXPECT_FALSE(parse_blockscaled_config("turns=2", &c).ok());
+  EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
 }
 
 TEST(BlockScaledValidation, RejectsBadGroupedCalls) {

@@ -39,13 +39,12 @@ struct Fp8BlockScaledArgs {
 struct BlockScaledConfig {
   int grid = 0;          // persistent CTAs; 0 = the device's SM count (dense: at most one per tile)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
-  int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
   // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1: the
   // multicast pairs measured slower so far, docs/perf.md).
   int cluster = 0;
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,turns=0,cluster=2" (any subset); unknown keys are an error.
+// Parses "grid=132,group=8,cluster=2" (any subset); unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
 // Dense block-scaled GEMM on `stream`: no allocation, no synchronization.

@@ -55,7 +55,6 @@ struct Fp8GemmConfig {
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
-  int mma_turns = 0;     // 1: the two consumer warpgroups alternate MMA issue
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
   // or 2 (bn=128/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
@@ -66,7 +65,7 @@ struct Fp8GemmConfig {
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,turns=1,cluster=2,promote=2" (any subset); unknown keys are an error.
+// Parses "bn=128,splits=2,group=8,grid=132,cluster=2,promote=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,

@@ -12,8 +12,6 @@ enum class NamedBarrier : int {
   kConsumers = 1,        // all consumer warpgroups together (split-K fixup)
   kEpilogueWg0 = 2,      // consumer warpgroup 0's epilogue staging
   kEpilogueWg1 = 3,      // consumer warpgroup 1's epilogue staging
-  kMmaIssuedWg0 = 4,     // consumer warpgroup 0 has issued its MMAs for a K block
-  kMmaIssuedWg1 = 5,     // consumer warpgroup 1 has issued its MMAs for a K block
 };
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

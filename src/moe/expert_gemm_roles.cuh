@@ -34,9 +34,8 @@ __device__ __forceinline__ void consume_units(typename T::SharedStorage& ss, int
                                               const Tiles& tiles, int num_units, const RowSource& rows) {
   hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
   hopper::RingPosition<T::kStages> pos;
-  fp8::MmaTurn turn{consumer_wg, false};
   using Promotion = TokenScalePromotion<T>;
-  fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
+  fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos,
                                        Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)}};
   const ScatterEpilogue<T> epilogue;
   float acc[T::kBlockN / 2];

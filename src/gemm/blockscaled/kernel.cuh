@@ -94,9 +94,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const int num_units = problems.num_units();
     hopper::RingPosition<T::kStages> pos;
     fp8::Fp8Epilogue<T> epilogue;
-    fp8::MmaTurn turn{consumer_wg, p.mma_turns != 0};
     using Promotion = BlockScalePromotion<T>;
-    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, turn,
+    fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos,
                                          Promotion{&ss, nullptr, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4}};
     float acc[T::kBlockN / 2];
     for (int u = cluster_id(); u < num_units; u += clusters()) {
@@ -111,7 +110,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const UnitView v = problems.resolve(u);
       epilogue.store(ss, consumer_wg, v.tm_d, v.m, v.n, v.w, acc);
     }
-    turn.finish();
     epilogue.drain();
   }
   // No CTA leaves while a peer may still multicast into its shared memory or arrive on its

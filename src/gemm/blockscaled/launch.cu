@@ -85,7 +85,6 @@ Status check_smem(const DeviceInfo& dev, OutType out) {
 Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
   if (c.raster_group < 1) return Status::Invalid(std::string(who) + ": raster_group must be >= 1");
-  if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid(std::string(who) + ": mma_turns must be 0 or 1");
   if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
   return Status::Ok();
 }
@@ -146,8 +145,8 @@ Status grouped_templates(OutType out, int cluster, const CUtensorMap** maps3) {
 }  // namespace
 
 std::string BlockScaledConfig::to_string() const {
-  return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",turns=" +
-         std::to_string(mma_turns) + ",cluster=" + std::to_string(cluster);
+  return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
+         std::to_string(cluster);
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -155,9 +154,8 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "grid") c.grid = value;
     else if (key == "group") c.raster_group = value;
-    else if (key == "turns") c.mma_turns = value;
     else if (key == "cluster") c.cluster = value;
-    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, turns, cluster)");
+    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -200,7 +198,6 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
 
   const int tiles_m = static_cast<int>((x.m + 127) / 128);
   BlockScaledParams p{};
-  p.mma_turns = cfg.mma_turns;
   p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
   p.sched.tiles_m = (tiles_m + cluster - 1) / cluster;
@@ -272,7 +269,6 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};
-  p.mma_turns = cfg.mma_turns;
   p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
   p.problems = problems;

@@ -16,7 +16,6 @@
 namespace lowbit::blockscaled {
 
 struct BlockScaledParams {
-  int mma_turns;
   int cluster_m;  // CTAs per cluster along M (= the kernel's T::kClusterM); units count cluster tiles
   int group_m;  // raster band height
   // Dense.

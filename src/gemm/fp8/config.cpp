@@ -147,7 +147,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
 std::string Fp8GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
-     << ",grid=" << grid << ",turns=" << mma_turns;
+     << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
   return os.str();
@@ -160,12 +160,11 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
-    else if (key == "turns") c.mma_turns = value;
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, splits, group, grid, stages, turns, cluster, promote)");
+                                "' (bn, splits, group, grid, stages, cluster, promote)");
     return Status::Ok();
   }));
   int stages = 0;

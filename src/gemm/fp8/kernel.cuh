@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    MmaTurn turn{consumer_wg, p.mma_turns != 0 && consumer_wgs == 2};
-    Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos, turn};
+    Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
@@ -130,7 +129,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if (staged) StagedOps::release(ss);
       if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
     }
-    turn.finish();
     epilogue.drain();
   }
   // No CTA leaves while a peer may still multicast into its shared memory or arrive on its

@@ -74,7 +74,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            "] (K blocks of 128, rounded up, per promotion group)");
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
-  if (c.mma_turns != 0 && c.mma_turns != 1) return Status::Invalid("fp8_gemm: mma_turns must be 0 or 1");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
   const bool plain = !a.bias && !fused_epilogue(a);
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
@@ -248,7 +247,6 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // with a block past K, which TMA fills with zeros).
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_n,
                               cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
-  p.mma_turns = cfg.mma_turns;
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);

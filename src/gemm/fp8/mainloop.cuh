@@ -10,7 +10,6 @@
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
-#include "hopper/named_barrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
@@ -57,35 +56,6 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
   produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN,
                                         w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
-
-// The two consumer warpgroups take turns issuing their MMAs for each K block (0, 1, 0, 1, ...).
-// Without the turn-taking both issue at once, the tensor cores interleave the two groups, both
-// finish together and both then sit in their promotion adds with the tensor cores idle; with it,
-// one warpgroup's adds overlap the other's MMAs.
-struct MmaTurn {
-  int consumer_wg;
-  bool enabled;
-  bool first = true;
-  __device__ __forceinline__ void before_issue() {
-    if (!enabled) return;
-    if (consumer_wg == 1) {
-      hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg0, 256);
-    } else if (!first) {
-      hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg1, 256);
-    }
-    first = false;
-  }
-  __device__ __forceinline__ void after_issue() {
-    if (!enabled) return;
-    hopper::named_barrier_arrive(
-        consumer_wg == 0 ? hopper::NamedBarrier::kMmaIssuedWg0 : hopper::NamedBarrier::kMmaIssuedWg1, 256);
-  }
-  // Warpgroup 1's last signal has no later turn of warpgroup 0 to consume it; take it so the
-  // barrier ends the kernel balanced.
-  __device__ __forceinline__ void finish() {
-    if (enabled && consumer_wg == 0 && !first) hopper::named_barrier_sync(hopper::NamedBarrier::kMmaIssuedWg1, 256);
-  }
-};
 
 // How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
 // it; the block-scaled GEMM multiplies it by its rows' A scales and the tile's B scale first
@@ -143,7 +113,6 @@ struct Consumer {
   typename T::SharedStorage& ss;
   int consumer_wg;
   hopper::RingPosition<T::kStages>& pos;
-  MmaTurn& turn;
   Promotion promotion{};
 
   // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
@@ -164,14 +133,12 @@ struct Consumer {
       part.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
     hopper::fence_operands(part.r);
-    turn.before_issue();
     hopper::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
       Operands::template mma<T, kPartN>(ss, part.stage[i], part.regs[i], consumer_wg, part_n, part.r,
                                         /*accumulate=*/i > 0);
     hopper::wgmma_commit_group();
-    turn.after_issue();
     if (part_n == kParts - 1) pos = at;
   }
 

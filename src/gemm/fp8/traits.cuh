@@ -107,7 +107,6 @@ struct Fp8KernelParams {
   gemm::EpilogueParams epi;
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
-  int mma_turns;                 // 1: consumer warpgroups alternate MMA issue (MmaTurn)
   // Rows of the A box: 128, or 64 when M <= 64. TMA boxes that reach past the tensor's last row
   // stream far slower than in-bounds boxes (measured: M=64 ran 25% slower than M=128 on the same
   // N, K), so for M <= 64 the A box stops at row 64 and only consumer warpgroup 0 works.
