@@ -26,9 +26,12 @@ __device__ __forceinline__ uint64_t make_smem_desc(const void* smem_ptr, uint32_
   return desc;
 }
 
-// The descriptor's start address is in 16-byte units in its low bits.
+// The descriptor's start address is in 16-byte units in its low 14 bits. Shared memory ends below
+// 2^18 bytes, so an offset within it never carries out of the low word: a 32-bit add (a 64-bit
+// one costs a carry chain per k-step in the mainloop).
 __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
-  return desc + (bytes >> 4);
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
 // Orders prior register writes (accumulators, A fragments) before the next wgmma reads them.
