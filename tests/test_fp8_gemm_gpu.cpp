@@ -223,6 +223,27 @@ void expect_close(const Case& c) {
               o.ours.rel_fro, o.cublas.rel_fro, o.ours.max_rel, o.cublas.max_rel);
 }
 
+// The Status of a forced config on an M x 256 x 512 problem (4 K blocks), with or without a
+// bias: for the configs the launcher must refuse.
+Status run_forced(const char* config, int64_t m, bool with_bias) {
+  Fp8GemmConfig cfg;
+  const Status parsed = parse_fp8_config(config, &cfg);
+  if (!parsed.ok()) {  // a typo in the test must not pass as a refusal
+    ADD_FAILURE() << "test config does not parse: " << config;
+    return Status::Ok();
+  }
+  Buf A(m * 512), B(256 * 512), D(m * 256 * 4), bias(256 * 2);
+  Fp8GemmArgs a;
+  a.m = m;
+  a.n = 256;
+  a.k = 512;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.bias = with_bias ? bias.p : nullptr;
+  return fp8_gemm(a, nullptr, &cfg);
+}
+
 }  // namespace
 
 TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
@@ -262,23 +283,10 @@ TEST_F(Fp8GemmGpu, ClusterPairsExact) {
 }
 
 TEST_F(Fp8GemmGpu, ClusterPairsRejectWhatTheyDoNotCompile) {
-  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4), bias(256 * 2);
-  for (const auto& bad : {std::make_pair(256, "bn=128,cluster=2,splits=2"), std::make_pair(64, "bn=128,cluster=2"),
-                          std::make_pair(256, "bn=64,cluster=2"), std::make_pair(256, "bn=128,cluster=3"),
-                          std::make_pair(-1, "bn=128,cluster=2")}) {
-    Fp8GemmConfig cfg;
-    ASSERT_TRUE(parse_fp8_config(bad.second, &cfg).ok());
-    Fp8GemmArgs a;
-    a.m = bad.first > 0 ? bad.first : 256;
-    a.n = 256;
-    a.k = 512;
-    a.a = A.p;
-    a.b = B.p;
-    a.d = D.p;
-    a.bias = bad.first > 0 ? nullptr : bias.p;  // -1: a bias, which the pairs do not stage
-    const Status st = fp8_gemm(a, nullptr, &cfg);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad.second << ": " << st.to_string();
-  }
+  for (const char* bad : {"bn=128,cluster=2,splits=2", "bn=64,cluster=2", "bn=128,cluster=3"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  EXPECT_EQ(run_forced("bn=128,cluster=2", 64, false).code(), StatusCode::kInvalidArgument) << "M <= 64";
+  EXPECT_EQ(run_forced("bn=128,cluster=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
 }
 
 TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
@@ -309,23 +317,11 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
 }
 
 TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
-  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4), bias(256 * 2);
-  for (const char* bad : {"bn=64,promote=2", "bn=128,promote=3", "bn=128,promote=0",
-                          "bn=128,promote=2,cluster=2", "bn=256,promote=2,splits=3", "bias:bn=128,promote=2"}) {
-    const bool with_bias = std::string(bad).rfind("bias:", 0) == 0;
-    Fp8GemmConfig cfg;
-    ASSERT_TRUE(parse_fp8_config(with_bias ? bad + 5 : bad, &cfg).ok()) << bad;
-    Fp8GemmArgs a;
-    a.m = 256;
-    a.n = 256;
-    a.k = 512;  // 4 K blocks: 2 pairs, so splits=3 is too many
-    a.a = A.p;
-    a.b = B.p;
-    a.d = D.p;
-    a.bias = with_bias ? bias.p : nullptr;
-    const Status st = fp8_gemm(a, nullptr, &cfg);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
-  }
+  // 4 K blocks are 2 pairs, so splits=3 is too many.
+  for (const char* bad : {"bn=64,promote=2", "bn=128,promote=3", "bn=128,promote=0", "bn=128,promote=2,cluster=2",
+                          "bn=256,promote=2,splits=3"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  EXPECT_EQ(run_forced("bn=128,promote=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
 }
 
 TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
