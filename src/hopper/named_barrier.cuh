@@ -39,10 +39,4 @@ __device__ __forceinline__ bool named_barrier_sync_or(NamedBarrier id, int threa
   return any != 0;
 }
 
-// Signals without waiting: the threads that bar.sync on the same id (with the same count) wait
-// until these arrivals and their own add up to `threads`.
-__device__ __forceinline__ void named_barrier_arrive(NamedBarrier id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(static_cast<int>(id)), "r"(threads) : "memory");
-}
-
 }  // namespace lowbit::hopper

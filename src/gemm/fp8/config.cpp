@@ -23,8 +23,8 @@ constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden 
 // counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
 // 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
-// Session 8 (W1 v5): with promotion every two K blocks the 128/192/256 tiles run ~16% faster at
-// M = 4096 (4096x8192x8192 bn=256: 537 -> 462 us; 4096x2112x7168 bn=128: 138 -> 131 us).
+// Session 8 (W1 v5): with promotion every two K blocks the 128/192/256 tiles run 7-16% faster at
+// M = 4096, depending on the board (4096x8192x8192 bn=256: 537 -> 462 us and 519 -> 481 us).
 double tile_efficiency(int block_n, int promote_every) {
   return block_n == 64 ? 0.50 : promote_every == 2 ? 0.93 : 0.80;
 }
