@@ -61,18 +61,11 @@ struct Fp8GemmConfig {
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
   // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;
-  // 1: a stream-K tail (splits = 1, cluster = 1). The tiles of whole waves run whole; the K
-  // blocks of the tiles left over for a last, partial wave are shared out evenly over the grid
-  // (`grid` CTAs, or one per SM when 0), and the CTAs that share a tile sum their parts through
-  // the workspace -- so no SM idles for a whole tile at the end. Needs workspace
-  // (fp8_gemm_workspace_size).
-  int stream_k = 0;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,cluster=2,promote=2,streamk=1" (any subset); unknown keys
-// are an error.
+// Parses "bn=128,splits=2,group=8,grid=132,cluster=2,promote=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
@@ -86,8 +79,7 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
 // A printable table of every candidate the chooser scored for this shape (the cost model).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);
 
-// Bytes of workspace a config needs for this shape (0 when no tile is summed from parts: no
-// split-K, no stream-K tail). A stream-K config with grid = 0 is sized for the current device.
+// Bytes of workspace a config needs for this shape (0 when it does not split K).
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config);
 
 // Zero-fills a workspace on the stream (once, before first use).

@@ -1,6 +1,6 @@
 // Host pieces the persistent GEMM launchers share: the shape rules every one of them checks, the
-// fix-up workspace layout for tiles summed from several units (gemm/split_k.cuh is the device
-// side) -- arrival counters (padded to 256 bytes), then FP32 partial tiles -- and the launch tail.
+// split-K workspace layout (gemm/split_k.cuh is the device fix-up) -- one arrival counter per tile
+// (padded to 256 bytes), then `splits` FP32 partial tiles per tile -- and the launch tail.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "gemm/tile_scheduler.cuh"
 #include "lowbit/status.h"
 
 namespace lowbit::gemm {
@@ -39,21 +38,13 @@ inline size_t split_k_workspace_bytes(size_t tiles, int splits, int block_m, int
   return split_k_counter_bytes(tiles) + tiles * static_cast<size_t>(splits) * block_m * block_n * sizeof(float);
 }
 
-// The fix-up workspace of a schedule (split-K or a stream-K tail): its counters, padded to 256
-// bytes, then one FP32 block_m x block_n partial per slot. 0 when no tile is summed from parts.
-inline size_t fixup_workspace_bytes(const TileSchedule& s, int block_m, int block_n) {
-  if (s.fixup_slots() == 0) return 0;
-  return split_k_counter_bytes(static_cast<size_t>(s.fixup_counters())) +
-         static_cast<size_t>(s.fixup_slots()) * block_m * block_n * sizeof(float);
-}
-
-// Points the kernel parameters' fix-up buffers into the workspace (nothing without parts).
+// Points the kernel parameters' split-K buffers into the workspace (nothing without a split).
 template <class Params>
 void bind_split_k_workspace(Params& p, void* workspace) {
-  if (p.sched.fixup_slots() == 0) return;
+  if (p.sched.splits <= 1) return;
+  const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
   p.tile_counters = static_cast<int*>(workspace);
-  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                        split_k_counter_bytes(static_cast<size_t>(p.sched.fixup_counters())));
+  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + split_k_counter_bytes(tiles));
 }
 
 // After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)") and the Status.

@@ -19,8 +19,6 @@ namespace model {
 constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
 constexpr double kDramTBs = 3.0;
 constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
-// L2 bandwidth one SM gets for the stream-K fix-up's partial tiles (uncalibrated estimate).
-constexpr double kFixupGBsPerSm = 60.0;
 // Measured 2026-11-22, session 6 (docs/perf.md W1 v4): at M = 4096, once wave quantization is
 // counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
@@ -49,14 +47,13 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
 }
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
-                                int raster_group, int sm_count, int stream_k_grid) {
+                                int raster_group, int sm_count) {
   gemm::TileSchedule s;
   s.tiles_m = static_cast<int>(((m + 127) / 128 + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
   s.k_blocks = k_blocks;
   s.splits = splits;
   s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_n) / cluster);
-  if (stream_k_grid > 0) s.set_stream_k(stream_k_grid);
   return s;
 }
 
@@ -127,26 +124,6 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
                     units, sm_count, c.waves, c.bound, c.t_total_us);
       c.config.reason = reason;
       out.push_back(c);
-      // The same tile with a stream-K tail, where a last, partial wave would leave SMs idle.
-      if (splits == 1 && tiles > sm_count && tiles % sm_count != 0) {
-        Fp8Candidate sk = c;
-        sk.config.stream_k = 1;
-        const int whole = tiles / sm_count;
-        const double tail = static_cast<double>(tiles % sm_count) / sm_count;
-        // Every CTA writes one partial tile; the CTAs that finish a tail tile read its parts back.
-        const double tile_bytes = 128.0 * v.block_n * 4.0;
-        const double fixup_us = 2.0 * tile_bytes / (model::kFixupGBsPerSm * 1e3);
-        sk.t_compute_us = whole * (unit_us + model::kUnitOverheadUs) + tail * unit_us + 2 * model::kUnitOverheadUs +
-                          fixup_us;
-        sk.t_memory_us = c.t_memory_us * (bytes + 2.0 * sm_count * tile_bytes) / bytes;
-        sk.t_total_us = std::max(sk.t_compute_us, sk.t_memory_us);
-        sk.bound = sk.t_compute_us >= sk.t_memory_us ? "tensor" : "memory";
-        std::snprintf(reason, sizeof(reason),
-                      "model: %d whole tiles + a stream-K tail of %d tiles on %d SMs, %s-bound, est %.1f us",
-                      whole * sm_count, tiles % sm_count, sm_count, sk.bound, sk.t_total_us);
-        sk.config.reason = reason;
-        out.push_back(sk);
-      }
     }
   }
   // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
@@ -173,7 +150,6 @@ std::string Fp8GemmConfig::to_string() const {
      << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
-  if (stream_k != 0) os << ",streamk=" << stream_k;
   return os.str();
 }
 
@@ -187,9 +163,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
-    else if (key == "streamk") c.stream_k = value;
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, splits, group, grid, stages, cluster, promote, streamk)");
+                                "' (bn, splits, group, grid, stages, cluster, promote)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -227,31 +202,22 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bn stages splits promote streamk  units  waves  compute_us  memory_us  est_us  bound\n";
+  os << "   bn stages splits promote  units  waves  compute_us  memory_us  est_us  bound\n";
   char line[160];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %7d %7d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
-                  c.config.block_n, c.config.stages, c.config.splits, c.config.promote_every, c.config.stream_k,
-                  c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_total_us, c.bound);
+    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %7d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
+                  c.config.block_n, c.config.stages, c.config.splits, c.config.promote_every, c.units, c.waves,
+                  c.t_compute_us,
+                  c.t_memory_us, c.t_total_us, c.bound);
     os << line;
   }
   return os.str();
 }
 
-size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config) {
-  if (config.splits <= 1 && config.stream_k == 0) return 0;
-  if (m <= 0 || n <= 0 || k <= 0) return 0;
-  int sms = config.grid;
-  if (config.stream_k != 0 && sms <= 0) {
-    DeviceInfo dev;
-    if (!query_device(&dev).ok()) return 0;  // no device: nothing can run
-    sms = dev.sm_count;
-  }
-  const gemm::TileSchedule s =
-      fp8::fp8_schedule(m, n, fp8::fp8_promotion_groups(k, config.promote_every), config.block_n, config.cluster,
-                        config.splits, config.raster_group, sms, config.stream_k != 0 ? sms : 0);
-  return gemm::fixup_workspace_bytes(s, 128, config.block_n);
+size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n)), config.splits, 128,
+                                       config.block_n);
 }
 
 }  // namespace lowbit

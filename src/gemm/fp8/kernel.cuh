@@ -89,19 +89,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = first_unit; u < num_units; u += unit_step) {
         const gemm::WorkUnit w = unit_at(u);
-        if (w.empty()) continue;
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
       }
     } else if constexpr (T::kStaged) {
       if (threadIdx.x / 32 == 1 && staged) {
         uint32_t parity = 0;
-        for (int u = first_unit; u < num_units; u += unit_step) {
-          const gemm::WorkUnit w = unit_at(u);
-          if (w.empty()) continue;
-          StagedOps::load(ss, p, w, parity);
-          parity ^= 1u;
-        }
+        for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) StagedOps::load(ss, p, unit_at(u), parity);
       }
     }
   } else {
@@ -118,26 +112,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
-    for (int u = first_unit; u < num_units; u += unit_step) {
+    for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
       const gemm::WorkUnit w = unit_at(u);
-      if (w.empty()) continue;  // skipped alike by the producer and the loader: no barrier phase
       // Mainloop.
       consumer.run(w, acc);
-      // Epilogue, after the fix-up when several units sum the tile (split-K, the stream-K tail).
-      // Every unit's staged operands are waited for and released, finished here or not, so the
-      // loader stays in step.
-      // The fix-up's slots are worked out here, not kept in registers through the mainloop.
-      const gemm::FixUp fix = p.sched.fixup(u);
-      const bool finish = fix.parts == 1 || gemm::split_k_fixup(acc, fix, p.partials, p.tile_counters,
-                                                                static_cast<int>(threadIdx.x) - 128,
-                                                                128 * consumer_wgs);
+      // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
+      // waited for and released, finished here or not, so the loader stays in step.
+      const bool finish = p.sched.splits == 1 ||
+                          gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+                                              static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
       if constexpr (T::kStaged)
         if (staged) StagedOps::wait(ss, parity);
       if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
       if constexpr (T::kStaged)
         if (staged) StagedOps::release(ss);
       if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
-      parity ^= 1u;
     }
     epilogue.drain();
   }

@@ -75,10 +75,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
-  if (c.stream_k != 0 && c.stream_k != 1) return Status::Invalid("fp8_gemm: streamk must be 0 or 1");
-  if (c.stream_k != 0 && (c.splits != 1 || c.cluster != 1))
-    return Status::Invalid("fp8_gemm: streamk=1 needs splits=1 and cluster=1 (it is its own K split); config " +
-                           c.to_string());
   const bool plain = !a.bias && !fused_epilogue(a);
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
@@ -249,10 +245,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
-  // A stream-K tail is cut for exactly the grid that is launched: one chunk per CTA.
-  const int grid = cfg.stream_k != 0 && cfg.grid <= 0 ? dev.sm_count : cfg.grid;
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_n,
-                              cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, cfg.stream_k != 0 ? grid : 0);
+                              cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.a_box_rows = a_box_rows;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
@@ -270,7 +264,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry->launch(grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
   auto describe = [&] {
     return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
            cfg.to_string();

@@ -57,8 +57,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     consumer.run(w, acc);
     // Epilogue (after the split-K fix-up when K is split).
     if (p.splits > 1) {
-      const gemm::FixUp fix{p.splits, w.split, w.tile * p.splits, w.tile};
-      if (!gemm::split_k_fixup(acc, fix, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128, 256))
+      gemm::WorkUnit wu{};
+      wu.tile = w.tile;
+      wu.split = w.split;
+      if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
+                               256))
         return;
     }
     nvfp4_store_tile<T>(ss, p, w, consumer_wg, acc);
