@@ -247,8 +247,9 @@ Status run_forced(const char* config, int64_t m, bool with_bias) {
 }  // namespace
 
 TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
-  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=64,splits=3", "bn=128,splits=2", "bn=192,splits=4",
-                          "bn=256,splits=3", "bn=192,group=1", "bn=64,grid=7,group=3"}) {
+  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=64,splits=3", "bn=128,splits=2",
+                          "bn=192,splits=4", "bn=256,splits=3", "bn=176,splits=3", "bn=192,group=1",
+                          "bn=64,grid=7,group=3"}) {
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
       Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
       expect_exact(c);
@@ -305,7 +306,8 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
 TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
   for (int64_t m : {1, 129, 256, 1000})
     for (int64_t k : {16, 384, 512})
-      for (const char* cfg : {"bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2"})
+      for (const char* cfg :
+           {"bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2", "bn=176,promote=2"})
         for (OutType out : {OutType::kBF16, OutType::kFP32}) expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
   expect_exact({256, 384, 1280, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,splits=3"});
   expect_exact({300, 384, 1280, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,promote=2,splits=2,grid=5"});
@@ -314,6 +316,9 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
   expect_close({256, 1024, 16384, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"});
   expect_close({129, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=128,promote=2"});
   expect_close({512, 2112, 7168, OutType::kFP32, false, Inputs::kUniform, "bn=192,promote=2"});
+  expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=176,promote=2"});
+  expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=176,promote=2"});
+  expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=176"});
 }
 
 TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {

@@ -15,6 +15,8 @@ KINDS = {
     "kF16": ("f32.f16.f16", 16, True),
 }
 NS = [16, 32, 64, 96, 128, 192, 256]
+# Dense E4M3 only: the FP8 GEMM's in-between tile width.
+E4M3_EXTRA_NS = [176]
 
 
 def op(kind, n):
@@ -114,7 +116,7 @@ def main():
     print("// Included by src/hopper/wgmma.cuh inside namespace lowbit::hopper.")
     print()
     for kind in KINDS:
-        for n in NS:
+        for n in NS + (E4M3_EXTRA_NS if kind == "kE4M3" else []):
             print(op(kind, n))
     for kind in SPARSE_KINDS:
         for n in NS:

@@ -25,8 +25,15 @@ constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden 
 // 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
 // Session 8 (W1 v5): with promotion every two K blocks the 128/192/256 tiles run 7-16% faster at
 // M = 4096, depending on the board (4096x8192x8192 bn=256: 537 -> 462 us and 519 -> 481 us).
+// Session 9 (128 x 176 tiles): per tile round, t = c * K + overhead fits every measured shape to
+// ~3% (H100, promote=2): bn=256 c = 6.71 ns per K, 1.7 us; bn=176 4.45 ns, 2.1 us; bn=192 ~5.12
+// ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
+// instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
+// last wave empty (4096 x 7168 x 16384: 751 vs 781 us; 8192^3: 904 vs 928) and loses on short K.
 double tile_efficiency(int block_n, int promote_every) {
-  return block_n == 64 ? 0.50 : promote_every == 2 ? 0.93 : 0.80;
+  if (block_n == 64) return 0.50;
+  if (promote_every != 2) return 0.80;
+  return block_n == 176 ? 0.963 : 0.93;
 }
 // Fraction of the DRAM bandwidth a tile streams at small M: the double-buffered tiles (64, 128)
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
@@ -127,8 +134,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     }
   }
   // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
-  // the wider tile (less L2 traffic per FLOP) -- but not to 256 on memory-bound shapes, where it
-  // leaves SMs without a tile and is unmeasured.
+  // the lower estimate (beyond 1%), then to the wider tile (less L2 traffic per FLOP) -- but not
+  // to 256 on memory-bound shapes, where it leaves SMs without a tile and is unmeasured.
   auto width_rank = [](const Fp8Candidate& c) {
     return c.bound[0] == 'm' && c.config.block_n > 192 ? 0 : c.config.block_n;
   };
@@ -137,6 +144,10 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       return a.t_total_us < b.t_total_us;
     if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
     if (a.config.promote_every != b.config.promote_every) return a.config.promote_every < b.config.promote_every;
+    // Same split and promotion: the estimate decides down to 1% (176 vs 256 at 8192^3 is 2.8%
+    // in the model and 2.6% measured), then the wider tile.
+    if (std::fabs(a.t_total_us - b.t_total_us) > 0.01 * std::min(a.t_total_us, b.t_total_us))
+      return a.t_total_us < b.t_total_us;
     return width_rank(a) > width_rank(b);
   });
   return out;

@@ -1,9 +1,9 @@
 // FP8 GEMM epilogue: applies the fused operations of gemm::EpilogueParams (alpha, bias, a
 // row-broadcast add such as a positional embedding, an activation, a residual), converts to BF16
-// or FP32 and stores with TMA. Each consumer warpgroup stages its 64-row slice in 64 x 128-byte
-// chunks (128B-swizzled, so the fragment writes are bank-conflict free), and one thread stores
-// each chunk with TMA; the store runs asynchronously while the warpgroup moves on to the next
-// unit's mainloop. A new fused operation belongs here and in gemm/epilogue_params.h.
+// or FP32 and stores with TMA. Each consumer warpgroup stages its 64-row slice in 64-row chunks
+// (128, 64 or 32 bytes wide, swizzled to that width so the fragment writes are bank-conflict
+// free: EpilogueStaging), and one thread stores each chunk with TMA; the store runs
+// asynchronously while the warpgroup moves on to the next unit's mainloop. A new fused operation belongs here and in gemm/epilogue_params.h.
 #pragma once
 
 #include <cuda.h>
@@ -87,7 +87,7 @@ struct StagedEpilogueOperands {
 // column 8g + 2(l%4) + e.
 template <class T>
 struct Fp8Epilogue {
-  int chunk_counter = 0;  // alternates staging slots across every chunk this warpgroup stores
+  int round_counter = 0;  // alternates staging slots across every round this warpgroup stores
 
   __device__ __forceinline__ static hopper::NamedBarrier barrier(int consumer_wg) {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
@@ -125,49 +125,63 @@ struct Fp8Epilogue {
     if (row0 >= m) return;  // whole warpgroup slice below the matrix (small M)
 
 #pragma unroll
-    for (int c = 0; c < T::kEpiChunks; ++c) {
-      const int chunk_col = col0 + c * T::kEpiChunkCols;
-      if (chunk_col >= n) break;  // uniform over the warpgroup
-      uint8_t* buf = ss.epi[consumer_wg][chunk_counter & 1];
-      // The store issued two chunks ago read this slot; wait until it has.
+    for (int r = 0; r < T::kEpiRounds; ++r) {
+      const int round_col = r * T::kEpiRoundCols;  // in the tile
+      if (col0 + round_col >= n) break;  // uniform over the warpgroup
+      uint8_t* buf = ss.epi[consumer_wg][round_counter & 1];
+      // The stores issued two rounds ago read this slot; wait until they have.
       if (t == 0) hopper::tma_store_wait_read<1>();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
 
       if constexpr (!T::kOutFp32) {
+        // 16 columns (32 bytes) per stmatrix: rows of 8 x 16 bytes, 8-column halves in units.
 #pragma unroll
-        for (int j = 0; j < T::kEpiChunkCols / 16; ++j) {
-          const int g = (c * T::kEpiChunkCols) / 8 + 2 * j;
+        for (int j = 0; j < T::kEpiRoundCols / 16; ++j) {
+          if (round_col + 16 * j >= T::kBlockN) break;  // compile-time: the last round's tail
+          const int g = (round_col + 16 * j) / 8;
           const uint32_t r0 = pack_bf16(acc[4 * g + 0], acc[4 * g + 1]);
           const uint32_t r1 = pack_bf16(acc[4 * g + 2], acc[4 * g + 3]);
           const uint32_t r2 = pack_bf16(acc[4 * g + 4], acc[4 * g + 5]);
           const uint32_t r3 = pack_bf16(acc[4 * g + 6], acc[4 * g + 7]);
           const int mi = lane / 8;
           const int row = warp * 16 + (mi % 2) * 8 + lane % 8;
-          const int unit = 2 * j + mi / 2;
-          hopper::stmatrix_x4(buf + row * 128 + ((unit ^ (row % 8)) * 16), r0, r1, r2, r3);
+          hopper::stmatrix_x4(staged(buf, row, 32 * j + 16 * (mi / 2)), r0, r1, r2, r3);
         }
       } else {
 #pragma unroll
-        for (int gl = 0; gl < T::kEpiChunkCols / 8; ++gl) {
-          const int g = (c * T::kEpiChunkCols) / 8 + gl;
+        for (int gl = 0; gl < T::kEpiRoundCols / 8; ++gl) {
+          if (round_col + 8 * gl >= T::kBlockN) break;
+          const int g = (round_col + 8 * gl) / 8;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = warp * 16 + lane / 4 + 8 * h;
-            const int colc = 8 * gl + 2 * (lane % 4);
-            const int unit = colc / 4;
-            float2* dst = reinterpret_cast<float2*>(buf + row * 128 + ((unit ^ (row % 8)) * 16) + (colc % 4) * 4);
-            *dst = make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
+            const int byte = 4 * (8 * gl + 2 * (lane % 4));  // in the round's 128-byte row
+            *reinterpret_cast<float2*>(staged(buf, row, byte)) = make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
           }
         }
       }
       hopper::fence_async_shared();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
       if (t == 0) {
-        hopper::tma_store_2d(tm_d, buf, chunk_col, row0);
+#pragma unroll
+        for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
+          const int chunk_col = round_col + q * T::kEpiChunkCols;
+          if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;
+          hopper::tma_store_2d(tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col, row0);
+        }
         hopper::tma_store_commit();
       }
-      ++chunk_counter;
+      ++round_counter;
     }
+  }
+
+  // Where byte `byte` of row `row` of a round (128 bytes per row) lands in its slot: the chunk
+  // it falls in (64 rows x kEpiRowBytes each, one after the other), then the row, then its
+  // 16-byte unit in the chunk's swizzle.
+  __device__ __forceinline__ static uint8_t* staged(uint8_t* buf, int row, int byte) {
+    const int q = byte / T::kEpiRowBytes;
+    const int b = byte % T::kEpiRowBytes;
+    return buf + q * 64 * T::kEpiRowBytes + row * T::kEpiRowBytes + T::epi_swizzle(b / 16, row) * 16 + b % 16;
   }
 
   // Unstaged plain variants (no bias): alpha only.

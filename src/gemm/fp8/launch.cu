@@ -139,11 +139,15 @@ const VariantEntry kEntries[] = {
     entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
     entries_for<256, false>(0), entries_for<256, false>(1),  // no fused variant (variants.h)
     entries_for<256, true>(0),  entries_for<256, true>(1),
+    // The in-between width: plain epilogues only (entries_for would instantiate a fused one).
+    entry<176, false, false, false>(), entry<176, false, false, true>(),
+    entry<176, true, false, false>(),  entry<176, true, false, true>(),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
     entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),
     entry<192, false, false, false, 1, 2>(), entry<192, true, false, false, 1, 2>(),
     entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
+    entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
 };
 constexpr int expected_entries() {
   int n = 4;  // the cluster pairs
@@ -236,8 +240,14 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sd.rows = static_cast<uint64_t>(args.m);
   sd.cols = static_cast<uint64_t>(args.n);
   sd.row_stride_bytes = static_cast<uint64_t>(args.n) * sd.elem_bytes;
+  // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
+  // not a multiple of 128 bytes, swizzled to its width.
+  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, static_cast<int>(sd.elem_bytes));
   sd.box_rows = 64;
-  sd.box_cols = 128 / sd.elem_bytes;
+  sd.box_cols = static_cast<uint32_t>(chunk_bytes) / sd.elem_bytes;
+  sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
+               : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
+                                   : hopper::TmaSwizzle::k32B;
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 

@@ -23,16 +23,32 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // kStaged_: the bias (and, fused, the row broadcast) is staged in shared memory by a producer
 // warp. The launcher uses the unstaged variant only without a bias: staging made the no-bias
 // kernels 1-7% slower (docs/perf.md, W2 v2), and without a bias there is nothing to stage.
-// The TMA-store epilogue's staging (Fp8Epilogue::store): 64 rows x 128 bytes per chunk (the TMA
-// store box with 128B swizzle), two slots per consumer warpgroup so one chunk is written while
-// the previous is stored.
+// The TMA-store epilogue's staging (Fp8Epilogue::store). The tile is stored in rounds of 128
+// bytes of each row, one 8 KiB slot of 64 rows per round, two slots per consumer warpgroup so one
+// round is written while the previous one is stored. A round holds 1, 2 or 4 chunks -- the TMA
+// store boxes, 64 rows x fp8_epi_chunk_bytes (128, or 64 / 32 where the tile row is not a
+// multiple of 128 bytes), each swizzled to its own width -- so a narrow chunk costs no extra
+// barrier.
 template <int kBlockN, bool kOutFp32>
 struct EpilogueStaging {
   static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
-  static constexpr int kEpiChunkCols = 128 / kOutBytes;
-  static constexpr int kEpiChunkBytes = 64 * 128;
+  static constexpr int kEpiRowBytes = fp8_epi_chunk_bytes(kBlockN, kOutBytes);
+  static constexpr int kEpiChunkCols = kEpiRowBytes / kOutBytes;
+  static constexpr int kEpiChunkBytes = 64 * 128;  // one slot: a round of 64 rows
   static constexpr int kEpiSlots = 2;
-  static constexpr int kEpiChunks = (kBlockN + kEpiChunkCols - 1) / kEpiChunkCols;
+  static constexpr int kEpiChunks = kBlockN / kEpiChunkCols;
+  static constexpr int kEpiChunksPerRound = 128 / kEpiRowBytes;
+  static constexpr int kEpiRoundCols = 128 / kOutBytes;
+  static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
+  static_assert(kBlockN % kEpiChunkCols == 0, "whole chunks per tile row");
+  // The 16-byte unit of a staged row that holds unit u of row r, in the TMA swizzle of the
+  // chunk's width (128B: u ^ r % 8; 64B: u ^ (r / 2) % 4; 32B: u ^ (r / 4) % 2). Conflict-free
+  // for 8 consecutive rows in every mode.
+  __device__ __forceinline__ static int epi_swizzle(int u, int r) {
+    constexpr int kUnits = kEpiRowBytes / 16;
+    constexpr int kShift = kEpiRowBytes == 128 ? 0 : kEpiRowBytes == 64 ? 1 : 2;
+    return u ^ ((r >> kShift) & (kUnits - 1));
+  }
 };
 
 // Register budget after setmaxnreg for one producer + two consumer warpgroups. The block starts

@@ -14,6 +14,13 @@ struct Fp8Variant {
   const char* note;
 };
 
+// Row bytes of one staged epilogue chunk (and of the output tensor map's box, swizzled to the
+// same width): 128 where the tile row is a multiple of it, else the widest of 64 or 32 that
+// divides it (block_n = 176: 32 in BF16, 64 in FP32).
+constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
+  return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
+}
+
 // Bytes of one staged row-operand tile of the fused epilogue: 128 rows of block_n BF16, each row
 // padded by 16 bytes so the accumulator-fragment reads hit 32 distinct banks.
 constexpr int fp8_row_operand_pitch(int block_n) { return block_n * 2 + 16; }
@@ -36,6 +43,10 @@ constexpr Fp8Variant kFp8Variants[] = {
     {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},
     // No fused variant: with the staged row tile only 2 stages would fit.
     {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
+    // An in-between width, for tile counts that fill the last wave (DeepGEMM's unaligned block
+    // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.
+    // No fused epilogue. (224 was measured too and lost everywhere: docs/perf.md W1 session 9.)
+    {176, fp8_stages_for(176), 0, true, "in-between: fills the last wave where 128/192/256 do not"},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
