@@ -71,6 +71,17 @@ TEST(Fp8Config, PromoteEveryTwo) {
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused));
   c.cluster = 2;
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  // The in-between width: plain and bias epilogues, both promotion intervals, no fused one.
+  ASSERT_TRUE(parse_fp8_config("bn=176", &c).ok());
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused));
+  c.promote_every = 2;
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  // Its chunked epilogue: 352-byte BF16 rows in 32-byte boxes, 704-byte FP32 rows in 64-byte ones.
+  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(176, 2), 32);
+  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(176, 4), 64);
+  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(256, 2), 128);
   ASSERT_TRUE(parse_fp8_config("bn=64,promote=2", &c).ok());
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   ASSERT_TRUE(parse_fp8_config("bn=128,promote=3", &c).ok());

@@ -359,6 +359,12 @@ TEST_F(Fp8GemmGpu, RejectsBadInputOnDevice) {
   cfg.splits = 1;
   cfg.block_n = 96;
   EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
+  // The widths without a fused epilogue refuse one when forced (the chooser never picks them).
+  a.activation = Activation::kGelu;
+  for (const char* wide : {"bn=176", "bn=256"}) {
+    ASSERT_TRUE(parse_fp8_config(wide, &cfg).ok());
+    EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument) << wide;
+  }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

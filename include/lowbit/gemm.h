@@ -50,14 +50,16 @@ struct Fp8GemmArgs {
 
 // One kernel configuration. Every field is visible and can be forced (lowbit-bench --config).
 struct Fp8GemmConfig {
-  int block_n = 128;     // tile width; the tile is 128 rows (two consumer warpgroups of 64)
+  // Tile width: 64, 128, 176, 192 or 256 (176 and 256 have no row-broadcast / activation /
+  // residual epilogue); the tile is 128 rows (two consumer warpgroups).
+  int block_n = 128;
   int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
-  // or 2 (bn=128/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
+  // or 2 (bn=128/176/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
   // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;

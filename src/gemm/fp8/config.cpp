@@ -180,7 +180,7 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   }));
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_n, &stages))
-    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 192, 256)");
+    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 176, 192, 256)");
   if (text.find("stages=") != std::string::npos && c.stages != stages)
     return Status::Invalid("bn=" + std::to_string(c.block_n) + " is compiled with stages=" + std::to_string(stages));
   c.stages = stages;

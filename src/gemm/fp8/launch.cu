@@ -80,8 +80,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
-    return Status::Invalid("fp8_gemm: promote=2 is compiled for bn=128/192/256 with the plain epilogue without a "
-                           "bias and no cluster; config " + c.to_string());
+    return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
+                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, no cluster; "
+                           "row broadcast, activation or residual: bn=64/128/192)");
   return Status::Ok();
 }
 
