@@ -42,7 +42,7 @@ struct BlockScaledTraits : fp8::EpilogueStaging<128, kOutFp32_>, fp8::RegisterSp
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     alignas(16) float sfa[kStages][kBlockM];  // the stage's A scales, one per tile row
     int tile_start[kSmemGroupTable + 1];      // grouped: first tile of each group (prefix sum)
     hopper::StageBarriers<kStages> bars;

@@ -3,7 +3,8 @@
 // or FP32 and stores with TMA. Each consumer warpgroup stages its 64-row slice in 64-row chunks
 // (128, 64 or 32 bytes wide, swizzled to that width so the fragment writes are bank-conflict
 // free: EpilogueStaging), and one thread stores each chunk with TMA; the store runs
-// asynchronously while the warpgroup moves on to the next unit's mainloop. A new fused operation belongs here and in gemm/epilogue_params.h.
+// asynchronously while the warpgroup moves on to the next unit's mainloop. A new fused operation
+// belongs here and in gemm/epilogue_params.h.
 #pragma once
 
 #include <cuda.h>

@@ -34,9 +34,8 @@ struct EpilogueStaging {
   static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
   static constexpr int kEpiRowBytes = fp8_epi_chunk_bytes(kBlockN, kOutBytes);
   static constexpr int kEpiChunkCols = kEpiRowBytes / kOutBytes;
-  static constexpr int kEpiChunkBytes = 64 * 128;  // one slot: a round of 64 rows
+  static constexpr int kEpiSlotBytes = 64 * 128;  // one slot: a round of 64 rows
   static constexpr int kEpiSlots = 2;
-  static constexpr int kEpiChunks = kBlockN / kEpiChunkCols;
   static constexpr int kEpiChunksPerRound = 128 / kEpiRowBytes;
   static constexpr int kEpiRoundCols = 128 / kOutBytes;
   static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
@@ -110,7 +109,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     StagedOperands ops;
     hopper::StageBarriers<kStages> bars;
   };

@@ -51,7 +51,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit 
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: both swizzle atoms (512 / 1024 bytes)
     uint8_t b[kStages][kSmemB];
     alignas(16) uint8_t meta[kStages][kMetaBytes];
-    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiChunkBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     hopper::StageBarriers<kStages> bars;
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
