@@ -130,6 +130,18 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
+
+  // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
+  void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
+                   const float* b_scale) {
+    m = static_cast<int>(m_);
+    n = static_cast<int>(n_);
+    k = static_cast<int>(k_);
+    a_box_rows = a_box_rows_;
+    epi.alpha = alpha;
+    epi.a_scale = a_scale;
+    epi.b_scale = b_scale;
+  }
 };
 
 }  // namespace lowbit::fp8
