@@ -422,6 +422,11 @@ TEST_F(Fp8GemmGpu, EpilogueOptionsAloneAndCombined) {
     expect_exact({259, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 7, true});
     expect_exact({259, 400, 384, out, true, Inputs::kSmallInts, "bn=256"});  // staged bias; no fused 256
     expect_exact({200, 256, 512, out, true, Inputs::kSmallInts, "bn=128,splits=2", 13, true});
+    // One working consumer warpgroup (M <= 64: the other one's feeder idles), a period of one row,
+    // a single row.
+    expect_exact({48, 208, 384, out, true, Inputs::kSmallInts, "bn=128", 3, true});
+    expect_exact({130, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 1});
+    expect_exact({1, 208, 256, out, true, Inputs::kSmallInts, "bn=64,splits=2", 1, true});
     for (Activation act : {Activation::kGelu, Activation::kSilu}) {
       expect_exact({259, 208, 384, out, false, Inputs::kSmallInts, "bn=64", 0, false, act});
       expect_exact({131, 208, 384, out, true, Inputs::kSmallInts, "bn=192", 5, true, act});

@@ -1,10 +1,9 @@
-// FP8 GEMM epilogue: applies the fused operations of gemm::EpilogueParams (alpha, bias, a
-// row-broadcast add such as a positional embedding, an activation, a residual), converts to BF16
-// or FP32 and stores with TMA. Each consumer warpgroup stages its 64-row slice in 64-row chunks
+// FP8 GEMM epilogue of the plain variants: alpha and a bias, converted to BF16 or FP32 and
+// stored with TMA (the fused operations -- row broadcast, activation, residual -- are
+// gemm/fp8/epilogue_fused.cuh, which reuses this staging layout). Each consumer warpgroup stages its 64-row slice in 64-row chunks
 // (128, 64 or 32 bytes wide, swizzled to that width so the fragment writes are bank-conflict
 // free: EpilogueStaging), and one thread stores each chunk with TMA; the store runs
-// asynchronously while the warpgroup moves on to the next unit's mainloop. A new fused operation
-// belongs here and in gemm/epilogue_params.h.
+// asynchronously while the warpgroup moves on to the next unit's mainloop.
 #pragma once
 
 #include <cuda.h>
@@ -19,9 +18,8 @@
 
 namespace lowbit::fp8 {
 
-// Epilogue operands that every unit reads (the bias slice; in fused variants the unit's rows of
-// the row-broadcast tensor), staged in shared memory. Read from global memory inside the
-// epilogue they cost ~6 us per tile: a few L2 round trips under full TMA load, each waited for
+// The bias slice every unit reads, staged in shared memory. Read from global memory inside the
+// epilogue it cost ~6 us per tile: a few L2 round trips under full TMA load, each waited for
 // before the next was issued (docs/perf.md, W2). Here one warp of the producer warpgroup
 // bulk-copies them while the consumers run the unit's mainloop, and the epilogue reads shared
 // memory only. One buffer: the loader refills it for the next unit once every working consumer
@@ -37,38 +35,18 @@ struct StagedEpilogueOperands {
     }
     if (p.epi.bias == nullptr)
       for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.bias[i] = __float2bfloat16(0.0f);
-    if constexpr (T::kFused) {
-      if (p.epi.row_bcast == nullptr) {
-        uint4* rows = reinterpret_cast<uint4*>(ss.ops.rows);
-        for (int i = threadIdx.x; i < T::kRowOpBytes / 16; i += blockDim.x) rows[i] = make_uint4(0, 0, 0, 0);
-      }
-    }
   }
 
-  // Called by all 32 lanes of the loader warp, once per unit in the consumers' order; `parity`
-  // flips per unit. Rows and columns past the matrix are not loaded: they only feed outputs
-  // that the TMA store clips.
+  // Called by lane 0 of the loader warp, once per unit in the consumers' order; `parity` flips
+  // per unit.
   __device__ __forceinline__ static void load(typename T::SharedStorage& ss, const Fp8KernelParams& p,
                                               const gemm::WorkUnit& w, uint32_t parity) {
-    const int lane = threadIdx.x % 32;
     hopper::mbarrier_wait(&ss.ops.empty, parity ^ 1u);  // a fresh barrier lets the first unit through
-    const int row0 = w.m_block * T::kBlockM;
     const int col0 = w.n_block * T::kBlockN;
     const int cols = p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN;
     const uint32_t row_bytes = static_cast<uint32_t>(cols) * 2;  // n % 16 == 0: a multiple of 32
-    const bool bias = p.epi.bias != nullptr;
-    const bool bcast = T::kFused && p.epi.row_bcast != nullptr;
-    // None for a cluster's phantom tile below the matrix.
-    const int rows = bcast ? max(0, p.m - row0 < T::kBlockM ? p.m - row0 : T::kBlockM) : 0;
-    if (lane == 0)
-      hopper::mbarrier_arrive_expect_tx(&ss.ops.full, (bias ? row_bytes : 0u) + static_cast<uint32_t>(rows) * row_bytes);
-    __syncwarp();
-    if (bias && lane == 0) hopper::bulk_load(ss.ops.bias, p.epi.bias + col0, row_bytes, &ss.ops.full);
-    for (int i = lane; i < rows; i += 32) {
-      const int64_t src_row = (row0 + i) % p.epi.row_period;
-      hopper::bulk_load(ss.ops.rows + i * T::kRowOpPitch, p.epi.row_bcast + src_row * p.n + col0, row_bytes,
-                        &ss.ops.full);
-    }
+    hopper::mbarrier_arrive_expect_tx(&ss.ops.full, row_bytes);
+    hopper::bulk_load(ss.ops.bias, p.epi.bias + col0, row_bytes, &ss.ops.full);
   }
 
   __device__ __forceinline__ static void wait(typename T::SharedStorage& ss, uint32_t parity) {
@@ -94,21 +72,15 @@ struct Fp8Epilogue {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
   }
 
-  // The element math, reading the staged operands (StagedEpilogueOperands::wait first).
+  // The element math, reading the staged bias (StagedEpilogueOperands::wait first).
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
                                                const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
                                                float (&acc)[T::kBlockN / 2]) {
-    const int t = threadIdx.x % 128;
-    const int warp = t / 32;
-    const int lane = t % 32;
+    const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
-    const int tile_row = consumer_wg * 64 + warp * 16 + lane / 4;
     const int tile_col = 2 * (lane % 4);
-    if constexpr (T::kFused) {
-      apply_fused_ops(ss, p, tile_row, w.m_block * T::kBlockM + tile_row, tile_col, w.n_block * T::kBlockN + tile_col,
-                      alpha, acc);
-    } else if constexpr (T::kStaged) {
+    if constexpr (T::kStaged) {
       apply_alpha_bias(ss, tile_col, alpha, acc);
     } else {
       apply_alpha(alpha, acc);
@@ -204,67 +176,9 @@ struct Fp8Epilogue {
     }
   }
 
-  // Fused variants. Element math on this thread's fragment: tile rows tile_row and tile_row + 8
-  // (matrix rows r0, r0 + 8), tile columns tile_col + 8g (+1) (matrix columns c0 + 8g (+1)).
-  // Bias and the row broadcast come from shared memory. The residual, a full [M, N] stream, is
-  // read from global memory kStep column groups at a time with predicated, branch-free loads so
-  // their latencies overlap (a data-dependent branch per group serialized them).
-  __device__ __forceinline__ static void apply_fused_ops(const typename T::SharedStorage& ss,
-                                                         const Fp8KernelParams& p, int tile_row, int r0,
-                                                         int tile_col, int c0, float alpha,
-                                                         float (&acc)[T::kBlockN / 2]) {
-    constexpr int kGroups = T::kBlockN / 8;
-    constexpr int kStep = 4;
-    static_assert(kGroups % kStep == 0, "column groups come in steps of 4");
-    const gemm::EpilogueParams& e = p.epi;
-    const __nv_bfloat16* res_row[2] = {nullptr, nullptr};
-    const uint8_t* bcast_row[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (e.residual != nullptr && r0 + 8 * h < p.m) res_row[h] = e.residual + static_cast<int64_t>(r0 + 8 * h) * p.n;
-      bcast_row[h] = ss.ops.rows + (tile_row + 8 * h) * T::kRowOpPitch;
-    }
-    const int act = e.activation;
-#pragma unroll
-    for (int g0 = 0; g0 < kGroups; g0 += kStep) {
-      float2 r[kStep][2];
-#pragma unroll
-      for (int j = 0; j < kStep; ++j) {
-        const int col = c0 + 8 * (g0 + j);
-        const bool col_ok = col < p.n;  // n is a multiple of 16, so col + 1 < n as well
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          r[j][h] = (res_row[h] != nullptr && col_ok) ? load_pair(res_row[h] + col) : make_float2(0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < kStep; ++j) {
-        const int g = g0 + j;
-        const int cb = tile_col + 8 * g;
-        const float2 b = load_pair(ss.ops.bias + cb);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 t = load_pair(reinterpret_cast<const __nv_bfloat16*>(bcast_row[h]) + cb);
-          float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x) + t.x;
-          float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y) + t.y;
-          if (act == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
-            v0 = gelu(v0);
-            v1 = gelu(v1);
-          } else if (act == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
-            v0 = silu(v0);
-            v1 = silu(v1);
-          }
-          acc[4 * g + 2 * h] = v0 + r[j][h].x;
-          acc[4 * g + 2 * h + 1] = v1 + r[j][h].y;
-        }
-      }
-    }
-  }
-
   __device__ __forceinline__ static float2 load_pair(const __nv_bfloat16* ptr) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
   }
-  __device__ __forceinline__ static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-  __device__ __forceinline__ static float silu(float x) { return x / (1.0f + __expf(-x)); }
 
   // Shared memory must outlive the stores that read it.
   __device__ __forceinline__ void drain() {

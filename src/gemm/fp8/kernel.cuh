@@ -1,6 +1,8 @@
 // FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
 // consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
-// into FP32 registers, optional split-K fix-up, TMA-store epilogue. The operand path is T's:
+// into FP32 registers, optional split-K fix-up, TMA-store epilogue (plain: gemm/fp8/epilogue.cuh;
+// fused, with a producer warp per consumer warpgroup feeding and storing its staging slots:
+// gemm/fp8/epilogue_fused.cuh). The operand path is T's:
 // dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
 // mainloop -> epilogue.
@@ -9,6 +11,7 @@
 #include <cuda.h>
 
 #include "gemm/fp8/epilogue.cuh"
+#include "gemm/fp8/epilogue_fused.cuh"
 #include "gemm/fp8/mainloop.cuh"
 #include "gemm/fp8/traits.cuh"
 #include "gemm/split_k.cuh"
@@ -53,7 +56,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Barrier init: every working consumer warp of every CTA in the cluster releases a stage once
   // per phase (peers multicast into it); the staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
-  if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
+  using Fused = FusedEpilogue<T>;
+  if constexpr (T::kFused) Fused::init(ss, p);
+  else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4 * T::kClusterM);
     hopper::mbarrier_init_fence();
@@ -76,14 +81,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   };
-  // Without a bias or row broadcast the staged operands are the zeros init wrote: no loads, no
-  // per-unit handshake.
-  const bool staged = T::kStaged && (p.epi.bias != nullptr || (T::kFused && p.epi.row_bcast != nullptr));
+  // Without a bias the staged bias is the zeros init wrote: no loads, no per-unit handshake.
+  const bool staged = T::kStaged && !T::kFused && p.epi.bias != nullptr;
 
   // Role split.
   if (warpgroup == 0) {
-    // Producer: one thread issues every operand TMA load, warp 1 stages the epilogue operands,
-    // the rest of the warpgroup idles on few registers.
+    // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
+    // 1 and 2 feed and store consumer warpgroup 0's and 1's epilogue slots (fused); the rest of
+    // the warpgroup idles on few registers.
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
@@ -92,8 +97,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
       }
+    } else if constexpr (T::kFused) {
+      const int feeder = static_cast<int>(threadIdx.x) / 32 - 1;
+      if (feeder >= 0 && feeder < consumer_wgs)
+        Fused::feed(ss, p, &tm_d, feeder, first_unit, num_units, unit_step, unit_at);
     } else if constexpr (T::kStaged) {
-      if (threadIdx.x / 32 == 1 && staged) {
+      if (threadIdx.x == 32 && staged) {
         uint32_t parity = 0;
         for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) StagedOps::load(ss, p, unit_at(u), parity);
       }
@@ -121,14 +130,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const bool finish = p.sched.splits == 1 ||
                           gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                               static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
-      if constexpr (T::kStaged)
-        if (staged) StagedOps::wait(ss, parity);
-      if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
-      if constexpr (T::kStaged)
-        if (staged) StagedOps::release(ss);
-      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+      if constexpr (T::kFused) {
+        Fused::consume(ss, consumer_wg, p, w, alpha, acc, finish, parity);
+      } else {
+        if constexpr (T::kStaged)
+          if (staged) StagedOps::wait(ss, parity);
+        if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+        if constexpr (T::kStaged)
+          if (staged) StagedOps::release(ss);
+        if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+      }
     }
-    epilogue.drain();
+    if constexpr (!T::kFused) epilogue.drain();  // the fused feeders drain their own stores
   }
   // No CTA leaves while a peer may still multicast into its shared memory or arrive on its
   // barriers.

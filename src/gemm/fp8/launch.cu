@@ -93,8 +93,8 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster,
-                           kPromoteEvery>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kOutFp32 ? 4 : 2), kOutFp32, kFused,
+                           kStaged, kCluster, kPromoteEvery>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const Fp8KernelParams& p, int device, int* launched) {
@@ -138,9 +138,9 @@ const VariantEntry kEntries[] = {
     entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
     entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
     entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
-    entries_for<256, false>(0), entries_for<256, false>(1),  // no fused variant (variants.h)
-    entries_for<256, true>(0),  entries_for<256, true>(1),
-    // The in-between width: plain epilogues only (entries_for would instantiate a fused one).
+    // No fused variant (variants.h): entry<> directly, as entries_for would instantiate one.
+    entry<256, false, false, false>(), entry<256, false, false, true>(),
+    entry<256, true, false, false>(),  entry<256, true, false, true>(),
     entry<176, false, false, false>(), entry<176, false, false, true>(),
     entry<176, true, false, false>(),  entry<176, true, false, true>(),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm/epilogue_params.h"
 #include "gemm/fp8/operands.cuh"
@@ -20,8 +21,8 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // kFused_: the epilogue carries the row-broadcast / activation / residual steps. Kept a
 // compile-time switch: with those steps merely present (and switched off at run time) the plain
 // GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
-// kStaged_: the bias (and, fused, the row broadcast) is staged in shared memory by a producer
-// warp. The launcher uses the unstaged variant only without a bias: staging made the no-bias
+// kStaged_: the bias is staged in shared memory by a producer warp (fused variants stage their
+// operands their own way, gemm/fp8/epilogue_fused.cuh). The launcher uses the unstaged variant only without a bias: staging made the no-bias
 // kernels 1-7% slower (docs/perf.md, W2 v2), and without a bias there is nothing to stage.
 // The TMA-store epilogue's staging (Fp8Epilogue::store). The tile is stored in rounds of 128
 // bytes of each row, one 8 KiB slot of 64 rows per round, two slots per consumer warpgroup so one
@@ -95,22 +96,32 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   // addresses: 3 x 64 = 192 for BN = 128 does, 3 x 96 = 288 for BN = 192 does not.
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
-  // Epilogue operands staged per unit by the producer warpgroup (gemm/fp8/epilogue.cuh): the
-  // bias slice, and in fused variants the unit's 128 rows of the row-broadcast tensor.
-  static constexpr int kRowOpPitch = fp8_row_operand_pitch(kBlockN);
-  static constexpr int kRowOpBytes = kFused ? fp8_row_operand_bytes(kBlockN) : 16;
+  // Plain variants with a bias: the bias slice, staged per unit by a producer warp
+  // (StagedEpilogueOperands in gemm/fp8/epilogue.cuh).
   struct StagedOperands {
-    alignas(16) uint8_t rows[kRowOpBytes];
     alignas(16) __nv_bfloat16 bias[kBlockN];
     uint64_t full;   // the loader arms it with the unit's byte count; bulk copies complete it
     uint64_t empty;  // every working consumer warp arrives once it has read the operands
   };
+  // Fused variants (gemm/fp8/epilogue_fused.cuh): a staging slot per round of each consumer
+  // warpgroup's slice, which a producer warp fills with the round's row-broadcast rows and later
+  // stores; each warpgroup's bias slice; per slot, `loaded` (the copies landed) and `written` (the
+  // consumers left the round's output in it); `store`: whether the unit's tile is stored (a
+  // split-K unit that is not the last of its tile is not).
+  static constexpr int kEpiSlotsPerWg = kFused ? Staging::kEpiRounds : Staging::kEpiSlots;
+  struct FusedOperands {
+    alignas(16) __nv_bfloat16 bias[kConsumerWarpgroups][kBlockN];
+    uint64_t loaded[kConsumerWarpgroups][Staging::kEpiRounds];
+    uint64_t written[kConsumerWarpgroups][Staging::kEpiRounds];
+    int store[kConsumerWarpgroups];
+  };
+  using EpilogueOperands = std::conditional_t<kFused, FusedOperands, StagedOperands>;
 
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
-    StagedOperands ops;
+    uint8_t epi[kConsumerWarpgroups][kEpiSlotsPerWg][Staging::kEpiSlotBytes];
+    EpilogueOperands ops;
     hopper::StageBarriers<kStages> bars;
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack

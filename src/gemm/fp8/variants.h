@@ -7,7 +7,7 @@ namespace lowbit::fp8 {
 struct Fp8Variant {
   int block_n;
   int stages;        // plain epilogue (alpha, bias)
-  int fused_stages;  // fused epilogue: fewer, to make room for the staged row-broadcast tile; 0 = none
+  int fused_stages;  // fused epilogue at BF16 out (FP32 out may hold fewer: fp8_stages_for); 0 = none
   // Also compiled promoting every two K blocks (plain epilogue without a bias): half the
   // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
   bool promote2;
@@ -21,16 +21,22 @@ constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
   return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
 }
 
-// Bytes of one staged row-operand tile of the fused epilogue: 128 rows of block_n BF16, each row
-// padded by 16 bytes so the accumulator-fragment reads hit 32 distinct banks.
-constexpr int fp8_row_operand_pitch(int block_n) { return block_n * 2 + 16; }
-constexpr int fp8_row_operand_bytes(int block_n) { return 128 * fp8_row_operand_pitch(block_n); }
+// 128-byte rounds of a tile row (the epilogue stores a tile round by round, 64 rows x 128 bytes
+// per consumer warpgroup and round).
+constexpr int fp8_epi_rounds(int block_n, int out_bytes) { return (block_n * out_bytes + 127) / 128; }
 
-// Stages fill what is left of 227 KiB after 32 KiB of epilogue staging, the staged bias
-// (block_n BF16), the fused variants' row-operand tile and 2 KiB of barriers and alignment
-// slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
-constexpr int fp8_stages_for(int block_n, bool fused = false) {
-  return (232448 - 32768 - 2048 - block_n * 2 - (fused ? fp8_row_operand_bytes(block_n) : 0)) /
+// The fused epilogue's shared memory: a staging slot for every round of both consumer
+// warpgroups' 64-row slices (the next unit's row-broadcast rows are copied into the slots while
+// this unit's stores drain), and each warpgroup's bias slice.
+constexpr int fp8_fused_epi_bytes(int block_n, int out_bytes) {
+  return 2 * fp8_epi_rounds(block_n, out_bytes) * 8192 + 2 * block_n * 2;
+}
+
+// Stages fill what is left of 227 KiB after the epilogue's shared memory (plain: 32 KiB of
+// staging and the staged bias; fused: fp8_fused_epi_bytes at the output's width) and 2 KiB of
+// barriers and alignment slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
+constexpr int fp8_stages_for(int block_n, bool fused = false, int out_bytes = 2) {
+  return (232448 - (fused ? fp8_fused_epi_bytes(block_n, out_bytes) : 32768 + block_n * 2) - 2048) /
          (16384 + block_n * 128);
 }
 
@@ -41,7 +47,7 @@ constexpr Fp8Variant kFp8Variants[] = {
     {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
     {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},
     {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},
-    // No fused variant: with the staged row tile only 2 stages would fit.
+    // No fused variant (it would hold 3 stages; not measured yet).
     {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
     // An in-between width, for tile counts that fill the last wave (DeepGEMM's unaligned block
     // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.

@@ -1,0 +1,256 @@
+// FP8 GEMM fused epilogue: alpha, bias, a row-broadcast add (row r adds row r mod P of a
+// [P, N] BF16 tensor: a ViT positional embedding), an activation (GELU, SiLU), a residual
+// (a full [M, N] BF16 tensor), BF16 or FP32 out -- the order of gemm/epilogue_params.h.
+//
+// Why it is built this way (docs/perf.md W2): the row-broadcast tile is as large as the output
+// tile, so reading it inside the epilogue costs L2 round trips that the tensor cores sit through,
+// and staging it with one bulk copy per row queued hundreds of small copies on the TMA unit
+// ahead of the mainloop's loads (W2 ran at 2.3x the plain GEMM's time). Instead:
+//   - each consumer warpgroup has a staging slot (64 rows x 128 bytes) per round of its slice,
+//     and a producer warp of its own, the feeder, which owns the slots' traffic;
+//   - while the consumers run a unit's mainloop, the feeder gathers the unit's row-broadcast
+//     rows into the slots with cp.async (16-byte pieces through the load/store units; rows wrap
+//     at P, which one TMA box cannot express) and the bias slice beside them;
+//   - the consumers add the staged rows in place: element (row, c) of a round sits where the
+//     round's BF16 output element (row, c) goes, so ldmatrix reads it in the accumulator's
+//     fragment layout and stmatrix writes the result back to the same addresses (FP32 out: the
+//     row's first 64 bytes, read by the whole warp before it writes);
+//   - the feeder stores each written slot with TMA and waits until the stores have read the
+//     slots before gathering the next unit's rows. The consumers never wait for a store.
+// Per slot two mbarriers: `loaded` (the feeder's 32 lanes' copies landed) and `written` (the
+// consumer warpgroup's 4 warps left the round's output). A new fused operation belongs in
+// gemm/epilogue_params.h and in round() here.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "gemm/epilogue_params.h"
+#include "gemm/fp8/epilogue.cuh"
+#include "gemm/fp8/traits.cuh"
+#include "gemm/tile_scheduler.cuh"
+#include "hopper/cp_async.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/stmatrix.cuh"
+#include "hopper/tma.cuh"
+
+namespace lowbit::fp8 {
+
+template <class T>
+struct FusedEpilogue {
+  static_assert(T::kFused && T::kClusterM == 1, "the fused epilogue runs in single-CTA fused variants");
+  static_assert(T::kEpiSlotsPerWg == T::kEpiRounds, "a slot per round of the slice");
+  static_assert(T::kEpiRowBytes == 128 && T::kEpiChunksPerRound == 1, "one 128-byte chunk per round");
+  static_assert(T::kBlockN % T::kEpiRoundCols == 0, "whole rounds: no column past the tile in a round");
+  static constexpr int kRounds = T::kEpiRounds;
+  static constexpr int kRoundCols = T::kEpiRoundCols;  // output columns per round: 64 BF16, 32 FP32
+  static constexpr int kPieces = kRoundCols * 2 / 16;  // 16-byte row-broadcast pieces per row and round
+  static constexpr int kFeederLanes = 32;
+  using Staged = Fp8Epilogue<T>;  // its staged(): where a byte of a round's row lies in the slot
+
+  // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
+  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p) {
+    if (threadIdx.x == 0) {
+      for (int wg = 0; wg < T::kConsumerWarpgroups; ++wg)
+        for (int r = 0; r < kRounds; ++r) {
+          hopper::mbarrier_init(&ss.ops.loaded[wg][r], kFeederLanes);
+          hopper::mbarrier_init(&ss.ops.written[wg][r], 4);
+        }
+    }
+    if (p.epi.bias == nullptr)
+      for (int i = threadIdx.x; i < T::kConsumerWarpgroups * T::kBlockN; i += blockDim.x)
+        ss.ops.bias[i / T::kBlockN][i % T::kBlockN] = __float2bfloat16(0.0f);
+  }
+
+  // Feeder warp of consumer warpgroup `wg`: every unit in the consumers' order. Skips what the
+  // consumers skip (a slice below the matrix, rounds right of it), so both count the same phases.
+  template <class UnitAt>
+  __device__ __forceinline__ static void feed(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+                                              const CUtensorMap* tm_d, int wg, int first_unit, int num_units,
+                                              int unit_step, const UnitAt& unit_at) {
+    const int lane = threadIdx.x % 32;
+    const gemm::EpilogueParams& e = p.epi;
+    uint32_t phase = 0;
+    for (int u = first_unit; u < num_units; u += unit_step) {
+      const gemm::WorkUnit w = unit_at(u);
+      const int row0 = w.m_block * T::kBlockM + wg * 64;
+      if (row0 >= p.m) continue;
+      const int col0 = w.n_block * T::kBlockN;
+      const int rows = p.m - row0 < 64 ? p.m - row0 : 64;
+      // The slots are free: the previous unit's stores have read them (waited for below).
+      if (e.bias != nullptr)
+        for (int i = lane; i < T::kBlockN / 8; i += 32)
+          if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[wg][8 * i], e.bias + col0 + 8 * i);
+#pragma unroll 1
+      for (int r = 0; r < kRounds; ++r) {
+        const int col = col0 + r * kRoundCols;
+        if (col >= p.n) break;
+        if (e.row_bcast != nullptr) {
+          const int pieces = (p.n - col < kRoundCols ? p.n - col : kRoundCols) / 8;  // n % 16 == 0
+          uint8_t* slot = ss.epi[wg][r];
+#pragma unroll 4
+          for (int i = lane; i < 64 * kPieces; i += 32) {
+            const int row = i / kPieces, q = i % kPieces;
+            if (row < rows && q < pieces) {
+              const int64_t src_row = (row0 + row) % e.row_period;
+              hopper::cp_async_16(Staged::staged(slot, row, 16 * q), e.row_bcast + src_row * p.n + col + 8 * q);
+            }
+          }
+        }
+        hopper::cp_async_arrive_noinc(&ss.ops.loaded[wg][r]);
+      }
+#pragma unroll 1
+      for (int r = 0; r < kRounds; ++r) {
+        const int col = col0 + r * kRoundCols;
+        if (col >= p.n) break;
+        hopper::mbarrier_wait(&ss.ops.written[wg][r], phase);
+        if (lane == 0 && ss.ops.store[wg]) {
+          hopper::tma_store_2d(tm_d, ss.epi[wg][r], col, row0);
+          hopper::tma_store_commit();
+        }
+      }
+      if (lane == 0) hopper::tma_store_wait_read<0>();
+      __syncwarp();
+      phase ^= 1u;
+    }
+    if (lane == 0) hopper::tma_store_wait_all<0>();
+  }
+
+  // Consumer warpgroup `wg` after the unit's mainloop (and split-K fix-up): every round of its
+  // slice, in order. `store`: this unit finishes the tile (else the rounds are passed through
+  // untouched, keeping the barriers' phases in step).
+  __device__ __forceinline__ static void consume(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
+                                                 const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
+                                                 bool store, uint32_t phase) {
+    const int row0 = w.m_block * T::kBlockM + wg * 64;
+    if (row0 >= p.m) return;
+    const int col0 = w.n_block * T::kBlockN;
+    const int t = threadIdx.x % 128;
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      if (col0 + r * kRoundCols >= p.n) break;  // uniform over the warpgroup
+      hopper::mbarrier_wait(&ss.ops.loaded[wg][r], phase);
+      // Read by the feeder after `written`; set only after `loaded`, which the feeder arms once it
+      // is done with the previous unit's flag.
+      if (r == 0 && t == 0) ss.ops.store[wg] = store;
+      if (store) {
+        round(r, ss, wg, p, row0, col0, alpha, acc);
+        hopper::fence_async_shared();  // the round's shared-memory writes, before the TMA store reads them
+      }
+      __syncwarp();
+      if (t % 32 == 0) hopper::mbarrier_arrive(&ss.ops.written[wg][r]);
+    }
+  }
+
+ private:
+  // Fragment of m64nN (warp wp, lane l): acc[4g + 2h + e] is row 16wp + l/4 + 8h, column
+  // 8g + 2(l%4) + e of the warpgroup's slice. Called from a fully unrolled loop: `rnd` is a
+  // constant there, so acc stays in registers.
+  __device__ __forceinline__ static void round(int rnd, typename T::SharedStorage& ss, int wg,
+                                               const Fp8KernelParams& p, int row0, int col0, float alpha,
+                                               float (&acc)[T::kBlockN / 2]) {
+    constexpr int kGroups = kRoundCols / 8;
+    const int g0 = rnd * kGroups;  // first column group of the round
+    uint8_t* slot = ss.epi[wg][rnd];
+    const int t = threadIdx.x % 128;
+    const int warp = t / 32, lane = t % 32;
+    const int tile_col = 2 * (lane % 4);
+    const int frag_row = warp * 16 + lane / 4;  // rows frag_row and frag_row + 8 of the slice
+    const gemm::EpilogueParams& e = p.epi;
+
+    // Residual pairs first, all at once, so their latencies overlap.
+    float2 res[kGroups][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + frag_row + 8 * h;
+      const bool row_ok = e.residual != nullptr && row < p.m;
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        const int col = col0 + 8 * (g0 + j) + tile_col;
+        res[j][h] = row_ok && col < p.n ? load_pair(e.residual + static_cast<int64_t>(row) * p.n + col)
+                                        : make_float2(0.0f, 0.0f);
+      }
+    }
+    // Row-broadcast pairs, in the fragment layout.
+    float2 bc[kGroups][2];
+    if constexpr (!T::kOutFp32) {
+      // ldmatrix.x4 j: matrices (rows 0-7 | 8-15) x (groups 2j | 2j+1) of the warp's 16 rows.
+      const int mi = lane / 8;
+      const int srow = warp * 16 + (mi % 2) * 8 + lane % 8;
+#pragma unroll
+      for (int j = 0; j < kGroups / 2; ++j) {
+        uint32_t q[4] = {0u, 0u, 0u, 0u};
+        if (e.row_bcast != nullptr) hopper::ldmatrix_x4(Staged::staged(slot, srow, 32 * j + 16 * (mi / 2)), q[0], q[1], q[2], q[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bc[2 * j + i / 2][i % 2] = unpack_bf16(q[i]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          bc[j][h] = e.row_bcast != nullptr
+                         ? load_pair(reinterpret_cast<const __nv_bfloat16*>(
+                               Staged::staged(slot, frag_row + 8 * h, 2 * (8 * j + tile_col))))
+                         : make_float2(0.0f, 0.0f);
+      __syncwarp();  // every lane's row-broadcast reads before the outputs overwrite them
+    }
+    // The element math, in gemm/epilogue_params.h's order.
+    const int act = e.activation;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      const int g = g0 + j;
+      const float2 b = load_pair(&ss.ops.bias[wg][8 * g + tile_col]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x) + bc[j][h].x;
+        float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y) + bc[j][h].y;
+        if (act == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
+          v0 = gelu(v0);
+          v1 = gelu(v1);
+        } else if (act == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
+          v0 = silu(v0);
+          v1 = silu(v1);
+        }
+        acc[4 * g + 2 * h] = v0 + res[j][h].x;
+        acc[4 * g + 2 * h + 1] = v1 + res[j][h].y;
+      }
+    }
+    // The round's outputs, where the row-broadcast values were.
+    if constexpr (!T::kOutFp32) {
+      const int mi = lane / 8;
+      const int srow = warp * 16 + (mi % 2) * 8 + lane % 8;
+#pragma unroll
+      for (int j = 0; j < kGroups / 2; ++j) {
+        const int g = g0 + 2 * j;
+        hopper::stmatrix_x4(Staged::staged(slot, srow, 32 * j + 16 * (mi / 2)), pack_bf16(acc[4 * g], acc[4 * g + 1]),
+                            pack_bf16(acc[4 * g + 2], acc[4 * g + 3]), pack_bf16(acc[4 * g + 4], acc[4 * g + 5]),
+                            pack_bf16(acc[4 * g + 6], acc[4 * g + 7]));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int g = g0 + j;
+          *reinterpret_cast<float2*>(Staged::staged(slot, frag_row + 8 * h, 4 * (8 * j + tile_col))) =
+              make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
+        }
+    }
+  }
+
+  __device__ __forceinline__ static float2 load_pair(const __nv_bfloat16* ptr) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
+  }
+  __device__ __forceinline__ static float2 unpack_bf16(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
+  __device__ __forceinline__ static uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  __device__ __forceinline__ static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+  __device__ __forceinline__ static float silu(float x) { return x / (1.0f + __expf(-x)); }
+};
+
+}  // namespace lowbit::fp8
