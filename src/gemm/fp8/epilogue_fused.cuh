@@ -85,7 +85,11 @@ struct FusedEpilogue {
       for (int r = 0; r < kRounds; ++r) {
         const int col = col0 + r * kRoundCols;
         if (col >= p.n) break;
+#ifndef LOWBIT_EXP_NOGATHER
         if (e.row_bcast != nullptr) {
+#else
+        if (false) {
+#endif
           const int pieces = (p.n - col < kRoundCols ? p.n - col : kRoundCols) / 8;  // n % 16 == 0
           uint8_t* slot = ss.epi[wg][r];
 #pragma unroll 4
@@ -109,7 +113,9 @@ struct FusedEpilogue {
           hopper::tma_store_commit();
         }
       }
+#ifndef LOWBIT_EXP_NOWAITREAD
       if (lane == 0) hopper::tma_store_wait_read<0>();
+#endif
       __syncwarp();
       phase ^= 1u;
     }
@@ -118,10 +124,32 @@ struct FusedEpilogue {
 
   // Consumer warpgroup `wg` after the unit's mainloop (and split-K fix-up): every round of its
   // slice, in order. `store`: this unit finishes the tile (else the rounds are passed through
-  // untouched, keeping the barriers' phases in step).
+  // untouched, keeping the barriers' phases in step). The activation and the residual pick one
+  // compiled copy of the rounds per unit: tested per element, their branches made the epilogue
+  // ~1500 instructions per warp and unit and W2 2x slower than the plain GEMM (docs/perf.md W2).
   __device__ __forceinline__ static void consume(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
                                                  const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
                                                  bool store, uint32_t phase) {
+    using Act = gemm::EpilogueActivation;
+    const bool res = p.epi.residual != nullptr;
+    const int act = p.epi.activation;
+    if (act == static_cast<int>(Act::kGelu)) {
+      if (res) rounds<Act::kGelu, true>(ss, wg, p, w, alpha, acc, store, phase);
+      else rounds<Act::kGelu, false>(ss, wg, p, w, alpha, acc, store, phase);
+    } else if (act == static_cast<int>(Act::kSilu)) {
+      if (res) rounds<Act::kSilu, true>(ss, wg, p, w, alpha, acc, store, phase);
+      else rounds<Act::kSilu, false>(ss, wg, p, w, alpha, acc, store, phase);
+    } else {
+      if (res) rounds<Act::kNone, true>(ss, wg, p, w, alpha, acc, store, phase);
+      else rounds<Act::kNone, false>(ss, wg, p, w, alpha, acc, store, phase);
+    }
+  }
+
+ private:
+  template <gemm::EpilogueActivation kAct, bool kResidual>
+  __device__ __forceinline__ static void rounds(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
+                                                const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
+                                                bool store, uint32_t phase) {
     const int row0 = w.m_block * T::kBlockM + wg * 64;
     if (row0 >= p.m) return;
     const int col0 = w.n_block * T::kBlockN;
@@ -134,7 +162,7 @@ struct FusedEpilogue {
       // is done with the previous unit's flag.
       if (r == 0 && t == 0) ss.ops.store[wg] = store;
       if (store) {
-        round(r, ss, wg, p, row0, col0, alpha, acc);
+        round<kAct, kResidual>(r, ss, wg, p, row0, col0, alpha, acc);
         hopper::fence_async_shared();  // the round's shared-memory writes, before the TMA store reads them
       }
       __syncwarp();
@@ -142,10 +170,10 @@ struct FusedEpilogue {
     }
   }
 
- private:
   // Fragment of m64nN (warp wp, lane l): acc[4g + 2h + e] is row 16wp + l/4 + 8h, column
   // 8g + 2(l%4) + e of the warpgroup's slice. Called from a fully unrolled loop: `rnd` is a
   // constant there, so acc stays in registers.
+  template <gemm::EpilogueActivation kAct, bool kResidual>
   __device__ __forceinline__ static void round(int rnd, typename T::SharedStorage& ss, int wg,
                                                const Fp8KernelParams& p, int row0, int col0, float alpha,
                                                float (&acc)[T::kBlockN / 2]) {
@@ -160,15 +188,16 @@ struct FusedEpilogue {
 
     // Residual pairs first, all at once, so their latencies overlap.
     float2 res[kGroups][2];
+    if constexpr (kResidual) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + frag_row + 8 * h;
-      const bool row_ok = e.residual != nullptr && row < p.m;
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + frag_row + 8 * h;
 #pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        const int col = col0 + 8 * (g0 + j) + tile_col;
-        res[j][h] = row_ok && col < p.n ? load_pair(e.residual + static_cast<int64_t>(row) * p.n + col)
-                                        : make_float2(0.0f, 0.0f);
+        for (int j = 0; j < kGroups; ++j) {
+          const int col = col0 + 8 * (g0 + j) + tile_col;
+          res[j][h] = row < p.m && col < p.n ? load_pair(e.residual + static_cast<int64_t>(row) * p.n + col)
+                                             : make_float2(0.0f, 0.0f);
+        }
       }
     }
     // Row-broadcast pairs, in the fragment layout.
@@ -196,7 +225,6 @@ struct FusedEpilogue {
       __syncwarp();  // every lane's row-broadcast reads before the outputs overwrite them
     }
     // The element math, in gemm/epilogue_params.h's order.
-    const int act = e.activation;
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       const int g = g0 + j;
@@ -205,15 +233,19 @@ struct FusedEpilogue {
       for (int h = 0; h < 2; ++h) {
         float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x) + bc[j][h].x;
         float v1 = fmaf(acc[4 * g + 2 * h + 1], alpha, b.y) + bc[j][h].y;
-        if (act == static_cast<int>(gemm::EpilogueActivation::kGelu)) {
+        if constexpr (kAct == gemm::EpilogueActivation::kGelu) {
           v0 = gelu(v0);
           v1 = gelu(v1);
-        } else if (act == static_cast<int>(gemm::EpilogueActivation::kSilu)) {
+        } else if constexpr (kAct == gemm::EpilogueActivation::kSilu) {
           v0 = silu(v0);
           v1 = silu(v1);
         }
-        acc[4 * g + 2 * h] = v0 + res[j][h].x;
-        acc[4 * g + 2 * h + 1] = v1 + res[j][h].y;
+        if constexpr (kResidual) {
+          v0 += res[j][h].x;
+          v1 += res[j][h].y;
+        }
+        acc[4 * g + 2 * h] = v0;
+        acc[4 * g + 2 * h + 1] = v1;
       }
     }
     // The round's outputs, where the row-broadcast values were.
