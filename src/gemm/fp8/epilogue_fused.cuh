@@ -9,16 +9,19 @@
 //   - each consumer warpgroup has a staging slot (64 rows x 128 bytes) per round of its slice,
 //     and a producer warp of its own, the feeder, which owns the slots' traffic;
 //   - while the consumers run a unit's mainloop, the feeder gathers the unit's row-broadcast
-//     rows into the slots with cp.async (16-byte pieces through the load/store units; rows wrap
-//     at P, which one TMA box cannot express) and the bias slice beside them;
+//     rows into the slots: TMA boxes of 8 rows x 64 columns, in the slot's own 128-byte swizzle,
+//     and, for a box whose rows wrap past P (which one box cannot express), cp.async pieces of
+//     16 bytes; the bias slice beside them (cp.async). Gathered wholly with cp.async the rows cost
+//     W2 1.2 ms: the load/store path with ~25 KiB of L1 left beside 200 KiB of shared memory
+//     keeps too few pieces in flight;
 //   - the consumers add the staged rows in place: element (row, c) of a round sits where the
 //     round's BF16 output element (row, c) goes, so ldmatrix reads it in the accumulator's
 //     fragment layout and stmatrix writes the result back to the same addresses (FP32 out: the
 //     row's first 64 bytes, read by the whole warp before it writes);
 //   - the feeder stores each written slot with TMA and waits until the stores have read the
 //     slots before gathering the next unit's rows. The consumers never wait for a store.
-// Per slot two mbarriers: `loaded` (the feeder's 32 lanes' copies landed) and `written` (the
-// consumer warpgroup's 4 warps left the round's output). A new fused operation belongs in
+// Per slot two mbarriers: `loaded` (lane 0's TMA boxes and all 32 lanes' cp.async pieces
+// landed) and `written` (the consumer warpgroup's 4 warps left the round's output). A new fused operation belongs in
 // gemm/epilogue_params.h and in round() here.
 #pragma once
 
@@ -42,10 +45,14 @@ struct FusedEpilogue {
   static_assert(T::kEpiSlotsPerWg == T::kEpiRounds, "a slot per round of the slice");
   static_assert(T::kEpiRowBytes == 128 && T::kEpiChunksPerRound == 1, "one 128-byte chunk per round");
   static_assert(T::kBlockN % T::kEpiRoundCols == 0, "whole rounds: no column past the tile in a round");
+  static_assert(T::kEpiRoundCols == 64 || T::kEpiRoundCols == 32, "BF16 or FP32 out");
   static constexpr int kRounds = T::kEpiRounds;
   static constexpr int kRoundCols = T::kEpiRoundCols;  // output columns per round: 64 BF16, 32 FP32
-  static constexpr int kPieces = kRoundCols * 2 / 16;  // 16-byte row-broadcast pieces per row and round
-  static constexpr int kFeederLanes = 32;
+  // A slot holds 64 row-broadcast columns (128 bytes) of its 64 rows: the round's own (BF16 out)
+  // or those of the round and its neighbour (FP32 out: a round is 32 columns).
+  static constexpr int kBcastCols = 64;
+  static constexpr int kBoxRows = 8;  // the TMA box: one 1 KiB swizzle atom
+  static constexpr int kLoadedArrivals = 1 + 32;  // lane 0 (expect_tx), then every lane's cp.async arrival
   using Staged = Fp8Epilogue<T>;  // its staged(): where a byte of a round's row lies in the slot
 
   // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
@@ -53,7 +60,7 @@ struct FusedEpilogue {
     if (threadIdx.x == 0) {
       for (int wg = 0; wg < T::kConsumerWarpgroups; ++wg)
         for (int r = 0; r < kRounds; ++r) {
-          hopper::mbarrier_init(&ss.ops.loaded[wg][r], kFeederLanes);
+          hopper::mbarrier_init(&ss.ops.loaded[wg][r], kLoadedArrivals);
           hopper::mbarrier_init(&ss.ops.written[wg][r], 4);
         }
     }
@@ -66,7 +73,8 @@ struct FusedEpilogue {
   // consumers skip (a slice below the matrix, rounds right of it), so both count the same phases.
   template <class UnitAt>
   __device__ __forceinline__ static void feed(typename T::SharedStorage& ss, const Fp8KernelParams& p,
-                                              const CUtensorMap* tm_d, int wg, int first_unit, int num_units,
+                                              const CUtensorMap* tm_d, const CUtensorMap* tm_bcast, int wg,
+                                              int first_unit, int num_units,
                                               int unit_step, const UnitAt& unit_at) {
     const int lane = threadIdx.x % 32;
     const gemm::EpilogueParams& e = p.epi;
@@ -76,32 +84,17 @@ struct FusedEpilogue {
       const int row0 = w.m_block * T::kBlockM + wg * 64;
       if (row0 >= p.m) continue;
       const int col0 = w.n_block * T::kBlockN;
-      const int rows = p.m - row0 < 64 ? p.m - row0 : 64;
       // The slots are free: the previous unit's stores have read them (waited for below).
       if (e.bias != nullptr)
         for (int i = lane; i < T::kBlockN / 8; i += 32)
           if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[wg][8 * i], e.bias + col0 + 8 * i);
 #pragma unroll 1
       for (int r = 0; r < kRounds; ++r) {
-        const int col = col0 + r * kRoundCols;
-        if (col >= p.n) break;
-#ifndef LOWBIT_EXP_NOGATHER
-        if (e.row_bcast != nullptr) {
-#else
-        if (false) {
-#endif
-          const int pieces = (p.n - col < kRoundCols ? p.n - col : kRoundCols) / 8;  // n % 16 == 0
-          uint8_t* slot = ss.epi[wg][r];
-#pragma unroll 4
-          for (int i = lane; i < 64 * kPieces; i += 32) {
-            const int row = i / kPieces, q = i % kPieces;
-            if (row < rows && q < pieces) {
-              const int64_t src_row = (row0 + row) % e.row_period;
-              hopper::cp_async_16(Staged::staged(slot, row, 16 * q), e.row_bcast + src_row * p.n + col + 8 * q);
-            }
-          }
-        }
-        hopper::cp_async_arrive_noinc(&ss.ops.loaded[wg][r]);
+        if (col0 + r * kRoundCols >= p.n) break;
+        uint64_t* bar = &ss.ops.loaded[wg][r];
+        if (e.row_bcast != nullptr) gather(ss.epi[wg][r], bar, p, tm_bcast, row0, col0 + kBcastCols * (r * kRoundCols / kBcastCols));
+        else if (lane == 0) hopper::mbarrier_arrive(bar);
+        hopper::cp_async_arrive_noinc(bar);
       }
 #pragma unroll 1
       for (int r = 0; r < kRounds; ++r) {
@@ -113,9 +106,7 @@ struct FusedEpilogue {
           hopper::tma_store_commit();
         }
       }
-#ifndef LOWBIT_EXP_NOWAITREAD
       if (lane == 0) hopper::tma_store_wait_read<0>();
-#endif
       __syncwarp();
       phase ^= 1u;
     }
@@ -146,6 +137,40 @@ struct FusedEpilogue {
   }
 
  private:
+  // The slot's 64 rows x 64 columns from `col` of the row-broadcast tensor (rows row0.. of the
+  // output: rows (row0 + i) mod P of the tensor). Box k holds slot rows 8k..8k+7; lane 0 loads
+  // every box whose rows do not wrap past P with TMA and arms `bar` with their bytes, the lanes
+  // gather the others with cp.async (all of them when P < 8). Rows past M are gathered too (they
+  // are rows of the tensor all the same); columns past N: TMA fills zeros, cp.async leaves them.
+  // Both only feed outputs the store clips.
+  __device__ __forceinline__ static void gather(uint8_t* slot, uint64_t* bar, const Fp8KernelParams& p,
+                                                const CUtensorMap* tm_bcast, int row0, int col) {
+    const int lane = threadIdx.x % 32;
+    const int period = p.epi.row_period;
+    const int first = row0 % period;
+    uint32_t whole = 0;  // boxes TMA loads
+#pragma unroll
+    for (int k = 0; k < 64 / kBoxRows; ++k)
+      if ((first + kBoxRows * k) % period + kBoxRows <= period) whole |= 1u << k;
+    if (lane == 0) {
+      hopper::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(whole)) * kBoxRows * 128u);
+#pragma unroll 1
+      for (int k = 0; k < 64 / kBoxRows; ++k)
+        if (whole >> k & 1u)
+          hopper::tma_load_2d(slot + k * kBoxRows * 128, tm_bcast, bar, col, (first + kBoxRows * k) % period);
+    }
+#pragma unroll 1
+    for (int k = 0; k < 64 / kBoxRows; ++k) {
+      if (whole >> k & 1u) continue;
+      for (int i = lane; i < kBoxRows * 8; i += 32) {  // 8 pieces of 16 bytes per row
+        const int row = kBoxRows * k + i / 8, q = i % 8;
+        const int64_t src_row = (row0 + row) % period;
+        if (col + 8 * q < p.n)
+          hopper::cp_async_16(Staged::staged(slot, row, 16 * q), p.epi.row_bcast + src_row * p.n + col + 8 * q);
+      }
+    }
+  }
+
   template <gemm::EpilogueActivation kAct, bool kResidual>
   __device__ __forceinline__ static void rounds(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
                                                 const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
@@ -219,8 +244,8 @@ struct FusedEpilogue {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           bc[j][h] = e.row_bcast != nullptr
-                         ? load_pair(reinterpret_cast<const __nv_bfloat16*>(
-                               Staged::staged(slot, frag_row + 8 * h, 2 * (8 * j + tile_col))))
+                         ? load_pair(reinterpret_cast<const __nv_bfloat16*>(Staged::staged(
+                               slot, frag_row + 8 * h, 2 * (rnd * kRoundCols % kBcastCols + 8 * j + tile_col))))
                          : make_float2(0.0f, 0.0f);
       __syncwarp();  // every lane's row-broadcast reads before the outputs overwrite them
     }

@@ -27,7 +27,8 @@ namespace lowbit::fp8 {
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                    const __grid_constant__ CUtensorMap tm_d, const Fp8KernelParams p) {
+                    const __grid_constant__ CUtensorMap tm_d, const __grid_constant__ CUtensorMap tm_bcast,
+                    const Fp8KernelParams p) {
   // Static checks.
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
   static_assert(T::kSmemB == T::kBlockN * 128, "B: one 128-byte swizzle row per K block");
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
+    if constexpr (T::kFused) hopper::tma_prefetch_descriptor(&tm_bcast);
   }
   // Peers' barriers must be initialized before the first multicast or remote arrival.
   if constexpr (T::kClusterM > 1) hopper::cluster_sync();
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else if constexpr (T::kFused) {
       const int feeder = static_cast<int>(threadIdx.x) / 32 - 1;
       if (feeder >= 0 && feeder < consumer_wgs)
-        Fused::feed(ss, p, &tm_d, feeder, first_unit, num_units, unit_step, unit_at);
+        Fused::feed(ss, p, &tm_d, &tm_bcast, feeder, first_unit, num_units, unit_step, unit_at);
     } else if constexpr (T::kStaged) {
       if (threadIdx.x == 32 && staged) {
         uint32_t parity = 0;

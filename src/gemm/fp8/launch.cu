@@ -89,7 +89,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 // `grid` <= 0: as many CTAs as are resident at once (rounded to whole clusters); `max_units`
 // caps it at one CTA per tile.
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                 const CUtensorMap&, const Fp8KernelParams&, int device, int* launched);
+                                 const CUtensorMap&, const CUtensorMap&, const Fp8KernelParams&, int device,
+                                 int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery>
 struct Variant {
@@ -97,10 +98,11 @@ struct Variant {
                            kStaged, kCluster, kPromoteEvery>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const Fp8KernelParams& p, int device, int* launched) {
+                            const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
+                            int* launched) {
     // A forced grid may exceed what is resident only without clusters (peers must co-run).
     return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
-                                                             device, stream, launched, a, b, d, p);
+                                                             device, stream, launched, a, b, d, bcast, p);
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
@@ -251,6 +253,22 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                    : hopper::TmaSwizzle::k32B;
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
+  // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns, the staging slot's
+  // 128-byte swizzle (gemm/fp8/epilogue_fused.cuh). Unused (tm_d stands in) without one.
+  CUtensorMap tm_bcast = tm_d;
+  if (args.row_bcast) {
+    hopper::TensorMap2dSpec sp;
+    sp.base = args.row_bcast;
+    sp.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    sp.elem_bytes = 2;
+    sp.rows = static_cast<uint64_t>(args.row_bcast_rows);
+    sp.cols = static_cast<uint64_t>(args.n);
+    sp.row_stride_bytes = static_cast<uint64_t>(args.n) * 2;
+    sp.box_rows = 8;
+    sp.box_cols = 64;
+    sp.swizzle = hopper::TmaSwizzle::k128B;
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sp, &tm_bcast));
+  }
 
   Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
@@ -269,7 +287,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
   auto describe = [&] {
     return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
            cfg.to_string();
