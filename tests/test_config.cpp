@@ -24,24 +24,20 @@ TEST(Fp8Config, StagesFitSharedMemory) {
   for (const auto& v : fp8::kFp8Variants) {
     EXPECT_GE(v.stages, 4) << v.block_n;
     EXPECT_LE(v.stages * (16384 + v.block_n * 128) + 32768 + 2048 + v.block_n * 2, 232448) << v.block_n;
-    // Fused variants hold a staging slot per 128-byte round of the tile row and the bias slices
-    // (fp8_fused_epi_bytes), at BF16 and at FP32 out; 3 stages still overlap TMA and MMA. A tile
-    // width without one (fused_stages 0) is 256 or an in-between width (not a multiple of 64).
+    // Fused variants also hold both warpgroups' row-broadcast rows and bias slices
+    // (fp8_fused_epi_bytes); 3 stages still overlap TMA and MMA. A tile width without one
+    // (fused_stages 0) is 256 or an in-between width (not a multiple of 64).
     if (v.fused_stages == 0) {
       EXPECT_TRUE(v.block_n >= 256 || v.block_n % 64 != 0) << v.block_n << " must have a fused variant";
       continue;
     }
-    EXPECT_EQ(v.fused_stages, fp8::fp8_stages_for(v.block_n, true, 2)) << v.block_n;
-    for (int out_bytes : {2, 4}) {
-      const int stages = fp8::fp8_stages_for(v.block_n, true, out_bytes);
-      EXPECT_GE(stages, 3) << v.block_n << " out " << out_bytes;
-      EXPECT_LE(stages, v.stages) << v.block_n;
-      EXPECT_EQ(fp8::fp8_fused_epi_bytes(v.block_n, out_bytes),
-                2 * (v.block_n * out_bytes / 128) * 8192 + 4 * v.block_n)
-          << "one 8 KiB slot per 128-byte round of each warpgroup's slice, and two bias slices";
-      EXPECT_LE(stages * (16384 + v.block_n * 128) + fp8::fp8_fused_epi_bytes(v.block_n, out_bytes) + 2048, 232448)
-          << v.block_n;
-    }
+    EXPECT_EQ(v.fused_stages, fp8::fp8_stages_for(v.block_n, true)) << v.block_n;
+    EXPECT_GE(v.fused_stages, 3) << v.block_n;
+    EXPECT_LT(v.fused_stages, v.stages) << v.block_n;
+    EXPECT_EQ(fp8::fp8_fused_epi_bytes(v.block_n), 32768 + 2 * 64 * v.block_n * 2 + 2 * v.block_n * 2)
+        << "output staging, two warpgroups' 64 row-broadcast rows and bias slices";
+    EXPECT_LE(v.fused_stages * (16384 + v.block_n * 128) + fp8::fp8_fused_epi_bytes(v.block_n) + 2048, 232448)
+        << v.block_n;
   }
 }
 

@@ -1,7 +1,7 @@
 // FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
 // consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
-// into FP32 registers, optional split-K fix-up, TMA-store epilogue (plain: gemm/fp8/epilogue.cuh;
-// fused, with a producer warp per consumer warpgroup feeding and storing its staging slots:
+// into FP32 registers, optional split-K fix-up, TMA-store epilogue (gemm/fp8/epilogue.cuh; the
+// fused steps, with a producer warp per consumer warpgroup staging their operands:
 // gemm/fp8/epilogue_fused.cuh). The operand path is T's:
 // dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Role split.
   if (warpgroup == 0) {
     // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
-    // 1 and 2 feed and store consumer warpgroup 0's and 1's epilogue slots (fused); the rest of
-    // the warpgroup idles on few registers.
+    // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); the rest of the
+    // warpgroup idles on few registers.
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else if constexpr (T::kFused) {
       const int feeder = static_cast<int>(threadIdx.x) / 32 - 1;
       if (feeder >= 0 && feeder < consumer_wgs)
-        Fused::feed(ss, p, &tm_d, &tm_bcast, feeder, first_unit, num_units, unit_step, unit_at);
+        Fused::feed(ss, p, &tm_bcast, feeder, first_unit, num_units, unit_step, unit_at);
     } else if constexpr (T::kStaged) {
       if (threadIdx.x == 32 && staged) {
         uint32_t parity = 0;
@@ -133,17 +133,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                           gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                               static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
       if constexpr (T::kFused) {
-        Fused::consume(ss, consumer_wg, p, w, alpha, acc, finish, parity);
+        Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
       } else {
         if constexpr (T::kStaged)
           if (staged) StagedOps::wait(ss, parity);
         if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
         if constexpr (T::kStaged)
           if (staged) StagedOps::release(ss);
-        if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
       }
+      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
     }
-    if constexpr (!T::kFused) epilogue.drain();  // the fused feeders drain their own stores
+    epilogue.drain();
   }
   // No CTA leaves while a peer may still multicast into its shared memory or arrive on its
   // barriers.

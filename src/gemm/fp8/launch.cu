@@ -94,8 +94,8 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kOutFp32 ? 4 : 2), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster,
+                           kPromoteEvery>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -253,8 +253,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                    : hopper::TmaSwizzle::k32B;
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
-  // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns, the staging slot's
-  // 128-byte swizzle (gemm/fp8/epilogue_fused.cuh). Unused (tm_d stands in) without one.
+  // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns in the 128-byte swizzle
+  // (gemm/fp8/epilogue_fused.cuh). Unused (tm_d stands in) without one.
   CUtensorMap tm_bcast = tm_d;
   if (args.row_bcast) {
     hopper::TensorMap2dSpec sp;

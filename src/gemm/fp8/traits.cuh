@@ -103,24 +103,21 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
     uint64_t full;   // the loader arms it with the unit's byte count; bulk copies complete it
     uint64_t empty;  // every working consumer warp arrives once it has read the operands
   };
-  // Fused variants (gemm/fp8/epilogue_fused.cuh): a staging slot per round of each consumer
-  // warpgroup's slice, which a producer warp fills with the round's row-broadcast rows and later
-  // stores; each warpgroup's bias slice; per slot, `loaded` (the copies landed) and `written` (the
-  // consumers left the round's output in it); `store`: whether the unit's tile is stored (a
-  // split-K unit that is not the last of its tile is not).
-  static constexpr int kEpiSlotsPerWg = kFused ? Staging::kEpiRounds : Staging::kEpiSlots;
+  // Fused variants (gemm/fp8/epilogue_fused.cuh): each consumer warpgroup's row-broadcast rows
+  // (64 x block_n BF16, in 64-column chunks of 64 rows x 128 bytes, 128-byte swizzled) and bias
+  // slice, refilled by a producer warp; `full` (they landed) and `empty` (the warpgroup read them).
   struct FusedOperands {
+    alignas(1024) uint8_t bcast[kConsumerWarpgroups][kBlockN / 64][64 * 128];
     alignas(16) __nv_bfloat16 bias[kConsumerWarpgroups][kBlockN];
-    uint64_t loaded[kConsumerWarpgroups][Staging::kEpiRounds];
-    uint64_t written[kConsumerWarpgroups][Staging::kEpiRounds];
-    int store[kConsumerWarpgroups];
+    uint64_t full[kConsumerWarpgroups];
+    uint64_t empty[kConsumerWarpgroups];
   };
   using EpilogueOperands = std::conditional_t<kFused, FusedOperands, StagedOperands>;
 
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    uint8_t epi[kConsumerWarpgroups][kEpiSlotsPerWg][Staging::kEpiSlotBytes];
+    uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     EpilogueOperands ops;
     hopper::StageBarriers<kStages> bars;
   };

@@ -7,7 +7,7 @@ namespace lowbit::fp8 {
 struct Fp8Variant {
   int block_n;
   int stages;        // plain epilogue (alpha, bias)
-  int fused_stages;  // fused epilogue at BF16 out (FP32 out may hold fewer: fp8_stages_for); 0 = none
+  int fused_stages;  // fused epilogue: fewer, to make room for the staged row-broadcast rows; 0 = none
   // Also compiled promoting every two K blocks (plain epilogue without a bias): half the
   // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
   bool promote2;
@@ -21,23 +21,16 @@ constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
   return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
 }
 
-// 128-byte rounds of a tile row (the epilogue stores a tile round by round, 64 rows x 128 bytes
-// per consumer warpgroup and round).
-constexpr int fp8_epi_rounds(int block_n, int out_bytes) { return (block_n * out_bytes + 127) / 128; }
-
-// The fused epilogue's shared memory: a staging slot for every round of both consumer
-// warpgroups' 64-row slices (the next unit's row-broadcast rows are copied into the slots while
-// this unit's stores drain), and each warpgroup's bias slice.
-constexpr int fp8_fused_epi_bytes(int block_n, int out_bytes) {
-  return 2 * fp8_epi_rounds(block_n, out_bytes) * 8192 + 2 * block_n * 2;
-}
+// The fused epilogue's shared memory besides the plain one's 32 KiB of output staging: both
+// consumer warpgroups' row-broadcast rows (64 x block_n BF16 each) and bias slices
+// (gemm/fp8/epilogue_fused.cuh).
+constexpr int fp8_fused_epi_bytes(int block_n) { return 32768 + block_n * 256 + block_n * 4; }
 
 // Stages fill what is left of 227 KiB after the epilogue's shared memory (plain: 32 KiB of
-// staging and the staged bias; fused: fp8_fused_epi_bytes at the output's width) and 2 KiB of
-// barriers and alignment slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
-constexpr int fp8_stages_for(int block_n, bool fused = false, int out_bytes = 2) {
-  return (232448 - (fused ? fp8_fused_epi_bytes(block_n, out_bytes) : 32768 + block_n * 2) - 2048) /
-         (16384 + block_n * 128);
+// output staging and the staged bias; fused: fp8_fused_epi_bytes) and 2 KiB of barriers and
+// alignment slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
+constexpr int fp8_stages_for(int block_n, bool fused = false) {
+  return (232448 - (fused ? fp8_fused_epi_bytes(block_n) : 32768 + block_n * 2) - 2048) / (16384 + block_n * 128);
 }
 
 // With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
@@ -47,7 +40,7 @@ constexpr Fp8Variant kFp8Variants[] = {
     {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
     {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},
     {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},
-    // No fused variant (it would hold 3 stages; not measured yet).
+    // No fused variant: with the staged row-broadcast rows only 2 stages would fit.
     {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
     // An in-between width, for tile counts that fill the last wave (DeepGEMM's unaligned block
     // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.
