@@ -16,6 +16,7 @@
 #include "device_fill.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "gemm/fp8/variants.h"
 #include "lowbit/device.h"
 #include "lowbit/patch_embed.h"
 #include "reference/reference_gemm.h"
@@ -58,6 +59,9 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   r->config = cfgs[0].to_string();
+  // The config's stages are the plain kernel's; the fused one gives some up for its staged rows.
+  for (const auto& v : fp8::kFp8Variants)
+    if (v.block_n == cfgs[0].block_n) r->config += " (fused: " + std::to_string(v.fused_stages) + " stages)";
   if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k).c_str());
 
   auto fused = [&](const Fp8GemmConfig& c, cudaStream_t st) {

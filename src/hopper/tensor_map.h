@@ -27,6 +27,22 @@ struct TensorMap2dSpec {
   CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 };
 
+// A densely packed [rows, cols] tensor (row pitch cols * elem_bytes) in boxes of
+// [box_rows, box_cols]; swizzle and L2 promotion keep their defaults until set.
+inline TensorMap2dSpec dense_2d(const void* base, CUtensorMapDataType dtype, int elem_bytes, int64_t rows,
+                                int64_t cols, uint32_t box_rows, uint32_t box_cols) {
+  TensorMap2dSpec s;
+  s.base = base;
+  s.dtype = dtype;
+  s.elem_bytes = elem_bytes;
+  s.rows = static_cast<uint64_t>(rows);
+  s.cols = static_cast<uint64_t>(cols);
+  s.row_stride_bytes = static_cast<uint64_t>(cols) * static_cast<uint64_t>(elem_bytes);
+  s.box_rows = box_rows;
+  s.box_cols = box_cols;
+  return s;
+}
+
 Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out);
 
 }  // namespace lowbit::hopper

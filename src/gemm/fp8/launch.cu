@@ -236,18 +236,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sb.rows = static_cast<uint64_t>(args.n);
   sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
-  hopper::TensorMap2dSpec sd;
-  sd.base = args.d;
-  sd.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  sd.elem_bytes = f32 ? 4 : 2;
-  sd.rows = static_cast<uint64_t>(args.m);
-  sd.cols = static_cast<uint64_t>(args.n);
-  sd.row_stride_bytes = static_cast<uint64_t>(args.n) * sd.elem_bytes;
   // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
   // not a multiple of 128 bytes, swizzled to its width.
-  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, static_cast<int>(sd.elem_bytes));
-  sd.box_rows = 64;
-  sd.box_cols = static_cast<uint32_t>(chunk_bytes) / sd.elem_bytes;
+  const int out_bytes = f32 ? 4 : 2;
+  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, out_bytes);
+  hopper::TensorMap2dSpec sd =
+      hopper::dense_2d(args.d, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, out_bytes,
+                       args.m, args.n, 64, static_cast<uint32_t>(chunk_bytes / out_bytes));
   sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
                : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
                                    : hopper::TmaSwizzle::k32B;
@@ -256,19 +251,10 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns in the 128-byte swizzle
   // (gemm/fp8/epilogue_fused.cuh). Unused (tm_d stands in) without one.
   CUtensorMap tm_bcast = tm_d;
-  if (args.row_bcast) {
-    hopper::TensorMap2dSpec sp;
-    sp.base = args.row_bcast;
-    sp.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    sp.elem_bytes = 2;
-    sp.rows = static_cast<uint64_t>(args.row_bcast_rows);
-    sp.cols = static_cast<uint64_t>(args.n);
-    sp.row_stride_bytes = static_cast<uint64_t>(args.n) * 2;
-    sp.box_rows = 8;
-    sp.box_cols = 64;
-    sp.swizzle = hopper::TmaSwizzle::k128B;
-    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sp, &tm_bcast));
-  }
+  if (args.row_bcast)
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
+        hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),
+        &tm_bcast));
 
   Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).

@@ -273,15 +273,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
   sb.box_cols = static_cast<uint32_t>(128 / eb);
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
-  hopper::TensorMap2dSpec sd;
-  sd.base = args.d;
-  sd.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  sd.elem_bytes = 2;
-  sd.rows = static_cast<uint64_t>(args.m);
-  sd.cols = static_cast<uint64_t>(args.n);
-  sd.row_stride_bytes = static_cast<uint64_t>(args.n) * 2;
-  sd.box_rows = 64;
-  sd.box_cols = 64;
+  hopper::TensorMap2dSpec sd = hopper::dense_2d(args.d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.m, args.n, 64, 64);
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
