@@ -22,8 +22,9 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // compile-time switch: with those steps merely present (and switched off at run time) the plain
 // GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
 // kStaged_: the bias is staged in shared memory by a producer warp (fused variants stage their
-// operands their own way, gemm/fp8/epilogue_fused.cuh). The launcher uses the unstaged variant only without a bias: staging made the no-bias
-// kernels 1-7% slower (docs/perf.md, W2 v2), and without a bias there is nothing to stage.
+// operands their own way, gemm/fp8/epilogue_fused.cuh). The launcher uses the unstaged variant
+// only without a bias: staging made the no-bias kernels 1-7% slower (docs/perf.md, W2 v2), and
+// without a bias there is nothing to stage.
 // The TMA-store epilogue's staging (Fp8Epilogue::store). The tile is stored in rounds of 128
 // bytes of each row, one 8 KiB slot of 64 rows per round, two slots per consumer warpgroup so one
 // round is written while the previous one is stored. A round holds 1, 2 or 4 chunks -- the TMA
