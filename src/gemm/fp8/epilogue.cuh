@@ -1,9 +1,10 @@
-// FP8 GEMM epilogue of the plain variants: alpha and a bias, converted to BF16 or FP32 and
-// stored with TMA (the fused operations -- row broadcast, activation, residual -- are
-// gemm/fp8/epilogue_fused.cuh, which reuses this staging layout). Each consumer warpgroup stages its 64-row slice in 64-row chunks
-// (128, 64 or 32 bytes wide, swizzled to that width so the fragment writes are bank-conflict
-// free: EpilogueStaging), and one thread stores each chunk with TMA; the store runs
-// asynchronously while the warpgroup moves on to the next unit's mainloop.
+// FP8 GEMM epilogue: alpha and a bias, converted to BF16 or FP32 and stored with TMA (the fused
+// operations -- row broadcast, activation, residual -- are applied to the accumulators first by
+// gemm/fp8/epilogue_fused.cuh; every variant stores here). Each consumer warpgroup stages its
+// 64-row slice in 64-row chunks (128, 64 or 32 bytes wide, swizzled to that width so the
+// fragment writes are bank-conflict free: EpilogueStaging), and one thread stores each chunk
+// with TMA; the store runs asynchronously while the warpgroup moves on to the next unit's
+// mainloop.
 #pragma once
 
 #include <cuda.h>
@@ -21,7 +22,7 @@ namespace lowbit::fp8 {
 // The bias slice every unit reads, staged in shared memory. Read from global memory inside the
 // epilogue it cost ~6 us per tile: a few L2 round trips under full TMA load, each waited for
 // before the next was issued (docs/perf.md, W2). Here one warp of the producer warpgroup
-// bulk-copies them while the consumers run the unit's mainloop, and the epilogue reads shared
+// bulk-copies it while the consumers run the unit's mainloop, and the epilogue reads shared
 // memory only. One buffer: the loader refills it for the next unit once every working consumer
 // warp has read it, which leaves the whole next mainloop to land the copies.
 template <class T>

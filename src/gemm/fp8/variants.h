@@ -21,7 +21,7 @@ constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
   return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
 }
 
-// The fused epilogue's shared memory besides the plain one's 32 KiB of output staging: both
+// The fused epilogue's shared memory: the plain one's 32 KiB of output staging, plus both
 // consumer warpgroups' row-broadcast rows (64 x block_n BF16 each) and bias slices
 // (gemm/fp8/epilogue_fused.cuh).
 constexpr int fp8_fused_epi_bytes(int block_n) { return 32768 + block_n * 256 + block_n * 4; }
