@@ -61,7 +61,7 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
   r->config = cfgs[0].to_string();
   // The config's stages are the plain kernel's; the fused one gives some up for its staged rows.
   for (const auto& v : fp8::kFp8Variants)
-    if (v.block_n == cfgs[0].block_n) r->config += " (fused: " + std::to_string(v.fused_stages) + " stages)";
+    if (v.block_m == cfgs[0].block_m && v.block_n == cfgs[0].block_n) r->config += " (fused: " + std::to_string(v.fused_stages) + " stages)";
   if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k).c_str());
 
   auto fused = [&](const Fp8GemmConfig& c, cudaStream_t st) {

@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/lowbit-out}
 name=$1 regex=$2
 shift 2
 m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum
-m+=,lts__t_throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+m+=,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
 m+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 ncu --metrics "$m" -k "regex:$regex" --launch-skip 3 --launch-count 6 --csv --page raw --print-units base \
   build-dev/lowbit-bench --samples 50 "$@" > "$OUT/$name.csv" 2> "$OUT/$name.err"
@@ -27,6 +27,6 @@ for r in body:
     scale = 1e-3  # base units: ns
     print(f"{sys.argv[2]:>14} {r[col['Kernel Name']][:48]:48} t={t*scale:8.2f}us "
           f"dramR={v(r,'dram__bytes_read.sum')/1e6:7.1f}MB L2->SM={v(r,'lts__t_sectors_srcunit_tex_op_read.sum')*32/1e6:7.1f}MB "
-          f"L2%={v(r,'lts__t_throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} DRAM%={v(r,'dram__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} "
+          f"L2%={v(r,'lts__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} DRAM%={v(r,'dram__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} "
           f"gmma%={v(r,'sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed'):5.1f}")
 PY

@@ -18,12 +18,27 @@ TEST(Fp8Config, ParsesAndRejects) {
   EXPECT_FALSE(parse_fp8_config("bn=128,foo=1", &c).ok());
   EXPECT_FALSE(parse_fp8_config("bn=abc", &c).ok());
   EXPECT_FALSE(parse_fp8_config("bn=128,stages=3", &c).ok());
+  // 64-row tiles: only bn=64, with its own (deeper) ring.
+  ASSERT_TRUE(parse_fp8_config("bn=64,bm=64,splits=2", &c).ok());
+  EXPECT_EQ(c.block_m, 64);
+  EXPECT_EQ(c.stages, fp8::fp8_stages_for(64, false, 64));
+  EXPECT_NE(c.to_string().find("bm=64"), std::string::npos);
+  EXPECT_FALSE(parse_fp8_config("bn=128,bm=64", &c).ok());
+  EXPECT_FALSE(parse_fp8_config("bn=64,bm=32", &c).ok());
 }
 
 TEST(Fp8Config, StagesFitSharedMemory) {
   for (const auto& v : fp8::kFp8Variants) {
     EXPECT_GE(v.stages, 4) << v.block_n;
-    EXPECT_LE(v.stages * (16384 + v.block_n * 128) + 32768 + 2048 + v.block_n * 2, 232448) << v.block_n;
+    EXPECT_LE(v.stages * (v.block_m * 128 + v.block_n * 128) + 16384 * (v.block_m / 64) + 2048 + v.block_n * 2,
+              232448)
+        << v.block_n;
+    if (v.block_m == 64) {  // one consumer warpgroup: half the A bytes per stage, 13 stages
+      EXPECT_EQ(v.stages, 13);
+      EXPECT_EQ(v.fused_stages, 0);
+      EXPECT_FALSE(v.promote2);
+      continue;
+    }
     // Fused variants also hold both warpgroups' row-broadcast rows and bias slices
     // (fp8_fused_epi_bytes); 3 stages still overlap TMA and MMA. A tile width without one
     // (fused_stages 0) is 256 or an in-between width (not a multiple of 64).
@@ -55,7 +70,7 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
   }
   // Small M with few tiles should split K to occupy the SMs.
   const auto small = fp8::score_fp8_candidates(128, 4096, 7168, 132);
-  EXPECT_GT(small.front().config.splits * fp8::fp8_tiles(128, 4096, small.front().config.block_n), 64);
+  EXPECT_GT(small.front().config.splits * fp8::fp8_tiles(128, 4096, small.front().config.block_m, small.front().config.block_n), 64);
   EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
 }
 
@@ -112,4 +127,9 @@ TEST(Fp8Config, WorkspaceSize) {
   c.splits = 4;
   // 32 tiles: 256 bytes of counters + 32 * 4 * 128 * 128 floats.
   EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 256u + 32u * 4 * 128 * 128 * 4);
+  // 64-row tiles: twice the tiles, half the partial each.
+  c.block_m = 64;
+  c.block_n = 64;
+  c.splits = 2;
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 512u + 128u * 2 * 64 * 64 * 4);
 }

@@ -249,7 +249,7 @@ Status run_forced(const char* config, int64_t m, bool with_bias) {
 TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
   for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=64,splits=3", "bn=128,splits=2",
                           "bn=192,splits=4", "bn=256,splits=3", "bn=176,splits=3", "bn=192,group=1",
-                          "bn=64,grid=7,group=3"}) {
+                          "bn=64,grid=7,group=3", "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=64,bm=64,grid=5,group=2"}) {
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
       Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
       expect_exact(c);
@@ -264,7 +264,7 @@ TEST_F(Fp8GemmGpu, EdgeShapesExact) {
   for (int64_t m : ms)
     for (int64_t n : ns)
       for (int64_t k : ks)
-        for (const char* cfg : {"bn=64", "bn=192,splits=2", "bn=256"}) {
+        for (const char* cfg : {"bn=64", "bn=192,splits=2", "bn=256", "bn=64,bm=64"}) {
           if (std::string(cfg).find("splits=2") != std::string::npos && k < 256) continue;
           expect_exact({m, n, k, OutType::kBF16, true, Inputs::kSmallInts, cfg});
         }
@@ -298,6 +298,8 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
   expect_close({64, 768, 1536, OutType::kFP32, true, Inputs::kUniform, "bn=64,splits=4"});
   expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256"});
   expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=256"});
+  expect_close({128, 4096, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=64,bm=64"});
+  expect_close({129, 2112, 7168, OutType::kFP32, true, Inputs::kUniform, "bn=64,bm=64,splits=2"});
 }
 
 // Promotion every two K blocks: an odd K-block count (the last pair reads a block past K, which
@@ -324,7 +326,7 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoBlocks) {
 TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
   // 4 K blocks are 2 pairs, so splits=3 is too many.
   for (const char* bad : {"bn=64,promote=2", "bn=128,promote=3", "bn=128,promote=0", "bn=128,promote=2,cluster=2",
-                          "bn=256,promote=2,splits=3"})
+                          "bn=256,promote=2,splits=3", "bn=64,bm=64,cluster=2", "bn=64,bm=64,promote=2"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(run_forced("bn=128,promote=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
 }
@@ -359,9 +361,9 @@ TEST_F(Fp8GemmGpu, RejectsBadInputOnDevice) {
   cfg.splits = 1;
   cfg.block_n = 96;
   EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
-  // The widths without a fused epilogue refuse one when forced (the chooser never picks them).
+  // The tiles without a fused epilogue refuse one when forced (the chooser never picks them).
   a.activation = Activation::kGelu;
-  for (const char* wide : {"bn=176", "bn=256"}) {
+  for (const char* wide : {"bn=176", "bn=256", "bn=64,bm=64"}) {
     ASSERT_TRUE(parse_fp8_config(wide, &cfg).ok());
     EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument) << wide;
   }

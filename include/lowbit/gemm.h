@@ -51,8 +51,11 @@ struct Fp8GemmArgs {
 // One kernel configuration. Every field is visible and can be forced (lowbit-bench --config).
 struct Fp8GemmConfig {
   // Tile width: 64, 128, 176, 192 or 256 (176 and 256 have no row-broadcast / activation /
-  // residual epilogue); the tile is 128 rows (two consumer warpgroups).
+  // residual epilogue).
   int block_n = 128;
+  // Tile rows: 128 (two consumer warpgroups), or 64 (one; block_n = 64, 13 stages, plain or bias
+  // epilogue, promote = 1, no cluster): small M without split-K.
+  int block_m = 128;
   int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
@@ -67,7 +70,7 @@ struct Fp8GemmConfig {
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,cluster=2,promote=2" (any subset); unknown keys are an error.
+// Parses "bn=128,bm=128,splits=2,group=8,grid=132,cluster=2,promote=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,

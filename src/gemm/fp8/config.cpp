@@ -30,7 +30,8 @@ constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden 
 // ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
 // instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
 // last wave empty (4096 x 7168 x 16384: 751 vs 781 us; 8192^3: 904 vs 928) and loses on short K.
-double tile_efficiency(int block_n, int promote_every) {
+double tile_efficiency(int block_m, int block_n, int promote_every) {
+  if (block_m == 64) return 0.40;  // one consumer warpgroup: nobody's MMAs cover its promotion adds
   if (block_n == 64) return 0.50;
   if (promote_every != 2) return 0.80;
   return block_n == 176 ? 0.963 : 0.93;
@@ -41,10 +42,11 @@ double tile_efficiency(int block_n, int promote_every) {
 double stream_efficiency(int block_n) { return block_n <= 128 ? 1.0 : 0.85; }
 }  // namespace model
 
-// A wave of S CTAs walking g tile rows at a time touches g*128 rows of A and (S/g)*BN rows of B;
-// their sum (the bytes a wave pulls through L2) is smallest at g = sqrt(S * BN / 128).
-int raster_group_for(int sm_count, int block_n) {
-  const int g = static_cast<int>(std::lround(std::sqrt(static_cast<double>(sm_count) * block_n / 128.0)));
+// A wave of S CTAs walking g tile rows at a time touches g*BM rows of A and (S/g)*BN rows of B;
+// their sum (the bytes a wave pulls through L2) is smallest at g = sqrt(S * BN / BM).
+int raster_group_for(int sm_count, int block_m, int block_n) {
+  const int g =
+      static_cast<int>(std::lround(std::sqrt(static_cast<double>(sm_count) * block_n / static_cast<double>(block_m))));
   return std::max(1, std::min(g, 64));
 }
 
@@ -53,24 +55,24 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
   return (fp8_k_blocks(k) + promote_every - 1) / std::max(1, promote_every);
 }
 
-gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
-                                int raster_group, int sm_count) {
+gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
+                                int splits, int raster_group, int sm_count) {
   gemm::TileSchedule s;
-  s.tiles_m = static_cast<int>(((m + 127) / 128 + cluster - 1) / cluster);
+  s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
   s.k_blocks = k_blocks;
   s.splits = splits;
-  s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_n) / cluster);
+  s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
   return s;
 }
 
-int fp8_tiles(int64_t m, int64_t n, int block_n) {
-  return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
+int fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
+  return static_cast<int>(((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n));
 }
 
-bool fp8_variant_exists(int block_n, int* stages) {
+bool fp8_variant_exists(int block_m, int block_n, int* stages) {
   for (const auto& v : kFp8Variants)
-    if (v.block_n == block_n) {
+    if (v.block_m == block_m && v.block_n == block_n) {
       if (stages) *stages = v.stages;
       return true;
     }
@@ -79,7 +81,8 @@ bool fp8_variant_exists(int block_n, int* stages) {
 
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
   for (const auto& v : kFp8Variants)
-    if (v.block_n == c.block_n) {
+    if (v.block_m == c.block_m && v.block_n == c.block_n) {
+      if (v.block_m != 128 && c.cluster != 1) return false;
       if (c.promote_every == 2)
         return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && c.cluster == 1;
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
@@ -97,28 +100,29 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;
-    const int tiles = fp8_tiles(m, n, v.block_n);
+    const int tiles = fp8_tiles(m, n, v.block_m, v.block_n);
     const int groups = fp8_promotion_groups(k, promote);
     for (int splits = 1; splits <= std::min(groups, 16); ++splits) {
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
       Fp8Candidate c;
+      c.config.block_m = v.block_m;
       c.config.block_n = v.block_n;
       c.config.stages = v.stages;
       c.config.splits = splits;
       c.config.promote_every = promote;
-      c.config.raster_group = raster_group_for(sm_count, v.block_n);
+      c.config.raster_group = raster_group_for(sm_count, v.block_m, v.block_n);
       c.units = units;
       c.waves = static_cast<double>(units) / sm_count;
       const double rounds = std::ceil(c.waves);
       const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
-      const double unit_flops = 2.0 * 128 * v.block_n * 128.0 * unit_kb;
+      const double unit_flops = 2.0 * v.block_m * v.block_n * 128.0 * unit_kb;
       const double unit_us =
-          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_n, promote) * 1e6);
+          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_m, v.block_n, promote) * 1e6);
       c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
       const double out_bytes = static_cast<double>(m) * n * 2.0;
-      const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * 128.0 * v.block_n * 4.0 : 0.0;
+      const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
       // SMs that have no unit pull no bytes: a half-empty grid cannot reach full bandwidth.
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
@@ -157,7 +161,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
 
 std::string Fp8GemmConfig::to_string() const {
   std::ostringstream os;
-  os << "bn=" << block_n << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
+  os << "bn=" << block_n;
+  if (block_m != 128) os << ",bm=" << block_m;
+  os << ",stages=" << stages << ",splits=" << splits << ",group=" << raster_group
      << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
@@ -168,6 +174,7 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   Fp8GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "bn") c.block_n = value;
+    else if (key == "bm") c.block_m = value;
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
@@ -175,14 +182,16 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, splits, group, grid, stages, cluster, promote)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote)");
     return Status::Ok();
   }));
   int stages = 0;
-  if (!fp8::fp8_variant_exists(c.block_n, &stages))
-    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + " (64, 128, 176, 192, 256)");
+  if (!fp8::fp8_variant_exists(c.block_m, c.block_n, &stages))
+    return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + ", bm=" +
+                           std::to_string(c.block_m) + " (bm=128: bn=64, 128, 176, 192, 256; bm=64: bn=64)");
   if (text.find("stages=") != std::string::npos && c.stages != stages)
-    return Status::Invalid("bn=" + std::to_string(c.block_n) + " is compiled with stages=" + std::to_string(stages));
+    return Status::Invalid("bn=" + std::to_string(c.block_n) + ", bm=" + std::to_string(c.block_m) +
+                           " is compiled with stages=" + std::to_string(stages));
   c.stages = stages;
   c.reason = "forced";
   *out = c;
@@ -227,7 +236,7 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
 }
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
-  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_n)), config.splits, 128,
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)), config.splits, config.block_m,
                                        config.block_n);
 }
 

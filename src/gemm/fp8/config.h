@@ -28,13 +28,14 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
 int fp8_k_blocks(int64_t k);
 // The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`.
 int fp8_promotion_groups(int64_t k, int promote_every);
-// The persistent schedule of an M x N output in 128 x block_n tiles (cluster rows of `cluster`
-// tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for / cluster.
-gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_n, int cluster, int splits,
-                                int raster_group, int sm_count);
-int raster_group_for(int sm_count, int block_n);
-int fp8_tiles(int64_t m, int64_t n, int block_n);
-bool fp8_variant_exists(int block_n, int* stages);
+// The persistent schedule of an M x N output in block_m x block_n tiles (cluster rows of
+// `cluster` tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for /
+// cluster.
+gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
+                                int splits, int raster_group, int sm_count);
+int raster_group_for(int sm_count, int block_m, int block_n);
+int fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
+bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
 // one; promotion every two K blocks only has the plain epilogue without a bias, single CTAs).
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue);

@@ -49,9 +49,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
                   : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
+  // setmaxnreg moves registers from the producer to two consumer warpgroups (RegisterSplit);
+  // with one, 256 threads start with up to 255 registers each and nothing needs moving.
+  constexpr bool kSplitRegisters = T::kConsumerWarpgroups == 2;
   using Operands = typename T::Operands;  // dense, or 2:4-sparse A (gemm/sparse/operands.cuh)
 
-  // One consumer warpgroup per 64 rows of the A box (two, or one when M <= 64).
+  // One consumer warpgroup per 64 rows of the A box (two, or one for 64-row tiles and M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
 
   // Barrier init: every working consumer warp of every CTA in the cluster releases a stage once
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
     // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); the rest of the
     // warpgroup idles on few registers.
-    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
       for (int u = first_unit; u < num_units; u += unit_step) {
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     }
   } else {
-    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    if constexpr (kSplitRegisters) hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
     if (consumer_wg >= consumer_wgs) {  // its rows lie wholly past M (small M)
       if constexpr (T::kClusterM > 1) hopper::cluster_sync();

@@ -61,11 +61,12 @@ Fp8EpilogueKind epilogue_kind(const Fp8GemmArgs& a) {
 
 Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   int stages = 0;
-  if (!fp8::fp8_variant_exists(c.block_n, &stages))
-    return Status::Invalid("fp8_gemm: no compiled variant with block_n=" + std::to_string(c.block_n));
+  if (!fp8::fp8_variant_exists(c.block_m, c.block_n, &stages))
+    return Status::Invalid("fp8_gemm: no compiled variant with block_m=" + std::to_string(c.block_m) +
+                           ", block_n=" + std::to_string(c.block_n));
   if (c.stages != stages)
-    return Status::Invalid("fp8_gemm: block_n=" + std::to_string(c.block_n) + " runs with stages=" +
-                           std::to_string(stages));
+    return Status::Invalid("fp8_gemm: block_m=" + std::to_string(c.block_m) + ", block_n=" +
+                           std::to_string(c.block_n) + " runs with stages=" + std::to_string(stages));
   if (c.promote_every != 1 && c.promote_every != 2)
     return Status::Invalid("fp8_gemm: promote must be 1 or 2 (K blocks per FP32 promotion)");
   const int kb = fp8::fp8_promotion_groups(a.k, c.promote_every);
@@ -82,7 +83,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, no cluster; "
-                           "row broadcast, activation or residual: bn=64/128/192)");
+                           "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64, promote=1, "
+                           "no cluster, plain or bias)");
   return Status::Ok();
 }
 
@@ -92,10 +94,10 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  const CUtensorMap&, const CUtensorMap&, const Fp8KernelParams&, int device,
                                  int* launched);
 
-template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery>
+template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused), kOutFp32, kFused, kStaged, kCluster,
-                           kPromoteEvery>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM), kOutFp32, kFused, kStaged, kCluster,
+                           kPromoteEvery, kBlockM>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -108,6 +110,7 @@ struct Variant {
 };
 
 struct VariantEntry {
+  int block_m;
   int block_n;
   bool out_fp32;
   bool fused;
@@ -118,10 +121,10 @@ struct VariantEntry {
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1>
+template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote>;
-  return VariantEntry{BN, F32, Fused, Staged || Fused, Cluster, Promote, &V::launch, &V::smem_bytes};
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM>;
+  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, &V::launch, &V::smem_bytes};
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -145,6 +148,8 @@ const VariantEntry kEntries[] = {
     entry<256, true, false, false>(),  entry<256, true, false, true>(),
     entry<176, false, false, false>(), entry<176, false, false, true>(),
     entry<176, true, false, false>(),  entry<176, true, false, true>(),
+    entry<64, false, false, false, 1, 1, 64>(), entry<64, false, false, true, 1, 1, 64>(),
+    entry<64, true, false, false, 1, 1, 64>(),  entry<64, true, false, true, 1, 1, 64>(),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
     entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),
@@ -160,9 +165,10 @@ constexpr int expected_entries() {
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
-const VariantEntry* find_entry(int block_n, bool out_fp32, bool fused, bool staged, int cluster, int promote_every) {
+const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
+                               int promote_every) {
   for (const auto& e : kEntries)
-    if (e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged &&
+    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged &&
         e.cluster == cluster && e.promote_every == promote_every)
       return &e;
   return nullptr;
@@ -210,7 +216,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   const bool fused = fused_epilogue(args);
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry =
-      find_entry(cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster, cfg.promote_every);
+      find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster, cfg.promote_every);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
@@ -227,7 +233,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sa.rows = static_cast<uint64_t>(args.m);
   sa.cols = static_cast<uint64_t>(args.k);
   sa.row_stride_bytes = static_cast<uint64_t>(args.k);
-  const int a_box_rows = args.m <= 64 ? 64 : 128;
+  const int a_box_rows = args.m <= 64 ? 64 : cfg.block_m;
   sa.box_rows = static_cast<uint32_t>(a_box_rows);
   sa.box_cols = 128;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
@@ -260,8 +266,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
-  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_n,
-                              cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
+  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
+                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);

@@ -68,18 +68,21 @@ struct RegisterSplit {
 // pair. It cut L2 throughput from 82% to 59% yet ran slower, as did the same pairs without
 // multicast (docs/perf.md W1 v4), so the launcher never picks it by itself.
 // kPromoteEvery_: K blocks the tensor cores accumulate before each FP32 promotion (DenseOperandsT).
+// kBlockM_: tile rows, 64 per consumer warpgroup (128: two, 64: one; variants.h).
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
-  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
   static constexpr bool kFused = kFused_;
   static constexpr bool kStaged = kStaged_ || kFused_;
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static_assert(kBlockM == 128 || (kBlockM == 64 && !kFused_ && kClusterM_ == 1),
+                "64-row tiles: plain or bias epilogue, single CTAs");
   static constexpr int kClusterM = kClusterM_;
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
@@ -131,9 +134,10 @@ struct Fp8KernelParams {
   gemm::EpilogueParams epi;
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
-  // Rows of the A box: 128, or 64 when M <= 64. TMA boxes that reach past the tensor's last row
-  // stream far slower than in-bounds boxes (measured: M=64 ran 25% slower than M=128 on the same
-  // N, K), so for M <= 64 the A box stops at row 64 and only consumer warpgroup 0 works.
+  // Rows of the A box: the tile's rows (T::kBlockM), or 64 when M <= 64. TMA boxes that reach
+  // past the tensor's last row stream far slower than in-bounds boxes (measured: M=64 ran 25%
+  // slower than M=128 on the same N, K), so for M <= 64 a 128-row tile's A box stops at row 64
+  // and only consumer warpgroup 0 works.
   int a_box_rows;
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).

@@ -12,6 +12,10 @@ struct Fp8Variant {
   // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
   bool promote2;
   const char* note;
+  // Rows of a tile: 128 (two consumer warpgroups), or 64 (one): twice the tiles along M, so a
+  // small-M shape fills the SMs without splitting K, and a stage is half the bytes, so the ring
+  // is twice as deep (docs/perf.md W1 v7).
+  int block_m = 128;
 };
 
 // Row bytes of one staged epilogue chunk (and of the output tensor map's box, swizzled to the
@@ -26,11 +30,13 @@ constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
 // (gemm/fp8/epilogue_fused.cuh).
 constexpr int fp8_fused_epi_bytes(int block_n) { return 32768 + block_n * 256 + block_n * 4; }
 
-// Stages fill what is left of 227 KiB after the epilogue's shared memory (plain: 32 KiB of
-// output staging and the staged bias; fused: fp8_fused_epi_bytes) and 2 KiB of barriers and
-// alignment slack, divided by 16 KiB of A + block_n * 128 bytes of B per stage.
-constexpr int fp8_stages_for(int block_n, bool fused = false) {
-  return (232448 - (fused ? fp8_fused_epi_bytes(block_n) : 32768 + block_n * 2) - 2048) / (16384 + block_n * 128);
+// Stages fill what is left of 227 KiB after the epilogue's shared memory (plain: 16 KiB of
+// output staging per consumer warpgroup and the staged bias; fused: fp8_fused_epi_bytes) and
+// 2 KiB of barriers and alignment slack, divided by block_m * 128 bytes of A + block_n * 128 of B
+// per stage.
+constexpr int fp8_stages_for(int block_n, bool fused = false, int block_m = 128) {
+  return (232448 - (fused ? fp8_fused_epi_bytes(block_n) : 16384 * (block_m / 64) + block_n * 2) - 2048) /
+         (block_m * 128 + block_n * 128);
 }
 
 // With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
@@ -46,6 +52,10 @@ constexpr Fp8Variant kFp8Variants[] = {
     // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.
     // No fused epilogue. (224 was measured too and lost everywhere: docs/perf.md W1 session 9.)
     {176, fp8_stages_for(176), 0, true, "in-between: fills the last wave where 128/192/256 do not"},
+    // 64 x 64 tiles, 13 stages (cuBLASLt's pick for M = 128, N = 4096, K = 7168 is the same tile
+    // and depth): M = 128 in two tile rows instead of one split two ways along K, no fix-up. Plain
+    // and bias epilogues, per-block promotion only.
+    {64, fp8_stages_for(64, false, 64), 0, false, "short: 64-row tiles, small M without split-K", 64},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
