@@ -19,6 +19,13 @@ namespace model {
 constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
 constexpr double kDramTBs = 3.0;
 constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
+// What one CTA streams at most: ~200 KB in flight (the ring) over DRAM latency under load.
+// Measured (session 11, 64-row tiles, K = 7168): 917 KB per CTA in 12-13 us whether 64 or 128
+// CTAs ran (64 x 4096: 14.0 us, 128 x 4096: 13.9, 128 x 2112 without a split: 12.7).
+constexpr double kSmStreamGBs = 75.0;
+// The last split's extra latency: store its partial, count in, read the others back. Session 11:
+// 64-row tiles at 64 x 4096 x 7168 ran 14.0 us unsplit on 64 SMs and 15.0 split in two on 128.
+constexpr double kSplitFixupUs = 1.5;
 // Measured 2026-11-22, session 6 (docs/perf.md W1 v4): at M = 4096, once wave quantization is
 // counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
@@ -123,13 +130,25 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
       const double out_bytes = static_cast<double>(m) * n * 2.0;
       const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
-      // SMs that have no unit pull no bytes: a half-empty grid cannot reach full bandwidth.
-      const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
-      c.t_memory_us =
-          bytes / (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7) * model::stream_efficiency(v.block_n));
-      c.t_total_us = std::max(c.t_compute_us, c.t_memory_us);
-      c.bound = c.t_compute_us >= c.t_memory_us ? "tensor" : "memory";
+      // DRAM time round by round: SMs that have no unit pull no bytes, so a short last round
+      // cannot reach full bandwidth either.
+      c.t_memory_us = 0.0;
+      for (int left = units; left > 0; left -= sm_count) {
+        const int in_round = std::min(left, sm_count);
+        const double active = static_cast<double>(in_round) / sm_count;
+        c.t_memory_us += bytes * in_round / units /
+                         (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7) * model::stream_efficiency(v.block_n));
+      }
+      // Each CTA's own stream: its tile's A and B rows for its K range, every round. It binds where
+      // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
+      // neighbours find most of it in L2, at a fraction of the latency.
+      const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
+      c.t_stream_us =
+          tiles_m > 2 ? 0.0 : rounds * (v.block_m + v.block_n) * 128.0 * unit_kb / (model::kSmStreamGBs * 1e3);
+      if (splits > 1) c.t_memory_us += model::kSplitFixupUs;
+      c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
+      c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
       char reason[160];
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
@@ -141,7 +160,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   // the lower estimate (beyond 1%), then to the wider tile (less L2 traffic per FLOP) -- but not
   // to 256 on memory-bound shapes, where it leaves SMs without a tile and is unmeasured.
   auto width_rank = [](const Fp8Candidate& c) {
-    return c.bound[0] == 'm' && c.config.block_n > 192 ? 0 : c.config.block_n;
+    return c.bound[0] != 't' && c.config.block_n > 192 ? 0 : c.config.block_n;
   };
   std::stable_sort(out.begin(), out.end(), [&](const Fp8Candidate& a, const Fp8Candidate& b) {
     if (std::fabs(a.t_total_us - b.t_total_us) > 0.03 * std::min(a.t_total_us, b.t_total_us))
@@ -222,22 +241,22 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bn stages splits promote  units  waves  compute_us  memory_us  est_us  bound\n";
-  char line[160];
+  os << "   bm  bn stages splits promote  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
+  char line[192];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %6d %6d %7d %6d %6.2f %11.1f %10.1f %7.1f  %s\n", i == 0 ? "*" : " ",
-                  c.config.block_n, c.config.stages, c.config.splits, c.config.promote_every, c.units, c.waves,
-                  c.t_compute_us,
-                  c.t_memory_us, c.t_total_us, c.bound);
+    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
+                  i == 0 ? "*" : " ", c.config.block_m, c.config.block_n, c.config.stages, c.config.splits,
+                  c.config.promote_every, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
+                  c.t_total_us, c.bound);
     os << line;
   }
   return os.str();
 }
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
-  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)), config.splits, config.block_m,
-                                       config.block_n);
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
+                                       config.splits, config.block_m, config.block_n);
 }
 
 }  // namespace lowbit

@@ -17,7 +17,8 @@ struct Fp8Candidate {
   int units = 0;
   double waves = 0.0;
   double t_compute_us = 0.0;  // waves x per-unit tensor time
-  double t_memory_us = 0.0;   // DRAM bytes / bandwidth
+  double t_memory_us = 0.0;   // DRAM bytes / bandwidth, round by round (+ the split-K fix-up)
+  double t_stream_us = 0.0;   // rounds x what one CTA streams / the per-SM stream rate
   double t_total_us = 0.0;
   const char* bound = "";
 };
