@@ -26,6 +26,10 @@ constexpr double kSmStreamGBs = 75.0;
 // The last split's extra latency: store its partial, count in, read the others back. Session 11:
 // 64-row tiles at 64 x 4096 x 7168 ran 14.0 us unsplit on 64 SMs and 15.0 split in two on 128.
 constexpr double kSplitFixupUs = 1.5;
+// The share of SMs that, streaming, already saturate DRAM. Session 11: 64 CTAs (0.48 of the SMs)
+// pulled 30 MB in 13.7 us at 64 x 4096 x 7168 (2.2 TB/s with launch and fill), no slower than 128
+// split units; 0.7 before made the chooser split K there for a 7% loss.
+constexpr double kFullBandwidthShare = 0.5;
 // Measured 2026-11-22, session 6 (docs/perf.md W1 v4): at M = 4096, once wave quantization is
 // counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
 // 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
@@ -138,7 +142,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         const int in_round = std::min(left, sm_count);
         const double active = static_cast<double>(in_round) / sm_count;
         c.t_memory_us += bytes * in_round / units /
-                         (model::kDramTBs * 1e6 * std::min(1.0, active / 0.7) * model::stream_efficiency(v.block_n));
+                         (model::kDramTBs * 1e6 * std::min(1.0, active / model::kFullBandwidthShare) * model::stream_efficiency(v.block_n));
       }
       // Each CTA's own stream: its tile's A and B rows for its K range, every round. It binds where
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
