@@ -21,9 +21,9 @@ __device__ __forceinline__ void grid_dependency_wait() { cudaGridDependencySynch
 // reading what this grid writes). Safe to call at any point, any number of times.
 __device__ __forceinline__ void launch_dependents() { cudaTriggerProgrammaticLaunchCompletion(); }
 
-// Launches `kernel` on `stream`, with PDL when `pdl` is set. The first kernel of a pipeline is
-// launched without it, so the pipeline as a whole stays ordered after whatever the caller
-// enqueued before it.
+// Launches `kernel` on `stream`, with PDL when `pdl` is set. A kernel that keeps the contract
+// above may be the first of a pipeline and still launch with it: its wait orders it after the
+// caller's last kernel, and every later stage waits on the one before.
 template <class... KernelArgs, class... Args>
 cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
                           cudaStream_t stream, bool pdl, Args&&... args) {

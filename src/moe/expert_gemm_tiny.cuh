@@ -1,10 +1,10 @@
 // Tiny batches (a few tokens, atomic mode): the routing moves into the expert GEMM. At M = 1 the
 // three glue stages are a chain of launches and global round trips that cost more than
 // streaming the 8 experts' weights (docs/perf.md, W6 v2). Here every CTA routes the few tokens
-// itself (a few KB of logits from L2), so it knows which weights it streams without waiting for
-// any other kernel: its first unit's W loads go out before the grid-dependency wait, while the
-// small tiny_prepare kernel launched before it (first in the stream order, without PDL) zeroes
-// Y and quantizes X into the sorted buffer's first rows. Only the X tiles and the scatter wait.
+// itself (a few KB of logits from L2) instead of waiting for a routing kernel. The small
+// tiny_prepare kernel before it zeroes Y and quantizes X into the sorted buffer's first rows.
+// Both launch with PDL: tiny_prepare becomes resident under the previous kernel's tail and
+// waits there, and this kernel's barrier init runs under tiny_prepare (docs/perf.md, W6 v3).
 //
 // Units are (expert, 128-row N block, K split) over the distinct experts the tokens picked;
 // the token tile holds all M tokens, and a token that did not pick the unit's expert is skipped
@@ -118,11 +118,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   hopper::launch_dependents();
 
-  // Barrier init.
+  // Barrier init, then the wait: nothing global is touched before tiny_prepare (and through its
+  // own wait, whatever the caller enqueued before) has completed.
   init_expert_gemm<T>(ss, &tm_w, &tm_x);
+  hopper::grid_dependency_wait();
 
-  // Routing: warp t routes token t. The logits (or the caller's routing) were written before
-  // tiny_prepare started, so they are read before the wait.
+  // Routing: warp t routes token t.
   const int pairs = p.m * p.top_k;
   if (warp < p.m) {
     if (logits) {
@@ -180,36 +181,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
-      bool waited = false;
       for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
         const ExpertUnit v = tiles.resolve(u);
         const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
         const uint32_t bytes = static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes;
         const blockscaled::ScaleStageLoad<T> scales{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes};
-        int kb = v.kb_begin;
-        if (!waited) {
-          // The first stages' weights go out now; their X tiles and scales (tiny_prepare's
-          // output) after the wait, on the same stage barriers.
-          const int early = min(v.kb_end - v.kb_begin, T::kStages);
-          hopper::RingPosition<T::kStages> at = pos;
-          for (int i = 0; i < early; ++i) {
-            ss.bars.producer_acquire(pos);
-            uint64_t* full = &ss.bars.full[pos.stage];
-            hopper::mbarrier_arrive_expect_tx(full, bytes);
-            hopper::tma_load_2d(ss.a[pos.stage], &tm_w, full, (kb + i) * T::kBlockK, v.w_row0);
-            pos.advance();
-          }
-          hopper::grid_dependency_wait();
-          waited = true;
-          for (int i = 0; i < early; ++i) {
-            uint64_t* full = &ss.bars.full[at.stage];
-            hopper::tma_load_2d(ss.b[at.stage], &tm_x, full, (kb + i) * T::kBlockK, v.x_row0);
-            scales(at.stage, kb + i, full);
-            at.advance();
-          }
-          kb += early;
-        }
-        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, kb, v.kb_end, bytes, pos, scales);
+        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, bytes, pos, scales);
       }
     }
   } else {
