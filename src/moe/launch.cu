@@ -480,14 +480,22 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
   LOWBIT_RETURN_IF_ERROR(prepare("fused_moe_fp8", args, workspace, workspace_bytes, config, &r));
   static constexpr MoeStage kSplit[] = {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather,
                                         MoeStage::kExpertGemm, MoeStage::kFinish};
-  // Every kernel launches with PDL, the first one too: each touches no global memory before its
-  // grid-dependency wait, which returns once its predecessor -- the caller's last kernel for the
-  // first one -- has completed, so the chain stays ordered after the caller's work. The first
-  // kernel is resident and waiting before that kernel ends, which hides its launch (M = 1:
-  // 12.25 -> 11.9 us, docs/perf.md W6 v3).
-  auto run = [&](MoeStage st) { return run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1); };
+  // Each kernel touches no global memory before its grid-dependency wait, which returns once its
+  // predecessor -- the caller's last kernel, for the first one -- has completed, so any of them
+  // may launch with PDL and the chain stays ordered after the caller's work. The tiny path's
+  // first kernel does: it is resident and waiting before that kernel ends, which hides its launch
+  // (M = 1: 12.1 -> 11.2 us). The split pipeline's does not: launched early, M = 128 ran 111.3 us
+  // against 105.8 (same-machine A/B, docs/perf.md W6 v3).
+  bool first = true;
+  auto run = [&](MoeStage st) {
+    const bool launches = stage_launches(st, args);
+    const Status status = run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1 && !first);
+    first = first && !launches;
+    return status;
+  };
   if (r.cfg.tiny == 1) {
     LOWBIT_RETURN_IF_ERROR(run_tiny(args, r, workspace, stream));
+    first = false;
     LOWBIT_RETURN_IF_ERROR(run(MoeStage::kFinish));
   } else {
     for (MoeStage st : kSplit) LOWBIT_RETURN_IF_ERROR(run(st));
