@@ -22,10 +22,11 @@ __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUni
   static_assert(kRegs % 4 == 0, "fragments are stored as float4");
   constexpr int kVec = kRegs / 4;
   float4* base = reinterpret_cast<float4*>(partials) + static_cast<size_t>(w.tile) * splits * kVec * threads;
+  // Split s's float4 j of this thread.
+  const auto slot = [&](int s, int j) { return base + (static_cast<size_t>(s) * kVec + j) * threads + thread; };
 #pragma unroll
   for (int j = 0; j < kVec; ++j)
-    base[(static_cast<size_t>(w.split) * kVec + j) * threads + thread] =
-        make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    *slot(w.split, j) = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
   // Only thread 0 publishes: the barrier orders every consumer thread's partial before its
   // release (acq_rel at GPU scope is cumulative over what the barrier made it observe), and its
   // acquire orders the other splits' partials before the reads below, which the second barrier
@@ -44,12 +45,11 @@ __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUni
   // Sum every split's partial in split order, so the rounding is the same whichever split
   // arrives last. This split's own partial is still in `acc`: where it is split 0 or 1 it joins
   // in place (p0 + p1 == p1 + p0 exactly), one round of loads fewer on the critical path.
-  const auto load = [&](int s, int j) { return __ldcg(&base[(static_cast<size_t>(s) * kVec + j) * threads + thread]); };
   // A later split re-reads its own partial: acc starts from split 0's.
   if (w.split > 1) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float4 v = load(0, j);
+      const float4 v = __ldcg(slot(0, j));
       acc[4 * j] = v.x;
       acc[4 * j + 1] = v.y;
       acc[4 * j + 2] = v.z;
@@ -61,7 +61,7 @@ __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUni
     if (s == in_acc) continue;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float4 v = load(s, j);
+      const float4 v = __ldcg(slot(s, j));
       acc[4 * j] += v.x;
       acc[4 * j + 1] += v.y;
       acc[4 * j + 2] += v.z;

@@ -291,7 +291,7 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
 }
 
 // The tiny-batch path's two kernels: zero Y + quantize X, then the GEMM that routes for itself;
-// both with PDL (config pdl=1) like every stage of the split pipeline.
+// both with PDL (config pdl=1), the first one too (see fused_moe_fp8).
 Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
   const MoeShape& s = r.s;
   cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream, r.cfg.pdl == 1,
@@ -480,7 +480,8 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
   LOWBIT_RETURN_IF_ERROR(prepare("fused_moe_fp8", args, workspace, workspace_bytes, config, &r));
   static constexpr MoeStage kSplit[] = {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather,
                                         MoeStage::kExpertGemm, MoeStage::kFinish};
-  // Each kernel touches no global memory before its grid-dependency wait, which returns once its
+  // Each kernel reads and writes no global memory before its grid-dependency wait (the route
+  // stage's optional L2 prefetch of the weights is a hint, not a read), which returns once its
   // predecessor -- the caller's last kernel, for the first one -- has completed, so any of them
   // may launch with PDL and the chain stays ordered after the caller's work. The tiny path's
   // first kernel does: it is resident and waiting before that kernel ends, which hides its launch

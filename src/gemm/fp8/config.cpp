@@ -141,8 +141,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       for (int left = units; left > 0; left -= sm_count) {
         const int in_round = std::min(left, sm_count);
         const double active = static_cast<double>(in_round) / sm_count;
-        c.t_memory_us += bytes * in_round / units /
-                         (model::kDramTBs * 1e6 * std::min(1.0, active / model::kFullBandwidthShare) * model::stream_efficiency(v.block_n));
+        const double share = std::min(1.0, active / model::kFullBandwidthShare);
+        c.t_memory_us +=
+            bytes * in_round / units / (model::kDramTBs * 1e6 * share * model::stream_efficiency(v.block_n));
       }
       // Each CTA's own stream: its tile's A and B rows for its K range, every round. It binds where
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's

@@ -168,8 +168,8 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
                                int promote_every) {
   for (const auto& e : kEntries)
-    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused && e.staged == staged &&
-        e.cluster == cluster && e.promote_every == promote_every)
+    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
+        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every)
       return &e;
   return nullptr;
 }
