@@ -70,6 +70,7 @@ struct Result {
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_patch_embed_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_nvfp4_shape(const Options& opt, const Shape& shape, Result* r);
+Status run_nvfp4_grouped_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_blockscaled_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_moe_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_sparse_shape(const Options& opt, const Shape& shape, Result* r);

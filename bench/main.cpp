@@ -1,5 +1,5 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
@@ -37,6 +37,13 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     const int64_t nk[][2] = {{7168, 16384}, {4096, 7168}, {7168, 2048}};
     for (const auto& p : nk) v.push_back({"W4", 128, p[0], p[1]});
     for (int64_t m : {1, 16, 512, 4096}) v.push_back({"W4", m, 7168, 16384});
+  }
+  if (suite == "W5" || suite == "default") {
+    // Seed 001's grouped NVFP4 sets (workloads.md W5): per-group M, shared N and K.
+    v.push_back({"W5", 0, 4096, 7168, 0, {80, 176, 128, 72, 64, 248, 96, 160}});
+    v.push_back({"W5", 0, 7168, 2048, 0, {40, 76, 168, 72, 164, 148, 196, 160}});
+    v.push_back({"W5", 0, 3072, 4096, 0, {192, 320}});
+    v.push_back({"W5", 0, 4096, 1536, 0, {128, 384}});
   }
   if (suite == "BS-grouped" || suite == "default") {
     // Block-scaled FP8 grouped GEMM: DeepGEMM's contiguous (G=4 x 8192 x 4096 x 7168, G=8 x 4096 x
@@ -99,7 +106,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n");
 }
@@ -151,6 +158,9 @@ int main(int argc, char** argv) {
   for (const auto& s : opt.shapes) {
     Shape sh;
     if (!parse_shape(s, &sh)) { std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", s.c_str()); return 2; }
+    // "--suite W4 --shape MxNxK" runs that suite's kernel on the shape (default: the FP8 GEMM).
+    for (const char* own : {"W1-square", "W1-llm", "W3-fp8", "W3-f16", "W4", "BS-dense"})
+      if (sh.suite == "custom" && opt.suite == own) sh.suite = own;
     shapes.push_back(sh);
   }
   if (opt.shapes.empty()) shapes = suite_shapes(opt.suite);
@@ -179,6 +189,7 @@ int main(int argc, char** argv) {
     Result r;
     const Status st = sh.suite == "W2"                ? run_patch_embed_shape(opt, sh, &r)
                       : sh.suite == "W4"              ? run_nvfp4_shape(opt, sh, &r)
+                      : sh.suite == "W5"              ? run_nvfp4_grouped_shape(opt, sh, &r)
                       : sh.suite.rfind("BS-", 0) == 0 ? run_blockscaled_shape(opt, sh, &r)
                       : sh.suite == "W6"              ? run_moe_shape(opt, sh, &r)
                       : sh.suite.rfind("W3", 0) == 0 || (sh.suite == "custom" && !opt.sparse.empty())
@@ -199,7 +210,9 @@ int main(int argc, char** argv) {
   double log_sum = 0.0;
   int log_n = 0;
   auto flush_geomean = [&](const std::string& suite) {
-    if (log_n > 0) std::printf("%-9s geomean x cuBLASLt over %d shapes: %.3f\n", suite.c_str(), log_n, std::exp(log_sum / log_n));
+    if (log_n > 0)
+      std::printf("%-9s geomean x %s over %d shapes: %.3f\n", suite.c_str(),
+                  suite == "W5" ? "per-group loop" : "cuBLASLt", log_n, std::exp(log_sum / log_n));
     log_sum = 0.0;
     log_n = 0;
   };
@@ -232,6 +245,20 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), groups, (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_loop, r.x_loop, r.err, r.similarity,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.speedup > 0) {
+        log_sum += std::log(r.speedup);
+        ++log_n;
+      }
+      continue;
+    }
+    if (r.shape.suite == "W5") {
+      int64_t total_m = 0;
+      for (int64_t m : r.shape.group_m) total_m += m;
+      std::printf("%-9s %2zux%4lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | per-group loop %9.2f %6.3f x | w4a16 %8.2f"
+                  " | bf16-mma floor %6.2f | %8.2e | %s %s\n",
+                  r.shape.suite.c_str(), r.shape.group_m.size(), (long long)(total_m / std::max<size_t>(1, r.shape.group_m.size())),
+                  (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops, r.gbs, r.pct_floor, r.us_loop, r.x_loop,
+                  r.us_w4a16, r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       if (r.speedup > 0) {
         log_sum += std::log(r.speedup);
         ++log_n;

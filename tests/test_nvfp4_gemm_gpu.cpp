@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +53,123 @@ formats::Nvfp4Tensor make_nvfp4(int64_t rows, int64_t cols, bool ints, std::mt19
   return t;
 }
 
+// One problem's operands on the host (the reference's dequantized values) and on the device
+// (raw NVFP4 weights prepacked, activations in BF16 or NVFP4, D poisoned with NaN).
+struct Operands {
+  int64_t m = 0, n = 0, k = 0;
+  bool ints = true, fp4_act = false;
+  uint64_t seed = 0;
+  formats::Nvfp4Tensor w, a4;
+  std::vector<float> wd, ad;
+  std::vector<uint16_t> a_bf16;
+  std::unique_ptr<Buf> pre, abuf, ascales, d;
+
+  void make(int64_t m_, int64_t n_, int64_t k_, bool ints_, bool fp4_act_, bool swizzled, uint64_t seed_) {
+    m = m_, n = n_, k = k_, ints = ints_, fp4_act = fp4_act_, seed = seed_;
+    std::mt19937_64 rng(seed);
+    w = make_nvfp4(n, k, ints, rng);
+    wd = formats::dequantize_nvfp4(w);  // includes the global scale
+    // Activations: BF16, or NVFP4 whose dequantized values the reference uses.
+    ad.assign(static_cast<size_t>(m * k), 0.0f);
+    if (fp4_act) {
+      if (m > 0) {
+        a4 = make_nvfp4(m, k, ints, rng);
+        ad = formats::dequantize_nvfp4(a4);
+      }
+    } else {
+      a_bf16.resize(ad.size());
+      std::uniform_int_distribution<int> di(-4, 4);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (size_t i = 0; i < ad.size(); ++i) {
+        a_bf16[i] = formats::float_to_bf16(ints ? static_cast<float>(di(rng)) : nd(rng));
+        ad[i] = formats::bf16_to_float(a_bf16[i]);
+      }
+    }
+    Buf packed(w.packed.size()), scales(formats::nvfp4_scales_swizzled_bytes(n, k / 16) + w.scales.size());
+    packed.upload(w.packed);
+    if (swizzled) scales.upload(formats::swizzle_nvfp4_scales(w.scales.data(), n, k / 16));
+    else scales.upload(w.scales);
+    const size_t pre_bytes = nvfp4_prepacked_bytes(n, k);
+    pre = std::make_unique<Buf>(pre_bytes);
+    Nvfp4PrepackArgs pa;
+    pa.n = n;
+    pa.k = k;
+    pa.packed = packed.p;
+    pa.scales = scales.p;
+    pa.scales_swizzled = swizzled;
+    pa.out = pre->p;
+    pa.out_bytes = pre_bytes;
+    ASSERT_TRUE(nvfp4_prepack_weights(pa, nullptr).ok());
+    CUDA_OK(cudaDeviceSynchronize());  // the source buffers go out of scope
+    abuf = std::make_unique<Buf>(fp4_act ? a4.packed.size() : a_bf16.size() * 2);
+    ascales = std::make_unique<Buf>(fp4_act ? a4.scales.size() : 16);
+    if (fp4_act) {
+      abuf->upload(a4.packed);
+      ascales->upload(a4.scales);
+    } else {
+      abuf->upload(a_bf16);
+    }
+    d = std::make_unique<Buf>(static_cast<size_t>(m * n * 2));
+    CUDA_OK(cudaMemset(d->p, 0xFF, d->bytes));  // NaN poison
+  }
+
+  float a_global() const { return fp4_act ? a4.global_scale : 1.0f; }
+
+  Nvfp4GroupedProblem descriptor() const {
+    Nvfp4GroupedProblem g{};
+    g.m = static_cast<int32_t>(m);
+    g.n = static_cast<int32_t>(n);
+    g.k = static_cast<int32_t>(k);
+    g.a = abuf->p;
+    g.a_scales = fp4_act ? ascales->p : nullptr;
+    g.b_prepacked = pre->p;
+    g.d = d->p;
+    g.a_global_scale = fp4_act ? a4.global_scale : 1.0f;
+    g.b_global_scale = w.global_scale;
+    return g;
+  }
+
+  std::vector<uint16_t> read() const {
+    std::vector<uint16_t> out(static_cast<size_t>(m * n));
+    EXPECT_EQ(cudaMemcpy(out.data(), d->p, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+
+  // Every element against the FP64 reference over the dequantized operands. Small integers:
+  // exact (the BF16 rounding of the exact sum). Random: the BF16 rounding of the output (2^-8
+  // relative) plus FP32 accumulation over K terms (K * 2^-24 of sum |a w|).
+  void check(const std::string& what) const {
+    SCOPED_TRACE(what + " (seed " + std::to_string(seed) + ")");
+    const std::vector<uint16_t> out = read();
+    int bad = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double p = static_cast<double>(ad[i * k + kk]) * wd[j * k + kk];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const float got = formats::bf16_to_float(out[i * n + j]);
+        bool ok;
+        if (ints) {
+          ok = got == formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref)));
+        } else {
+          const double tol = std::ldexp(std::fabs(ref), -8) + static_cast<double>(k) * std::ldexp(mag, -24);
+          ok = std::isfinite(got) && std::fabs(got - ref) <= tol;
+        }
+        if (!ok && ++bad <= 5) ADD_FAILURE() << "D[" << i << "," << j << "] = " << got << ", reference " << ref;
+      }
+    EXPECT_EQ(bad, 0) << "mismatching elements";
+  }
+
+  int64_t written() const {
+    int64_t c = 0;
+    for (uint16_t v : read()) c += std::isnan(formats::bf16_to_float(v)) ? 0 : 1;
+    return c;
+  }
+};
+
 struct Case {
   int64_t m, n, k;
   bool ints;
@@ -65,61 +184,13 @@ std::string name(const Case& c) {
          " cfg=" + (c.config ? c.config : "auto");
 }
 
-// Runs one case; every output element is checked (the output is poisoned with NaN first).
+// Runs one dense case; every output element is checked (the output is poisoned first).
 void run_case(const Case& c) {
   SCOPED_TRACE(name(c));
-  const uint64_t seed = lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k);
-  std::mt19937_64 rng(seed);
-  const formats::Nvfp4Tensor w = make_nvfp4(c.n, c.k, c.ints, rng);
-  const std::vector<float> wd = formats::dequantize_nvfp4(w);  // includes the global scale
-
-  // Activations: BF16, or NVFP4 whose dequantized values the reference uses.
-  std::vector<float> ad(static_cast<size_t>(c.m * c.k));
-  std::vector<uint16_t> a_bf16;
-  formats::Nvfp4Tensor a4;
-  if (c.fp4_act) {
-    a4 = make_nvfp4(c.m, c.k, c.ints, rng);
-    ad = formats::dequantize_nvfp4(a4);
-  } else {
-    a_bf16.resize(ad.size());
-    std::uniform_int_distribution<int> di(-4, 4);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (size_t i = 0; i < ad.size(); ++i) {
-      a_bf16[i] = formats::float_to_bf16(c.ints ? static_cast<float>(di(rng)) : nd(rng));
-      ad[i] = formats::bf16_to_float(a_bf16[i]);
-    }
-  }
-
-  // Device buffers.
-  Buf packed(w.packed.size()), scales(formats::nvfp4_scales_swizzled_bytes(c.n, c.k / 16) + w.scales.size());
-  packed.upload(w.packed);
-  if (c.swizzled) {
-    std::vector<uint8_t> sw = formats::swizzle_nvfp4_scales(w.scales.data(), c.n, c.k / 16);
-    scales.upload(sw);
-  } else {
-    scales.upload(w.scales);
-  }
-  const size_t pre_bytes = nvfp4_prepacked_bytes(c.n, c.k);
-  Buf pre(pre_bytes);
-  Nvfp4PrepackArgs pa;
-  pa.n = c.n;
-  pa.k = c.k;
-  pa.packed = packed.p;
-  pa.scales = scales.p;
-  pa.scales_swizzled = c.swizzled;
-  pa.out = pre.p;
-  pa.out_bytes = pre_bytes;
-  ASSERT_TRUE(nvfp4_prepack_weights(pa, nullptr).ok());
-
-  Buf abuf(c.fp4_act ? a4.packed.size() : a_bf16.size() * 2), ascales(c.fp4_act ? a4.scales.size() : 16);
-  if (c.fp4_act) {
-    abuf.upload(a4.packed);
-    ascales.upload(a4.scales);
-  } else {
-    abuf.upload(a_bf16);
-  }
-  Buf d(static_cast<size_t>(c.m * c.n * 2));
-  CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison
+  Operands o;
+  o.make(c.m, c.n, c.k, c.ints, c.fp4_act, c.swizzled,
+         lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k));
+  if (::testing::Test::HasFatalFailure()) return;
 
   Nvfp4GemmConfig cfg;
   const bool forced = c.config != nullptr;
@@ -134,47 +205,78 @@ void run_case(const Case& c) {
   ga.n = c.n;
   ga.k = c.k;
   if (c.fp4_act) {
-    ga.a_packed = abuf.p;
-    ga.a_scales = ascales.p;
-    ga.a_global_scale = a4.global_scale;
+    ga.a_packed = o.abuf->p;
+    ga.a_scales = o.ascales->p;
+    ga.a_global_scale = o.a4.global_scale;
   } else {
-    ga.a_bf16 = abuf.p;
+    ga.a_bf16 = o.abuf->p;
   }
-  ga.b_prepacked = pre.p;
-  ga.b_global_scale = w.global_scale;
-  ga.d = d.p;
+  ga.b_prepacked = o.pre->p;
+  ga.b_global_scale = o.w.global_scale;
+  ga.d = o.d->p;
   ga.workspace = ws.p;
   ga.workspace_bytes = ws_bytes;
   const Status st = nvfp4_gemm(ga, nullptr, forced ? &cfg : nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> out(static_cast<size_t>(c.m * c.n));
-  CUDA_OK(cudaMemcpy(out.data(), d.p, out.size() * 2, cudaMemcpyDeviceToHost));
-
-  // FP64 reference over the dequantized operands. Bound for random inputs: the BF16 rounding of
-  // the output (2^-8 relative) plus FP32 accumulation over K terms (K * 2^-24 of sum |a w|).
-  int bad = 0;
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t j = 0; j < c.n; ++j) {
-      double ref = 0.0, mag = 0.0;
-      for (int64_t kk = 0; kk < c.k; ++kk) {
-        const double p = static_cast<double>(ad[i * c.k + kk]) * wd[j * c.k + kk];
-        ref += p;
-        mag += std::fabs(p);
-      }
-      const float got = formats::bf16_to_float(out[i * c.n + j]);
-      bool ok;
-      if (c.ints) {
-        ok = got == formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref)));
-      } else {
-        const double tol = std::ldexp(std::fabs(ref), -8) + static_cast<double>(c.k) * std::ldexp(mag, -24);
-        ok = std::isfinite(got) && std::fabs(got - ref) <= tol;
-      }
-      if (!ok && ++bad <= 5)
-        ADD_FAILURE() << "D[" << i << "," << j << "] = " << got << ", reference " << ref << " (seed " << seed << ")";
-    }
-  EXPECT_EQ(bad, 0) << "mismatching elements";
+  o.check(name(c));
 }
+
+// ---- grouped ---------------------------------------------------------------------------------
+
+struct Grouped {
+  std::vector<std::unique_ptr<Operands>> ops;
+  std::unique_ptr<Buf> problems;
+  std::unique_ptr<Buf> ws;
+  size_t ws_bytes = 0;
+  bool fp4_act = false;
+  int64_t act_elems = 0;
+
+  void add(int64_t m, int64_t n, int64_t k, bool ints, bool fp4, uint64_t salt) {
+    fp4_act = fp4;
+    ops.emplace_back(new Operands);
+    ops.back()->make(m, n, k, ints, fp4, salt % 2 == 1, lowbit_test::seed() * 131 + salt);
+    act_elems += m * k;
+  }
+  std::vector<Nvfp4GroupedProblem> descriptors() const {
+    std::vector<Nvfp4GroupedProblem> h;
+    for (const auto& o : ops) h.push_back(o->descriptor());
+    return h;
+  }
+  void upload(const std::vector<Nvfp4GroupedProblem>& h) {
+    const size_t bytes = h.size() * sizeof(Nvfp4GroupedProblem);
+    if (!problems || problems->bytes < bytes) problems = std::make_unique<Buf>(bytes);
+    CUDA_OK(cudaMemcpy(problems->p, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  Nvfp4GroupedArgs args(int64_t capacity) {
+    ws_bytes = nvfp4_grouped_workspace_size(static_cast<int>(ops.size()), capacity);
+    ws = std::make_unique<Buf>(ws_bytes);
+    Nvfp4GroupedArgs a;
+    a.problems = static_cast<const Nvfp4GroupedProblem*>(problems->p);
+    a.groups = static_cast<int>(ops.size());
+    a.nvfp4_activations = fp4_act;
+    a.max_activation_elements = capacity;
+    a.workspace = ws->p;
+    a.workspace_bytes = ws_bytes;
+    return a;
+  }
+  // Runs once with every group's descriptor and checks every element of every group.
+  void run_and_check(const char* config, const std::string& what) {
+    upload(descriptors());
+    const Nvfp4GroupedArgs a = args(act_elems);
+    Nvfp4GemmConfig cfg;
+    if (config) {
+      ASSERT_TRUE(parse_nvfp4_config(config, &cfg).ok());
+    }
+    const Status st = nvfp4_grouped_gemm(a, nullptr, config ? &cfg : nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const Status cs = nvfp4_grouped_check_status(a.workspace, nullptr);
+    ASSERT_TRUE(cs.ok()) << cs.to_string();
+    for (size_t g = 0; g < ops.size(); ++g)
+      ops[g]->check(what + " cfg=" + (config ? config : "auto") + " group " + std::to_string(g) + " m=" +
+                    std::to_string(ops[g]->m));
+  }
+};
 
 TEST_F(Nvfp4GemmGpu, SmallIntegersExactEveryVariant) {
   for (const char* cfg : {"tokens=16", "tokens=32", "tokens=64", "tokens=128", "tokens=16,splits=3", "tokens=64,splits=2",
@@ -256,6 +358,155 @@ TEST_F(Nvfp4GemmGpu, RejectsBadInput) {
   pa.k = 256;
   pa.out_bytes = 100;
   EXPECT_FALSE(nvfp4_prepack_weights(pa, nullptr).ok()) << "prepack output too small";
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+// Empty groups, M = 1, 127, 129, and N and K differing per group, through every token tile.
+TEST_F(Nvfp4GemmGpu, GroupedEdgeGroupsExact) {
+  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16", "tokens=32", "tokens=64"}) {
+    Grouped g;
+    const int64_t ms[] = {0, 1, 127, 129, 0, 40, 256};
+    const int64_t ns[] = {128, 144, 256, 48, 128, 400, 128};
+    const int64_t ks[] = {256, 160, 512, 96, 64, 1024, 128};
+    for (int i = 0; i < 7; ++i) g.add(ms[i], ns[i], ks[i], true, false, 10 + i);
+    g.run_and_check(cfg, "edge groups bf16-act");
+    if (HasFailure()) return;
+  }
+}
+
+TEST_F(Nvfp4GemmGpu, GroupedNvfp4ActivationsExact) {
+  Grouped g;
+  const int64_t ms[] = {3, 0, 129, 64};
+  const int64_t ks[] = {512, 256, 160, 2048};
+  for (int i = 0; i < 4; ++i) g.add(ms[i], 272, ks[i], true, true, 20 + i);
+  g.run_and_check(nullptr, "edge groups nvfp4-act");
+}
+
+TEST_F(Nvfp4GemmGpu, GroupedRandomWithinBound) {
+  Grouped g;
+  const int64_t ms[] = {80, 176, 17, 248};
+  for (int i = 0; i < 4; ++i) g.add(ms[i], 512, 2048, false, true, 30 + i);
+  g.run_and_check(nullptr, "random nvfp4-act");
+  Grouped h;
+  for (int i = 0; i < 3; ++i) h.add(ms[i], 384, 1024, false, false, 40 + i);
+  h.run_and_check("tokens=64", "random bf16-act");
+}
+
+TEST_F(Nvfp4GemmGpu, GroupedManyTinyGroups) {
+  Grouped g;
+  for (int i = 0; i < 300; ++i) g.add(i % 4, 16 * (1 + i % 3), 32 * (1 + i % 2), true, true, 1000 + i);
+  g.run_and_check("tokens=16", "300 tiny groups");
+}
+
+// Captured once, replayed after the descriptors were rewritten on the device: the second
+// replay computes the new sizes and pointers (activation staging included).
+TEST_F(Nvfp4GemmGpu, GroupedGraphReplayNewDescriptors) {
+  Grouped first, second;
+  const int64_t m1[] = {64, 0, 200, 17}, m2[] = {0, 130, 5, 256};
+  for (int i = 0; i < 4; ++i) {
+    first.add(m1[i], 256, 512, true, true, 50 + i);
+    second.add(m2[i], 128 + 16 * i, 256 + 128 * (i % 2), true, true, 60 + i);
+  }
+  first.upload(first.descriptors());
+  const Nvfp4GroupedArgs a = first.args(std::max(first.act_elems, second.act_elems));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const Status st = nvfp4_grouped_gemm(a, s);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  for (size_t g = 0; g < 4; ++g) first.ops[g]->check("graph replay 1 group " + std::to_string(g));
+  const auto h2 = second.descriptors();
+  CUDA_OK(cudaMemcpyAsync(first.problems->p, h2.data(), h2.size() * sizeof(Nvfp4GroupedProblem), cudaMemcpyHostToDevice, s));
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  EXPECT_TRUE(nvfp4_grouped_check_status(a.workspace, s).ok());
+  for (size_t g = 0; g < 4; ++g) second.ops[g]->check("graph replay 2 group " + std::to_string(g));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+// A bad descriptor on the device: that group is skipped (its D stays poisoned), the others are
+// computed, the status word names it. Too little activation staging: nothing is computed and
+// the status says why.
+TEST_F(Nvfp4GemmGpu, GroupedBadDescriptorReported) {
+  Grouped g;
+  for (int i = 0; i < 3; ++i) g.add(100 + i, 128, 256, true, true, 70 + i);
+  auto h = g.descriptors();
+  h[1].b_global_scale = std::nanf("");
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 3, true).ok());
+  g.upload(h);
+  Nvfp4GroupedArgs a = g.args(g.act_elems);
+  ASSERT_TRUE(nvfp4_grouped_gemm(a, nullptr).ok());
+  Status cs = nvfp4_grouped_check_status(a.workspace, nullptr);
+  EXPECT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("group 1"), std::string::npos) << cs.to_string();
+  g.ops[0]->check("bad-descriptor run group 0");
+  g.ops[2]->check("bad-descriptor run group 2");
+  EXPECT_EQ(g.ops[1]->written(), 0) << "the invalid group's output was written";
+
+  Grouped small;
+  for (int i = 0; i < 2; ++i) small.add(64, 128, 256, true, true, 80 + i);
+  small.upload(small.descriptors());
+  a = small.args(small.act_elems - 32);
+  ASSERT_TRUE(nvfp4_grouped_gemm(a, nullptr).ok());
+  cs = nvfp4_grouped_check_status(a.workspace, nullptr);
+  EXPECT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("max_activation_elements"), std::string::npos) << cs.to_string();
+  for (const auto& o : small.ops) EXPECT_EQ(o->written(), 0) << "a call without room for its activations wrote D";
+}
+
+TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
+  Grouped g;
+  g.add(16, 128, 256, true, false, 90);
+  g.upload(g.descriptors());
+  const Nvfp4GroupedArgs ok = g.args(0);
+  auto expect_bad = [&](Nvfp4GroupedArgs a, const Nvfp4GemmConfig* cfg, const char* what) {
+    const Status st = nvfp4_grouped_gemm(a, nullptr, cfg);
+    EXPECT_FALSE(st.ok()) << what;
+    EXPECT_FALSE(st.message().empty()) << what;
+  };
+  Nvfp4GroupedArgs a = ok;
+  a.groups = 0;
+  expect_bad(a, nullptr, "no groups");
+  a = ok;
+  a.problems = nullptr;
+  expect_bad(a, nullptr, "null problems");
+  a = ok;
+  a.workspace_bytes = ok.workspace_bytes - 1;
+  expect_bad(a, nullptr, "workspace too small");
+  a = ok;
+  a.nvfp4_activations = true;
+  a.max_activation_elements = 1 << 20;
+  expect_bad(a, nullptr, "workspace too small for the staging");
+  a = ok;
+  a.workspace = static_cast<char*>(ok.workspace) + 16;
+  expect_bad(a, nullptr, "misaligned workspace");
+  Nvfp4GemmConfig cfg;
+  ASSERT_TRUE(parse_nvfp4_config("tokens=64,splits=2", &cfg).ok());
+  expect_bad(ok, &cfg, "split K");
+  auto h = g.descriptors();
+  h[0].k = 48;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
+  h = g.descriptors();
+  h[0].n = 40;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
+  h = g.descriptors();
+  h[0].a_scales = nullptr;
+  EXPECT_TRUE(nvfp4_grouped_validate(h.data(), 1, false).ok()) << "BF16 activations need no scales";
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, true).ok()) << "NVFP4 activations need scales";
+  h = g.descriptors();
+  h[0].d = static_cast<char*>(h[0].d) + 8;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
+  h = g.descriptors();
+  h[0].m = -1;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
   CUDA_OK(cudaDeviceSynchronize());
 }
 

@@ -77,4 +77,60 @@ size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_act
 // whose workspace fits.
 Status nvfp4_gemm(const Nvfp4GemmArgs& args, cudaStream_t stream, const Nvfp4GemmConfig* config = nullptr);
 
+// ---------------------------------------------------------------- grouped
+// One problem of a grouped NVFP4 GEMM: D_g[m, n] = g_a * g_b * A_g[m, k] . W_g[n, k]^T. An array
+// of these lives in device memory, so a captured CUDA graph can be replayed after the caller
+// rewrites sizes and pointers on the device.
+struct Nvfp4GroupedProblem {
+  int32_t m;  // tokens; 0 = empty group (costs nothing, its pointers are not read)
+  int32_t n;  // multiple of 16
+  int32_t k;  // multiple of 32
+  int32_t reserved;
+  const void* a;            // BF16 [m, k] (W4A16 call) or NVFP4 [m, k / 2] (NVFP4 call), 16-byte aligned
+  const void* a_scales;     // NVFP4 call: E4M3 [m, k / 16] row-major; unused otherwise
+  const void* b_prepacked;  // nvfp4_prepack_weights of this group's [n, k] weights, 16-byte aligned
+  void* d;                  // BF16 [m, n], 16-byte aligned
+  float a_global_scale;     // NVFP4 call: finite, > 0
+  float b_global_scale;     // finite, > 0
+};
+
+struct Nvfp4GroupedArgs {
+  const Nvfp4GroupedProblem* problems = nullptr;  // device memory, `groups` descriptors
+  int groups = 0;                                 // >= 1
+  bool nvfp4_activations = false;                 // every group's A is NVFP4 (else BF16)
+  // NVFP4 call: the BF16 copy of all groups' activations is staged in the workspace; this bounds
+  // sum over groups of m * k. A call whose groups need more computes nothing and reports it.
+  int64_t max_activation_elements = 0;
+  // Typical tokens per group, for the chooser's token tile (the sizes live on the device);
+  // 0 = unknown (128-token tiles).
+  int64_t expected_m = 0;
+  // Caller-owned: status word, tile offsets, per-group tensor maps, staged activations
+  // (nvfp4_grouped_workspace_size). No initialization needed; calls that may run concurrently
+  // need separate workspaces.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+size_t nvfp4_grouped_workspace_size(int max_groups, int64_t max_activation_elements);
+
+// Picks the token tile for a grouped call (no K split: the groups' tiles fill the SMs).
+Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig* out);
+
+// One preparation launch (validates the descriptors, lays out the tiles, patches the groups'
+// activation tensor maps), for an NVFP4 call one activation pass, then one persistent GEMM
+// launch over the tiles of every group; all on `stream`, no host synchronization, capturable in
+// a graph. A group that breaks a rule (negative m; n not a positive multiple of 16; k not a
+// positive multiple of 32; a null or misaligned pointer in a non-empty group; a global scale
+// that is not finite and > 0) is skipped -- its D is not written -- and recorded in the
+// workspace's status word (nvfp4_grouped_check_status). Host-side checks: groups >= 1, problems
+// and workspace non-null, workspace large enough, config valid (splits = 1).
+Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& args, cudaStream_t stream, const Nvfp4GemmConfig* config = nullptr);
+
+// The same rules, applied to descriptors the caller holds on the host; names the first bad group.
+Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* host_problems, int groups, bool nvfp4_activations);
+
+// Reads the status word the last nvfp4_grouped_gemm on this workspace left: Ok, or the first
+// invalid group and why. Synchronizes `stream` (a checking aid, not for the hot path).
+Status nvfp4_grouped_check_status(const void* workspace, cudaStream_t stream);
+
 }  // namespace lowbit

@@ -1,6 +1,7 @@
-// NVFP4 (W4A16) GEMM kernel: one work unit (128 weight rows x kTokens tokens x a K range) per
-// CTA; one TMA producer warpgroup, two dequantize-and-WGMMA consumer warpgroups, a ring of
-// stages between them, deterministic split-K fix-up, transposed coalesced store.
+// NVFP4 (W4A16) GEMM kernel, dense or grouped (the problem layout is a template parameter):
+// persistent, one TMA producer warpgroup and two dequantize-and-WGMMA consumer warpgroups with a
+// ring of stages between them that runs on across units (the next unit's first blocks load under
+// this unit's epilogue), deterministic split-K fix-up (dense), transposed coalesced store.
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
 // mainloop -> epilogue.
 #pragma once
@@ -9,9 +10,9 @@
 
 #include "gemm/nvfp4/epilogue.cuh"
 #include "gemm/nvfp4/mainloop.cuh"
+#include "gemm/nvfp4/problems.cuh"
 #include "gemm/nvfp4/traits.cuh"
 #include "gemm/split_k.cuh"
-#include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/shared_storage.cuh"
@@ -19,7 +20,7 @@
 
 namespace lowbit::nvfp4 {
 
-template <class T>
+template <class T, bool kGrouped>
 __global__ void __launch_bounds__(T::kThreads, 1)
     nvfp4_gemm_kernel(const __grid_constant__ CUtensorMap tm_act, const Nvfp4KernelParams p) {
   // Static checks.
@@ -34,37 +35,56 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
-  const Nvfp4Unit w = nvfp4_unit(p, blockIdx.x);
 
   // Barrier init: each of the 8 consumer warps releases a stage once per phase.
   if (threadIdx.x == 0) {
     ss.bars.init(8);
     hopper::mbarrier_init_fence();
-    hopper::tma_prefetch_descriptor(&tm_act);
+    if constexpr (!kGrouped) hopper::tma_prefetch_descriptor(&tm_act);
   }
   __syncthreads();
+  // Each role builds its own walk after setmaxnreg (values live across it were spilled).
+  auto make_problems = [&](bool issues_tma) {
+    if constexpr (kGrouped) {
+      return GroupedProblems<T::kTokens>{p, issues_tma};
+    } else {
+      (void)issues_tma;
+      return DenseProblems{p, &tm_act};
+    }
+  };
 
   // Role split.
   if (warpgroup == 0) {
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) nvfp4_produce<T>(ss, &tm_act, p, w);
+    if (threadIdx.x == 0) {
+      auto problems = make_problems(true);
+      const int num_units = problems.num_units();
+      hopper::RingPosition<T::kStages> pos;
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) nvfp4_produce<T>(ss, problems.resolve(u), pos);
+    }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
-    // Mainloop.
-    float acc[T::kTokens / 2];
+    auto problems = make_problems(false);
+    const int num_units = problems.num_units();
     Nvfp4Consumer<T> consumer{ss, consumer_wg, {}};
-    consumer.run(w, acc);
-    // Epilogue (after the split-K fix-up when K is split).
-    if (p.splits > 1) {
-      gemm::WorkUnit wu{};
-      wu.tile = w.tile;
-      wu.split = w.split;
-      if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
-                               256))
-        return;
+    float acc[T::kTokens / 2];
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      // Mainloop.
+      consumer.run(problems.resolve(u).w, acc);
+      // Epilogue (after the split-K fix-up when K is split). The unit is resolved again rather
+      // than kept live across the mainloop, where the registers are taken.
+      const Nvfp4UnitView v = problems.resolve(u);
+      if (!kGrouped && p.splits > 1) {
+        gemm::WorkUnit wu{};
+        wu.tile = v.w.tile;
+        wu.split = v.w.split;
+        if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
+                                 256))
+          continue;
+      }
+      nvfp4_store_tile<T>(ss, v, consumer_wg, acc);
     }
-    nvfp4_store_tile<T>(ss, p, w, consumer_wg, acc);
   }
 #endif
 }

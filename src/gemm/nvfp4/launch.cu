@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -13,7 +14,9 @@
 #include <string>
 
 #include "formats/nvfp4_device.cuh"
+#include "gemm/nvfp4/activations.cuh"
 #include "gemm/nvfp4/kernel.cuh"
+#include "gemm/nvfp4/variants.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
@@ -85,82 +88,57 @@ __global__ void nvfp4_prepack_kernel(const uint8_t* __restrict__ packed, const u
 
 // ---- NVFP4 activations -> BF16 (exact: e2m1 * e4m3 fits BF16) ------------------------------
 
-__device__ __forceinline__ float e2m1_value(uint32_t code) {
-  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = mag[code & 7];
-  return (code & 8) ? -v : v;
-}
-
-// One thread per block of 16 values (8 bytes in, 32 bytes out).
+// One thread per block of 16 values.
 __global__ void nvfp4_activations_to_bf16(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                                           int64_t blocks, __nv_bfloat16* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= blocks) return;
-  __nv_fp8_e4m3 sf;
-  sf.__x = scales[i];
-  const float s = static_cast<float>(sf);
-  const uint2 v = *reinterpret_cast<const uint2*>(packed + i * 8);
-  const uint32_t w[2] = {v.x, v.y};
-  alignas(16) __nv_bfloat16 o[16];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xFF;
-    o[2 * j] = __float2bfloat16_rn(e2m1_value(byte & 0xF) * s);
-    o[2 * j + 1] = __float2bfloat16_rn(e2m1_value(byte >> 4) * s);
-  }
-  uint4* dst = reinterpret_cast<uint4*>(out + i * 16);
-  dst[0] = reinterpret_cast<const uint4*>(o)[0];
-  dst[1] = reinterpret_cast<const uint4*>(o)[1];
+  if (i < blocks) nvfp4::act_block_to_bf16(packed, scales, i, out);
 }
 
 // ---- variants and config -------------------------------------------------------------------
 
-using LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap&, const nvfp4::Nvfp4KernelParams&, int);
+template <int kTokens, bool kGrouped>
+cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p,
+                           int device) {
+  using T = nvfp4::Nvfp4Traits<kTokens>;
+  static std::atomic<uint64_t> configured{0};
+  const uint64_t bit = device < 64 ? (1ull << device) : 0;
+  if (!bit || !(configured.load() & bit)) {
+    const cudaError_t e = cudaFuncSetAttribute(nvfp4::nvfp4_gemm_kernel<T, kGrouped>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    configured.fetch_or(bit);
+  }
+  nvfp4::nvfp4_gemm_kernel<T, kGrouped><<<grid, T::kThreads, T::kSmemBytes, stream>>>(act, p);
+  return cudaGetLastError();
+}
 
 template <int kTokens>
-struct Variant {
-  using T = nvfp4::Nvfp4Traits<kTokens>;
-  static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p,
-                            int device) {
-    static std::atomic<uint64_t> configured{0};
-    const uint64_t bit = device < 64 ? (1ull << device) : 0;
-    if (!bit || !(configured.load() & bit)) {
-      const cudaError_t e = cudaFuncSetAttribute(nvfp4::nvfp4_gemm_kernel<T>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-      if (e != cudaSuccess) return e;
-      configured.fetch_or(bit);
-    }
-    nvfp4::nvfp4_gemm_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(act, p);
-    return cudaGetLastError();
-  }
-};
-
-struct VariantEntry {
-  int tokens;
-  int stages;
-  int smem;
-  LaunchFn launch;
-  const char* note;
-};
-
-const VariantEntry kVariants[] = {
-    {16, nvfp4::Nvfp4Traits<16>::kStages, nvfp4::Nvfp4Traits<16>::kSmemBytes, &Variant<16>::launch,
-     "decode: M <= 16, weight-stream bound"},
-    {32, nvfp4::Nvfp4Traits<32>::kStages, nvfp4::Nvfp4Traits<32>::kSmemBytes, &Variant<32>::launch, "M <= 32"},
-    {64, nvfp4::Nvfp4Traits<64>::kStages, nvfp4::Nvfp4Traits<64>::kSmemBytes, &Variant<64>::launch, "M <= 64"},
-    {128, nvfp4::Nvfp4Traits<128>::kStages, nvfp4::Nvfp4Traits<128>::kSmemBytes, &Variant<128>::launch,
-     "M > 64: BF16 tensor-rate bound"},
-};
-
-const VariantEntry* find_variant(int tokens) {
-  for (const auto& v : kVariants)
-    if (v.tokens == tokens) return &v;
-  return nullptr;
+constexpr nvfp4::Nvfp4Variant variant(const char* note) {
+  return {kTokens, nvfp4::Nvfp4Traits<kTokens>::kStages, nvfp4::Nvfp4Traits<kTokens>::kSmemBytes,
+          &launch_variant<kTokens, false>, &launch_variant<kTokens, true>, note};
 }
+
+const nvfp4::Nvfp4Variant kVariants[] = {
+    variant<16>("decode: M <= 16, weight-stream bound"),
+    variant<32>("M <= 32"),
+    variant<64>("M <= 64"),
+    variant<128>("M > 64: BF16 tensor-rate bound"),
+};
+
+const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }
 
 size_t counters_bytes(int64_t tiles) { return static_cast<size_t>(ceil_div(tiles * 4, 256) * 256); }
 
 }  // namespace
+
+namespace nvfp4 {
+const Nvfp4Variant* find_nvfp4_variant(int tokens) {
+  for (const auto& v : kVariants)
+    if (v.tokens == tokens) return &v;
+  return nullptr;
+}
+}  // namespace nvfp4
 
 std::string Nvfp4GemmConfig::to_string() const {
   std::ostringstream os;
@@ -289,7 +267,7 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     // Fall back to no split when the caller's workspace cannot hold the partials.
     if (nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg) > a.workspace_bytes) cfg.splits = 1;
   }
-  const VariantEntry* v = find_variant(cfg.block_tokens);
+  const nvfp4::Nvfp4Variant* v = find_variant(cfg.block_tokens);
   if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be 16, 32, 64 or 128");
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   if (cfg.splits < 1 || cfg.splits > k_blocks)
@@ -350,7 +328,11 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     std::fprintf(stderr, "[lowbit] nvfp4_gemm %lldx%lldx%lld %s: %lld units\n", static_cast<long long>(a.m),
                  static_cast<long long>(a.n), static_cast<long long>(a.k), cfg.to_string().c_str(),
                  static_cast<long long>(units));
-  const cudaError_t e = v->launch(static_cast<int>(units), stream, tm_act, p, dev.device);
+  // One CTA per unit: the kernel walks units blockIdx.x, + gridDim.x, ..., so this is one unit
+  // each, and the hardware hands a finished SM the next CTA. A persistent grid (min(units, SMs))
+  // measured 7% slower at 128x7168x16384 (392 units, static striding; docs/perf.md W4 v3).
+  const int grid = static_cast<int>(units);
+  const cudaError_t e = v->launch_dense(grid, stream, tm_act, p, dev.device);
   if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4_gemm launch: ") + cudaGetErrorString(e));
   return Status::Ok();
 }

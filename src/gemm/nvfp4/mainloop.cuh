@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include "formats/nvfp4_device.cuh"
+#include "gemm/nvfp4/problems.cuh"
 #include "gemm/nvfp4/traits.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
@@ -15,37 +16,20 @@
 
 namespace lowbit::nvfp4 {
 
-struct Nvfp4Unit {
-  int n_tile, m_tile, split;
-  int tile;  // linear output tile id (split-K bookkeeping)
-  int kb_begin, kb_end;
-};
-
-__device__ __forceinline__ Nvfp4Unit nvfp4_unit(const Nvfp4KernelParams& p, int u) {
-  Nvfp4Unit w;
-  w.split = u % p.splits;
-  w.tile = u / p.splits;
-  w.n_tile = w.tile % p.tiles_n;  // neighbouring CTAs share the activation rows in L2
-  w.m_tile = w.tile / p.tiles_n;
-  w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * p.k_blocks) / p.splits);
-  w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * p.k_blocks) / p.splits);
-  return w;
-}
-
+// One unit's K blocks, continuing the ring where the previous unit left it.
 template <class T>
-__device__ __forceinline__ void nvfp4_produce(typename T::SharedStorage& ss, const CUtensorMap* tm_act,
-                                              const Nvfp4KernelParams& p, const Nvfp4Unit& w) {
-  hopper::RingPosition<T::kStages> pos;
+__device__ __forceinline__ void nvfp4_produce(typename T::SharedStorage& ss, const Nvfp4UnitView& v,
+                                              hopper::RingPosition<T::kStages>& pos) {
+  const Nvfp4Unit& w = v.w;
   for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, kWeightStageBytes + T::kActStageBytes);
-    hopper::bulk_load(ss.weights[pos.stage],
-                      p.weights + (static_cast<int64_t>(w.n_tile) * p.k_blocks + kb) * kWeightStageBytes,
+    hopper::bulk_load(ss.weights[pos.stage], v.weights + static_cast<int64_t>(kb) * kWeightStageBytes,
                       kWeightStageBytes, full);
     // Activation rows past M and columns past K arrive as zeros.
-    hopper::tma_load_2d(ss.act[pos.stage], tm_act, full, kb * kBlockK, w.m_tile * T::kTokens);
-    hopper::tma_load_2d(ss.act[pos.stage] + T::kActBoxBytes, tm_act, full, kb * kBlockK + 64, w.m_tile * T::kTokens);
+    hopper::tma_load_2d(ss.act[pos.stage], v.tm_act, full, kb * kBlockK, w.m_tile * T::kTokens);
+    hopper::tma_load_2d(ss.act[pos.stage] + T::kActBoxBytes, v.tm_act, full, kb * kBlockK + 64, w.m_tile * T::kTokens);
     pos.advance();
   }
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "hopper/mbarrier.cuh"
+#include "lowbit/nvfp4.h"
 
 namespace lowbit::nvfp4 {
 
@@ -62,16 +63,23 @@ struct Nvfp4Traits {
 };
 
 struct Nvfp4KernelParams {
+  // Dense.
   int m, n, k;
   int k_blocks;      // ceil(k / 128)
   int tiles_n;       // ceil(n / 128)
   int tiles_m;       // ceil(m / kTokens)
   int splits;
   const uint8_t* weights;  // prepacked
-  float alpha;             // g_a * g_b * kNvfp4DequantCompensation
+  float alpha;             // g_a * g_b * kNvfp4DequantCompensation (grouped: the compensation only)
   __nv_bfloat16* d;
   float* partials;
   int* tile_counters;
+  // Grouped.
+  const Nvfp4GroupedProblem* problems;
+  int groups;
+  bool nvfp4_activations;     // the groups' a_global_scale applies
+  const int* tile_start;      // [groups + 1] in the workspace
+  const CUtensorMap* act_maps;  // [groups] in the workspace
 };
 
 }  // namespace lowbit::nvfp4

@@ -1,0 +1,163 @@
+// Host side of the grouped NVFP4 GEMM: argument checks, config choice, the activation map
+// template, and the launches (prepare, activation pass for NVFP4 calls, persistent GEMM), all
+// on the caller's stream; no allocation and no synchronization (except nvfp4_grouped_check_status,
+// which exists to synchronize).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "formats/nvfp4_device.cuh"
+#include "gemm/nvfp4/grouped_prepare.cuh"
+#include "gemm/nvfp4/variants.h"
+#include "hopper/tensor_map.h"
+#include "lowbit/device.h"
+#include "lowbit/nvfp4.h"
+
+namespace lowbit {
+namespace {
+
+Status cuda_error(const std::string& what, cudaError_t e) {
+  return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
+}
+
+// The activation map of a token tile (BF16, boxes of tokens x 64, 128-byte swizzle), encoded once
+// per process; the device patches base, sizes and pitch per group (the base is a placeholder).
+Status act_template(int tokens, const CUtensorMap** out) {
+  constexpr int kTiles = 4;  // 16, 32, 64, 128
+  static CUtensorMap cache[kTiles];
+  static Status cache_status[kTiles];
+  static std::once_flag once[kTiles];
+  const int i = tokens == 16 ? 0 : tokens == 32 ? 1 : tokens == 64 ? 2 : 3;
+  std::call_once(once[i], [i, tokens] {
+    hopper::TensorMap2dSpec s;
+    s.base = reinterpret_cast<void*>(uintptr_t{1} << 20);
+    s.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    s.elem_bytes = 2;
+    s.rows = 128;
+    s.cols = 128;
+    s.row_stride_bytes = 256;
+    s.box_rows = static_cast<uint32_t>(tokens);
+    s.box_cols = 64;
+    cache_status[i] = hopper::make_tensor_map_2d(s, &cache[i]);
+  });
+  *out = &cache[i];
+  return cache_status[i];
+}
+
+}  // namespace
+
+size_t nvfp4_grouped_workspace_size(int max_groups, int64_t max_activation_elements) {
+  if (max_groups <= 0 || max_activation_elements < 0) return 0;
+  return nvfp4::GroupedWorkspace::bytes(max_groups, max_activation_elements);
+}
+
+Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& a, Nvfp4GemmConfig* out) {
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  Nvfp4GemmConfig c;
+  const int64_t m = a.expected_m > 0 ? a.expected_m : 128;
+  c.block_tokens = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  c.splits = 1;
+  std::ostringstream why;
+  why << "grouped: tokens " << c.block_tokens << " (smallest tile >= "
+      << (a.expected_m > 0 ? "the expected M " : "M = 128, the sizes being on the device, ") << m
+      << "), no K split (the groups' tiles fill the " << dev.sm_count << " SMs)";
+  c.reason = why.str();
+  *out = c;
+  return Status::Ok();
+}
+
+Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* problems, int groups, bool nvfp4_activations) {
+  const char* who = "nvfp4_grouped_gemm";
+  if (groups <= 0) return Status::Invalid(std::string(who) + ": groups must be >= 1 (got " + std::to_string(groups) + ")");
+  if (!problems) return Status::Invalid(std::string(who) + ": null problem array");
+  for (int g = 0; g < groups; ++g) {
+    const int err = nvfp4::check_group(problems[g], nvfp4_activations);
+    if (err != nvfp4::kGroupOk)
+      return Status::Invalid(std::string(who) + ": group " + std::to_string(g) + ": " + nvfp4::group_error_text(err));
+  }
+  return Status::Ok();
+}
+
+Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const Nvfp4GemmConfig* forced) {
+  const std::string who = "nvfp4_grouped_gemm";
+  if (a.groups <= 0) return Status::Invalid(who + ": groups must be >= 1 (got " + std::to_string(a.groups) + ")");
+  if (!a.problems) return Status::Invalid(who + ": null problem array");
+  if (reinterpret_cast<uintptr_t>(a.problems) % alignof(Nvfp4GroupedProblem) != 0)
+    return Status::Invalid(who + ": problem array must be " + std::to_string(alignof(Nvfp4GroupedProblem)) +
+                           "-byte aligned");
+  if (a.max_activation_elements < 0) return Status::Invalid(who + ": max_activation_elements must be >= 0");
+  if (!a.workspace) return Status::Invalid(who + ": null workspace");
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return Status::Invalid(who + ": workspace must be 256-byte aligned");
+  const int64_t capacity = a.nvfp4_activations ? a.max_activation_elements : 0;
+  const size_t need = nvfp4_grouped_workspace_size(a.groups, capacity);
+  if (a.workspace_bytes < need)
+    return Status::Error(StatusCode::kWorkspaceTooSmall, who + ": " + std::to_string(a.groups) + " groups" +
+                                                             (a.nvfp4_activations ? " and " + std::to_string(capacity) +
+                                                                                        " staged activations"
+                                                                                  : std::string()) +
+                                                             " need " + std::to_string(need) +
+                                                             " bytes of workspace, got " +
+                                                             std::to_string(a.workspace_bytes));
+  DeviceInfo dev;
+  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  Nvfp4GemmConfig cfg;
+  if (forced) cfg = *forced;
+  else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));
+  const nvfp4::Nvfp4Variant* v = nvfp4::find_nvfp4_variant(cfg.block_tokens);
+  if (!v) return Status::Invalid(who + ": block_tokens must be 16, 32, 64 or 128");
+  if (cfg.splits != 1) return Status::Invalid(who + ": grouped calls do not split K (splits must be 1)");
+  if (static_cast<size_t>(v->smem) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, who + ": kernel needs " + std::to_string(v->smem) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(dev.smem_per_block_optin));
+  const CUtensorMap* tmpl = nullptr;
+  LOWBIT_RETURN_IF_ERROR(act_template(cfg.block_tokens, &tmpl));
+
+  const nvfp4::GroupedWorkspace ws = nvfp4::GroupedWorkspace::at(a.workspace, a.groups, capacity);
+  nvfp4::grouped_prepare_kernel<<<1, nvfp4::kPrepareThreads, 0, stream>>>(a.problems, a.groups, a.nvfp4_activations,
+                                                                         cfg.block_tokens, ws, *tmpl);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_error(who + " prepare launch", e);
+  if (a.nvfp4_activations) {
+    // Grid-stride: a few CTAs per SM cover any total without knowing it on the host.
+    nvfp4::grouped_activations_kernel<<<dev.sm_count * 4, 256, 0, stream>>>(a.problems, a.groups, ws);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_error(who + " activation pass launch", e);
+  }
+
+  nvfp4::Nvfp4KernelParams p{};
+  p.splits = 1;
+  p.alpha = formats::kNvfp4DequantCompensation;
+  p.problems = a.problems;
+  p.groups = a.groups;
+  p.nvfp4_activations = a.nvfp4_activations;
+  p.tile_start = ws.tile_start;
+  p.act_maps = ws.maps;
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] nvfp4_grouped_gemm G=%d %s: grid %d\n", a.groups, cfg.to_string().c_str(),
+                 dev.sm_count);
+  // Persistent: one CTA per SM walks the groups' tiles (their count is known on the device only).
+  e = v->launch_grouped(dev.sm_count, stream, *tmpl, p, dev.device);
+  if (e != cudaSuccess) return cuda_error(who + " launch", e);
+  return Status::Ok();
+}
+
+Status nvfp4_grouped_check_status(const void* workspace, cudaStream_t stream) {
+  if (!workspace) return Status::Invalid("nvfp4_grouped_check_status: null workspace");
+  int host[2] = {0, -1};
+  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error("nvfp4_grouped_check_status", e);
+  if (host[0] == nvfp4::kGroupOk) return Status::Ok();
+  return Status::Invalid("nvfp4_grouped_gemm: " + (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) +
+                         nvfp4::group_error_text(host[0]));
+}
+
+}  // namespace lowbit

@@ -1,0 +1,195 @@
+// The grouped NVFP4 GEMM's work before the GEMM, on the caller's stream and without the host:
+//  - grouped_prepare_kernel (one CTA): validates every descriptor, writes the groups' tile
+//    offsets (an exclusive prefix sum; invalid and empty groups own none) and, for an NVFP4 call,
+//    where each group's BF16 activations are staged; patches one activation tensor map per
+//    non-empty group from a host-encoded template.
+//  - grouped_activations_kernel (NVFP4 calls): dequantizes every group's activations into the
+//    staging area, exactly, one 16-value block per thread step.
+// A captured graph therefore replays correctly after the caller rewrites the descriptors.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+
+#include "gemm/nvfp4/activations.cuh"
+#include "hopper/tma.cuh"
+#include "lowbit/nvfp4.h"
+
+namespace lowbit::nvfp4 {
+
+// Why a group was skipped (status[0]); status[1] is the first such group's index.
+enum GroupError : int {
+  kGroupOk = 0,
+  kGroupNegativeM = 1,
+  kGroupBadN = 2,              // not a positive multiple of 16
+  kGroupBadK = 3,              // not a positive multiple of 32
+  kGroupNullPointer = 4,       // a, b_prepacked, d (and a_scales in an NVFP4 call) in a non-empty group
+  kGroupMisaligned = 5,        // a, b_prepacked, d not 16-byte aligned
+  kGroupBadGlobalScale = 6,    // not finite and > 0
+  kGroupTooManyTiles = 7,      // all groups together: nothing is computed
+  kGroupActivationsTooLarge = 8,  // sum of m * k over the groups exceeds max_activation_elements: nothing is computed
+};
+
+inline const char* group_error_text(int code) {
+  switch (code) {
+    case kGroupOk: return "ok";
+    case kGroupNegativeM: return "m < 0";
+    case kGroupBadN: return "n must be a positive multiple of 16";
+    case kGroupBadK: return "k must be a positive multiple of 32";
+    case kGroupNullPointer: return "a, b_prepacked, d (and a_scales for NVFP4 activations) must be non-null in a non-empty group";
+    case kGroupMisaligned: return "a, b_prepacked and d must be 16-byte aligned";
+    case kGroupBadGlobalScale: return "global scales must be finite and > 0";
+    case kGroupTooManyTiles: return "the groups together have more than 2^31 - 1 tiles";
+    case kGroupActivationsTooLarge: return "the groups' activations (sum of m * k) exceed max_activation_elements";
+  }
+  return "unknown";
+}
+
+__host__ __device__ __forceinline__ bool misaligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 != 0;
+}
+
+__host__ __device__ __forceinline__ bool good_scale(float s) { return s > 0.0f && s <= 3.402823466e38f; }
+
+// The rules for one descriptor, applied on the device here and by nvfp4_grouped_validate.
+__host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g, bool nvfp4_act) {
+  if (g.m < 0) return kGroupNegativeM;
+  if (g.m == 0) return kGroupOk;
+  if (g.n <= 0 || g.n % 16 != 0) return kGroupBadN;
+  if (g.k <= 0 || g.k % 32 != 0) return kGroupBadK;
+  if (!g.a || !g.b_prepacked || !g.d || (nvfp4_act && !g.a_scales)) return kGroupNullPointer;
+  if (misaligned16(g.a) || misaligned16(g.b_prepacked) || misaligned16(g.d)) return kGroupMisaligned;
+  if (!good_scale(g.b_global_scale) || (nvfp4_act && !good_scale(g.a_global_scale))) return kGroupBadGlobalScale;
+  return kGroupOk;
+}
+
+// The workspace: a status word, the tile offsets, the staged activations' block offsets, the
+// groups' activation maps and the staging area, each at a fixed place for (groups, capacity).
+struct GroupedWorkspace {
+  int* status;                // [2]: GroupError, first bad group (-1 if none)
+  int* tile_start;            // [groups + 1]
+  long long* act_block_start; // [groups + 1]: first 16-value block of each group's staged activations
+  CUtensorMap* maps;          // [groups]
+  __nv_bfloat16* staging;     // [capacity] BF16
+  long long capacity;         // elements
+
+  static size_t align(size_t x, size_t a) { return (x + a - 1) / a * a; }
+  static size_t tiles_offset() { return 128; }
+  static size_t act_offset(int groups) { return align(tiles_offset() + (static_cast<size_t>(groups) + 1) * 4, 128); }
+  static size_t maps_offset(int groups) { return align(act_offset(groups) + (static_cast<size_t>(groups) + 1) * 8, 128); }
+  static size_t staging_offset(int groups) { return align(maps_offset(groups) + static_cast<size_t>(groups) * 128, 256); }
+  static size_t bytes(int groups, long long capacity) {
+    return staging_offset(groups) + align(static_cast<size_t>(capacity > 0 ? capacity : 0) * 2, 256);
+  }
+  static GroupedWorkspace at(void* base, int groups, long long capacity) {
+    char* b = static_cast<char*>(base);
+    return GroupedWorkspace{reinterpret_cast<int*>(b), reinterpret_cast<int*>(b + tiles_offset()),
+                            reinterpret_cast<long long*>(b + act_offset(groups)),
+                            reinterpret_cast<CUtensorMap*>(b + maps_offset(groups)),
+                            reinterpret_cast<__nv_bfloat16*>(b + staging_offset(groups)), capacity};
+  }
+};
+
+constexpr int kPrepareThreads = 256;
+
+__global__ void __launch_bounds__(kPrepareThreads)
+    grouped_prepare_kernel(const Nvfp4GroupedProblem* problems, int groups, bool nvfp4_act, int tokens,
+                           GroupedWorkspace ws, const __grid_constant__ CUtensorMap tmpl) {
+  using Scan = cub::BlockScan<long long, kPrepareThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int first_bad;
+  __shared__ long long tile_carry, act_carry;
+  if (threadIdx.x == 0) {
+    first_bad = INT_MAX;
+    tile_carry = 0;
+    act_carry = 0;
+  }
+  __syncthreads();
+  for (int base = 0; base < groups; base += kPrepareThreads) {
+    const int gi = base + static_cast<int>(threadIdx.x);
+    Nvfp4GroupedProblem g{};
+    long long tiles = 0, act_blocks = 0;
+    if (gi < groups) {
+      g = problems[gi];
+      if (check_group(g, nvfp4_act) != kGroupOk) {
+        atomicMin(&first_bad, gi);
+        g.m = 0;
+      } else if (g.m > 0) {
+        tiles = static_cast<long long>((g.m + tokens - 1) / tokens) * ((g.n + 127) / 128);
+        if (nvfp4_act) act_blocks = static_cast<long long>(g.m) * g.k / 16;
+      }
+    }
+    long long tile_off = 0, tile_sum = 0, act_off = 0, act_sum = 0;
+    Scan(scan_tmp).ExclusiveSum(tiles, tile_off, tile_sum);
+    __syncthreads();  // scan_tmp is reused
+    Scan(scan_tmp).ExclusiveSum(act_blocks, act_off, act_sum);
+    const long long tile_start = tile_carry + tile_off, act_start = act_carry + act_off;
+    if (gi < groups) {
+      ws.tile_start[gi] = static_cast<int>(tile_start < INT_MAX ? tile_start : INT_MAX);
+      ws.act_block_start[gi] = act_start;
+    }
+    // Staged activations are 16-value blocks of 32 bytes, so every group's copy is 16-byte
+    // aligned; a map past the staging capacity is never used (the call computes nothing then).
+    if (gi < groups && tiles > 0) {
+      const bool fits = !nvfp4_act || (act_start + act_blocks) * 16 <= ws.capacity;
+      const void* act = nvfp4_act ? static_cast<const void*>(ws.staging + (fits ? act_start * 16 : 0)) : g.a;
+      hopper::tensor_map_patch_2d(ws.maps + gi, tmpl, act, static_cast<uint32_t>(g.k), static_cast<uint32_t>(g.m),
+                                  static_cast<uint64_t>(g.k) * 2);
+      hopper::tensor_map_release();
+    }
+    __syncthreads();  // scan_tmp and the carries are reused by the next chunk
+    if (threadIdx.x == 0) {
+      tile_carry += tile_sum;
+      act_carry += act_sum;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    int status = kGroupOk, bad = -1;
+    if (first_bad != INT_MAX) {
+      bad = first_bad;
+      status = check_group(problems[bad], nvfp4_act);
+    }
+    // More tiles than an int counts, or more activations than the staging holds: compute
+    // nothing rather than part of the problem.
+    int nothing = kGroupOk;
+    if (tile_carry > INT_MAX) nothing = kGroupTooManyTiles;
+    else if (act_carry * 16 > ws.capacity) nothing = kGroupActivationsTooLarge;
+    if (nothing != kGroupOk) {
+      status = nothing;
+      bad = -1;
+      for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
+    }
+    ws.tile_start[groups] = nothing != kGroupOk ? 0 : static_cast<int>(tile_carry);
+    ws.act_block_start[groups] = nothing != kGroupOk ? 0 : act_carry;
+    ws.status[0] = status;
+    ws.status[1] = bad;
+  }
+}
+
+// Grid-stride over the 16-value blocks of all groups' activations; a block finds its group by
+// binary search over the block offsets (invalid and empty groups own none).
+__global__ void __launch_bounds__(256)
+    grouped_activations_kernel(const Nvfp4GroupedProblem* problems, int groups, GroupedWorkspace ws) {
+  const long long total = ws.act_block_start[groups];
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long b = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; b < total; b += stride) {
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (ws.act_block_start[mid] <= b) lo = mid; else hi = mid - 1;
+    }
+    const long long first = ws.act_block_start[lo];
+    const Nvfp4GroupedProblem& g = problems[lo];
+    act_block_to_bf16(static_cast<const uint8_t*>(g.a), static_cast<const uint8_t*>(g.a_scales), b - first,
+                      ws.staging + first * 16);
+  }
+}
+
+}  // namespace lowbit::nvfp4
