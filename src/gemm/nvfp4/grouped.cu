@@ -14,6 +14,7 @@
 #include "formats/nvfp4_device.cuh"
 #include "gemm/nvfp4/grouped_prepare.cuh"
 #include "gemm/nvfp4/variants.h"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
@@ -120,14 +121,16 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   LOWBIT_RETURN_IF_ERROR(act_template(cfg.block_tokens, &tmpl));
 
   const nvfp4::GroupedWorkspace ws = nvfp4::GroupedWorkspace::at(a.workspace, a.groups, capacity);
+  // Not launched with PDL: it rewrites the workspace the previous call's GEMM may still read.
   nvfp4::grouped_prepare_kernel<<<1, nvfp4::kPrepareThreads, 0, stream>>>(a.problems, a.groups, a.nvfp4_activations,
                                                                          cfg.block_tokens, ws, *tmpl);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_error(who + " prepare launch", e);
   if (a.nvfp4_activations) {
     // Grid-stride: a few CTAs per SM cover any total without knowing it on the host.
-    nvfp4::grouped_activations_kernel<<<dev.sm_count * 4, 256, 0, stream>>>(a.problems, a.groups, ws);
-    e = cudaGetLastError();
+    e = hopper::launch_kernel(nvfp4::grouped_activations_kernel, dim3(dev.sm_count * 4), dim3(256), 0, stream,
+                              /*pdl=*/true, a.problems, a.groups, ws);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_error(who + " activation pass launch", e);
   }
 

@@ -18,6 +18,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gemm/nvfp4/activations.cuh"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/nvfp4.h"
 
@@ -105,6 +106,9 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int first_bad;
   __shared__ long long tile_carry, act_carry;
+  // The next kernel (launched with PDL) may become resident now; it waits for this grid's
+  // completion before reading anything written here.
+  hopper::launch_dependents();
   if (threadIdx.x == 0) {
     first_bad = INT_MAX;
     tile_carry = 0;
@@ -177,6 +181,10 @@ __global__ void __launch_bounds__(kPrepareThreads)
 // binary search over the block offsets (invalid and empty groups own none).
 __global__ void __launch_bounds__(256)
     grouped_activations_kernel(const Nvfp4GroupedProblem* problems, int groups, GroupedWorkspace ws) {
+  // Launched with PDL behind the preparation kernel, whose offsets it reads; the GEMM after it
+  // may become resident early the same way.
+  hopper::launch_dependents();
+  hopper::grid_dependency_wait();
   const long long total = ws.act_block_start[groups];
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long b = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; b < total; b += stride) {

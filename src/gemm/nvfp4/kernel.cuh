@@ -1,18 +1,22 @@
-// NVFP4 (W4A16) GEMM kernel, dense or grouped (the problem layout is a template parameter):
-// persistent, one TMA producer warpgroup and two dequantize-and-WGMMA consumer warpgroups with a
-// ring of stages between them that runs on across units (the next unit's first blocks load under
-// this unit's epilogue), deterministic split-K fix-up (dense), transposed coalesced store.
+// NVFP4 (W4A16) GEMM kernel, dense or grouped (the problem layout is a template parameter): one
+// TMA producer warpgroup and two dequantize-and-WGMMA consumer warpgroups with a ring of stages
+// between them; grouped CTAs are persistent (the ring runs on across units, so the next unit's
+// first blocks load under this unit's epilogue), dense CTAs take one unit each with the
+// deterministic split-K fix-up; transposed coalesced store.
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
 // mainloop -> epilogue.
 #pragma once
 
 #include <cuda.h>
 
+#include <climits>
+
 #include "gemm/nvfp4/epilogue.cuh"
 #include "gemm/nvfp4/mainloop.cuh"
 #include "gemm/nvfp4/problems.cuh"
 #include "gemm/nvfp4/traits.cuh"
 #include "gemm/split_k.cuh"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/shared_storage.cuh"
@@ -43,33 +47,41 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (!kGrouped) hopper::tma_prefetch_descriptor(&tm_act);
   }
   __syncthreads();
+  // Grouped (launched with PDL): the tile offsets, activation maps and staged activations are
+  // the previous kernels' output.
+  if constexpr (kGrouped) hopper::grid_dependency_wait();
   // Each role builds its own walk after setmaxnreg (values live across it were spilled).
   auto make_problems = [&](bool issues_tma) {
     if constexpr (kGrouped) {
       return GroupedProblems<T::kTokens>{p, issues_tma};
     } else {
-      (void)issues_tma;
-      return DenseProblems{p, &tm_act};
+      // Only the producer takes the map's address.
+      return DenseProblems{p, issues_tma ? &tm_act : nullptr};
     }
   };
 
-  // Role split.
+  // Role split. Grouped: persistent CTAs stride over the units. Dense: one unit per CTA (the
+  // hardware hands a finished SM the next CTA) -- with the split-K fix-up inside a unit loop the
+  // compiler no longer kept the WGMMA descriptors uniform (R2UR before every WGMMA, 12% slower
+  // at M = 16), and a persistent dense grid was no faster (docs/perf.md W4 v3).
+  const int first_unit = blockIdx.x;
+  const int stride = kGrouped ? static_cast<int>(gridDim.x) : INT_MAX;
   if (warpgroup == 0) {
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       auto problems = make_problems(true);
-      const int num_units = problems.num_units();
+      const int num_units = kGrouped ? problems.num_units() : first_unit + 1;
       hopper::RingPosition<T::kStages> pos;
-      for (int u = blockIdx.x; u < num_units; u += gridDim.x) nvfp4_produce<T>(ss, problems.resolve(u), pos);
+      for (int u = first_unit; u < num_units; u += stride) nvfp4_produce<T>(ss, problems.resolve(u), pos);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
     auto problems = make_problems(false);
-    const int num_units = problems.num_units();
+    const int num_units = kGrouped ? problems.num_units() : first_unit + 1;
     Nvfp4Consumer<T> consumer{ss, consumer_wg, {}};
     float acc[T::kTokens / 2];
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+    for (int u = first_unit; u < num_units; u += stride) {
       // Mainloop.
       consumer.run(problems.resolve(u).w, acc);
       // Epilogue (after the split-K fix-up when K is split). The unit is resolved again rather
@@ -81,7 +93,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         wu.split = v.w.split;
         if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
                                  256))
-          continue;
+          return;  // dense: this CTA's only unit
       }
       nvfp4_store_tile<T>(ss, v, consumer_wg, acc);
     }

@@ -17,6 +17,7 @@
 #include "gemm/nvfp4/activations.cuh"
 #include "gemm/nvfp4/kernel.cuh"
 #include "gemm/nvfp4/variants.h"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
@@ -109,8 +110,11 @@ cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act
     if (e != cudaSuccess) return e;
     configured.fetch_or(bit);
   }
-  nvfp4::nvfp4_gemm_kernel<T, kGrouped><<<grid, T::kThreads, T::kSmemBytes, stream>>>(act, p);
-  return cudaGetLastError();
+  // Grouped: launched with PDL behind the preparation (or activation) kernel, so its launch and
+  // prologue hide under that kernel's tail; it waits before reading what they wrote.
+  const cudaError_t e = hopper::launch_kernel(nvfp4::nvfp4_gemm_kernel<T, kGrouped>, dim3(grid), dim3(T::kThreads),
+                                              T::kSmemBytes, stream, kGrouped, act, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <int kTokens>
@@ -328,11 +332,8 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     std::fprintf(stderr, "[lowbit] nvfp4_gemm %lldx%lldx%lld %s: %lld units\n", static_cast<long long>(a.m),
                  static_cast<long long>(a.n), static_cast<long long>(a.k), cfg.to_string().c_str(),
                  static_cast<long long>(units));
-  // One CTA per unit: the kernel walks units blockIdx.x, + gridDim.x, ..., so this is one unit
-  // each, and the hardware hands a finished SM the next CTA. A persistent grid (min(units, SMs))
-  // measured 7% slower at 128x7168x16384 (392 units, static striding; docs/perf.md W4 v3).
-  const int grid = static_cast<int>(units);
-  const cudaError_t e = v->launch_dense(grid, stream, tm_act, p, dev.device);
+  // One CTA per unit (the dense kernel computes unit blockIdx.x).
+  const cudaError_t e = v->launch_dense(static_cast<int>(units), stream, tm_act, p, dev.device);
   if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4_gemm launch: ") + cudaGetErrorString(e));
   return Status::Ok();
 }

@@ -123,12 +123,19 @@ struct Nvfp4Consumer {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     uint32_t fa[kSteps][4], fb[kSteps][4];
-    int kb = w.kb_begin;
-    if (kb == w.kb_end) return;
+    // Carried across units (and, grouped, read from memory), the ring position and K range no
+    // longer look warp-uniform to the compiler, which then builds every WGMMA descriptor in
+    // vector registers and moves it over (R2UR): 12% slower at M = 16. Broadcasting them from
+    // lane 0 makes them uniform again.
+    pos.stage = __shfl_sync(0xffffffffu, pos.stage, 0);
+    pos.phase = __shfl_sync(0xffffffffu, pos.phase, 0);
+    const int kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
+    int kb = __shfl_sync(0xffffffffu, w.kb_begin, 0);
+    if (kb == kb_end) return;
     issue(fa, acc);
     ++kb;
     while (true) {
-      if (kb == w.kb_end) {
+      if (kb == kb_end) {
         retire<0>(fa, pending_stage, acc);
         break;
       }
@@ -136,7 +143,7 @@ struct Nvfp4Consumer {
       issue(fb, acc);
       ++kb;
       retire<1>(fa, prev, acc);
-      if (kb == w.kb_end) {
+      if (kb == kb_end) {
         retire<0>(fb, pending_stage, acc);
         break;
       }
