@@ -9,8 +9,6 @@
 
 #include <cuda.h>
 
-#include <climits>
-
 #include "gemm/nvfp4/epilogue.cuh"
 #include "gemm/nvfp4/mainloop.cuh"
 #include "gemm/nvfp4/problems.cuh"
@@ -65,7 +63,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // compiler no longer kept the WGMMA descriptors uniform (R2UR before every WGMMA, 12% slower
   // at M = 16), and a persistent dense grid was no faster (docs/perf.md W4 v3).
   const int first_unit = blockIdx.x;
-  const int stride = kGrouped ? static_cast<int>(gridDim.x) : INT_MAX;
+  const int stride = kGrouped ? static_cast<int>(gridDim.x) : 1;  // dense: units [first_unit, first_unit + 1)
   if (warpgroup == 0) {
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
