@@ -19,6 +19,7 @@
 #include "formats/nvfp4.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
+#include "nvfp4_check.h"
 #include "reference/reference_gemm.h"
 #include "timing.h"
 
@@ -201,26 +202,10 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& sh, Result* r) {
       LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
       for (auto v : hd)
         if (!std::isfinite(formats::bf16_to_float(v))) ++unwritten;
-      auto val = [k](const std::vector<uint8_t>& packed, const std::vector<uint8_t>& sc, int64_t row, int64_t col) {
-        const uint8_t byte = packed[static_cast<size_t>(row * (k / 2) + col / 2)];
-        return static_cast<double>(formats::e2m1_to_float(col % 2 ? byte >> 4 : byte & 0xF)) *
-               formats::e4m3_to_float(sc[static_cast<size_t>(row * (k / 16) + col / 16)]);
-      };
-      std::mt19937_64 rng(seed ^ (0x5EED + g));
-      for (int t = 0; t < 128; ++t) {
-        const int64_t i = static_cast<int64_t>(rng() % m), j = static_cast<int64_t>(rng() % n);
-        double acc = 0.0;
-        for (int64_t q = 0; q < k; ++q) acc += val(ap, asc, i, q) * val(wp, wsc, j, q);
-        ref.push_back(acc * kGlobalA * kGlobalB);
-        got.push_back(formats::bf16_to_float(hd[static_cast<size_t>(i * n + j)]));
-      }
+      sample_nvfp4_outputs(ap, asc, wp, wsc, hd, m, n, k, static_cast<double>(kGlobalA) * kGlobalB, 128,
+                           seed ^ (0x5EED + g), &ref, &got);
     }
-    const auto e = reference::compare(ref, got);
-    r->err = e.rel_fro;
-    r->max_err = e.max_rel;
-    if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
-    else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
-    else if (e.rel_fro > 4e-3) r->status = "FAIL: error " + std::to_string(e.rel_fro);
+    nvfp4_verdict(ref, got, unwritten, r);
   }
 
   double rough = 0.0;

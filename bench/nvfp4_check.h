@@ -1,0 +1,54 @@
+// The NVFP4 benches' correctness check: sampled outputs of D = g_a g_b A W^T (A [m, k] and W
+// [n, k] raw NVFP4 bytes with row-major E4M3 scales, as generated) against the FP64 reference,
+// and the verdict written into the result.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "formats/bf16.h"
+#include "formats/e4m3.h"
+#include "formats/nvfp4.h"
+#include "reference/reference_gemm.h"
+
+namespace lowbit::bench {
+
+inline double nvfp4_value(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales, int64_t row,
+                          int64_t col, int64_t k) {
+  const uint8_t byte = packed[static_cast<size_t>(row * (k / 2) + col / 2)];
+  return static_cast<double>(formats::e2m1_to_float(col % 2 ? byte >> 4 : byte & 0xF)) *
+         formats::e4m3_to_float(scales[static_cast<size_t>(row * (k / 16) + col / 16)]);
+}
+
+// Appends `samples` random (i, j) outputs of the BF16 D [m, n] and their references.
+inline void sample_nvfp4_outputs(const std::vector<uint8_t>& ap, const std::vector<uint8_t>& asc,
+                                 const std::vector<uint8_t>& wp, const std::vector<uint8_t>& wsc,
+                                 const std::vector<uint16_t>& d, int64_t m, int64_t n, int64_t k, double scale,
+                                 int samples, uint64_t seed, std::vector<double>* ref, std::vector<double>* got) {
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < samples; ++t) {
+    const int64_t i = static_cast<int64_t>(rng() % m), j = static_cast<int64_t>(rng() % n);
+    double acc = 0.0;
+    for (int64_t q = 0; q < k; ++q) acc += nvfp4_value(ap, asc, i, q, k) * nvfp4_value(wp, wsc, j, q, k);
+    ref->push_back(acc * scale);
+    got->push_back(formats::bf16_to_float(d[static_cast<size_t>(i * n + j)]));
+  }
+}
+
+// FAIL when outputs were left unwritten (NaN poison), non-finite, or off by more than 4e-3
+// norm-wise (BF16 output rounding is ~1.6e-3).
+inline void nvfp4_verdict(const std::vector<double>& ref, const std::vector<double>& got, int64_t unwritten,
+                          Result* r) {
+  const auto e = reference::compare(ref, got);
+  r->err = e.rel_fro;
+  r->max_err = e.max_rel;
+  if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
+  else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
+  else if (e.rel_fro > 4e-3) r->status = "FAIL: error " + std::to_string(e.rel_fro);
+}
+
+}  // namespace lowbit::bench
