@@ -217,14 +217,10 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& sh, Result* r) {
     i_loop = static_cast<int>(launches.size());
     launches.push_back(loop);
   }
-  const int i_alt = static_cast<int>(launches.size());
-  for (size_t c = 1; c < cfgs.size(); ++c)
-    launches.push_back([&, c](cudaStream_t st, int i) { return run_cfg(cfgs[c], true, st, i); });
   std::vector<Timing> t;
-  LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &t));
-  for (size_t c = 1; c < cfgs.size(); ++c)
-    std::printf("  alt %-24s %9.2f us  (%.3f x the reported config)\n", cfgs[c].to_string().c_str(),
-                t[i_alt + c - 1].median_us, t[0].median_us / t[i_alt + c - 1].median_us);
+  LOWBIT_RETURN_IF_ERROR(time_with_alt_configs(
+      launches, cfgs, [&](const Nvfp4GemmConfig& c, cudaStream_t st, int i) { return run_cfg(c, true, st, i); }, s,
+      batch, opt.samples, &t));
 
   const double flops = 2.0 * total_m * n * k;
   // workloads.md's W5 bytes: every group's NVFP4 weights and scales, NVFP4 activations and

@@ -1,10 +1,12 @@
-// The NVFP4 benches' correctness check: sampled outputs of D = g_a g_b A W^T (A [m, k] and W
-// [n, k] raw NVFP4 bytes with row-major E4M3 scales, as generated) against the FP64 reference,
-// and the verdict written into the result.
+// What the NVFP4 benches (W4, W5) share: the correctness check -- sampled outputs of
+// D = g_a g_b A W^T (A [m, k] and W [n, k] raw NVFP4 bytes with row-major E4M3 scales, as
+// generated) against the FP64 reference, and the verdict written into the result -- and timing
+// the --alt configs beside the rest.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,7 +15,9 @@
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
 #include "formats/nvfp4.h"
+#include "lowbit/nvfp4.h"
 #include "reference/reference_gemm.h"
+#include "timing.h"
 
 namespace lowbit::bench {
 
@@ -49,6 +53,21 @@ inline void nvfp4_verdict(const std::vector<double>& ref, const std::vector<doub
   if (unwritten > 0) r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";
   else if (e.nonfinite > 0) r->status = "FAIL: non-finite outputs";
   else if (e.rel_fro > 4e-3) r->status = "FAIL: error " + std::to_string(e.rel_fro);
+}
+
+// Times `launches` with one more launcher per config after the first (`run_cfg(config, stream,
+// i)`), interleaved, and prints each of those against launcher 0 (the reported config).
+template <class RunCfg>
+Status time_with_alt_configs(std::vector<LaunchFn> launches, const std::vector<Nvfp4GemmConfig>& cfgs,
+                             const RunCfg& run_cfg, cudaStream_t s, int batch, int samples, std::vector<Timing>* t) {
+  const size_t first_alt = launches.size();
+  for (size_t c = 1; c < cfgs.size(); ++c)
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_cfg(cfgs[c], st, i); });
+  LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, samples, t));
+  for (size_t c = 1; c < cfgs.size(); ++c)
+    std::printf("  alt %-24s %9.2f us  (%.3f x the reported config)\n", cfgs[c].to_string().c_str(),
+                (*t)[first_alt + c - 1].median_us, (*t)[0].median_us / (*t)[first_alt + c - 1].median_us);
+  return Status::Ok();
 }
 
 }  // namespace lowbit::bench
