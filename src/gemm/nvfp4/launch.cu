@@ -178,23 +178,25 @@ Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out
   c.block_tokens = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
   const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
   const int64_t kb = ceil_div(k, kBlockK);
-  // Split K until the units fill the SMs' waves to >= 90%, keeping >= 4 K blocks per unit
-  // (fewer cannot hide the pipeline fill); else the best wave fill found.
+  // Split K into the largest one-wave fill (units <= SMs), keeping >= 4 K blocks per unit: every
+  // unit pays a pipeline fill and a fix-up, and the dense kernel is not persistent, so a second
+  // wave costs more than the SMs a single wave leaves idle (at M = 1 and 16, 2 splits and 112
+  // units measured 1.2x faster than 7 splits filling 3 waves to 99%; docs/perf.md W4 v3).
+  // Where the tiles alone exceed a wave, K is not split.
   int best = 1;
-  double best_fill = 0.0;
-  for (int s = 1; s <= 16 && kb / s >= 4; ++s) {
-    const int64_t units = tiles * s;
-    const double fill = static_cast<double>(units) / (ceil_div(units, dev.sm_count) * dev.sm_count);
+  double best_fill = static_cast<double>(tiles) / (ceil_div(tiles, dev.sm_count) * dev.sm_count);
+  for (int s = 2; s <= 16 && kb / s >= 4 && tiles * s <= dev.sm_count; ++s) {
+    const double fill = static_cast<double>(tiles * s) / dev.sm_count;
     if (fill > best_fill + 1e-9) {
       best = s;
       best_fill = fill;
     }
-    if (fill >= 0.9) break;
   }
   c.splits = best;
   std::ostringstream why;
   why << "tokens " << c.block_tokens << " (smallest tile >= M, capped at 128); splits " << best << ": "
-      << tiles * best << " units fill " << static_cast<int>(best_fill * 100 + 0.5) << "% of their waves on "
+      << tiles * best << " units fill " << static_cast<int>(best_fill * 100 + 0.5)
+      << (tiles * best <= dev.sm_count ? "% of one wave on " : "% of their waves on ")
       << dev.sm_count << " SMs";
   c.reason = why.str();
   *out = c;
