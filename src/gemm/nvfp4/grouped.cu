@@ -121,10 +121,11 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   LOWBIT_RETURN_IF_ERROR(act_template(cfg.block_tokens, &tmpl));
 
   const nvfp4::GroupedWorkspace ws = nvfp4::GroupedWorkspace::at(a.workspace, a.groups, capacity);
-  // Not launched with PDL: it rewrites the workspace the previous call's GEMM may still read.
-  nvfp4::grouped_prepare_kernel<<<1, nvfp4::kPrepareThreads, 0, stream>>>(a.problems, a.groups, a.nvfp4_activations,
-                                                                         cfg.block_tokens, ws, *tmpl);
-  cudaError_t e = cudaGetLastError();
+  // Every kernel of the call launches with PDL and waits before touching global memory.
+  cudaError_t e = hopper::launch_kernel(nvfp4::grouped_prepare_kernel, dim3(1), dim3(nvfp4::kPrepareThreads), 0,
+                                        stream, /*pdl=*/true, a.problems, a.groups, a.nvfp4_activations,
+                                        cfg.block_tokens, ws, *tmpl);
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_error(who + " prepare launch", e);
   if (a.nvfp4_activations) {
     // Grid-stride: a few CTAs per SM cover any total without knowing it on the host.

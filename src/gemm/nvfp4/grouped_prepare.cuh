@@ -106,8 +106,12 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int first_bad;
   __shared__ long long tile_carry, act_carry;
-  // The next kernel (launched with PDL) may become resident now; it waits for this grid's
-  // completion before reading anything written here.
+  // Launched with PDL: resident under the tail of the caller's previous kernel, it touches
+  // nothing (the descriptors may be that kernel's output; the workspace may still be read by the
+  // previous call's GEMM, which completed before that kernel began) until the wait returns.
+  // The next kernel may become resident now; it waits for this grid's completion before reading
+  // anything written here.
+  hopper::grid_dependency_wait();
   hopper::launch_dependents();
   if (threadIdx.x == 0) {
     first_bad = INT_MAX;
