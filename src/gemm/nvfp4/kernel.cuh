@@ -59,9 +59,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   };
 
   // Role split. Grouped: persistent CTAs stride over the units. Dense: one unit per CTA (the
-  // hardware hands a finished SM the next CTA) -- with the split-K fix-up inside a unit loop the
-  // compiler no longer kept the WGMMA descriptors uniform (R2UR before every WGMMA, 12% slower
-  // at M = 16), and a persistent dense grid was no faster (docs/perf.md W4 v3).
+  // hardware hands a finished SM the next CTA). Inside a unit loop, the split-K fix-up's vote (an
+  // asm result, divergent to the compiler) cost the WGMMA descriptors their uniform registers
+  // (R2UR before every WGMMA, 12% slower at M = 16), and a persistent dense grid was no faster
+  // anyway (docs/perf.md W4 v3).
   const int first_unit = blockIdx.x;
   const int stride = kGrouped ? static_cast<int>(gridDim.x) : 1;  // dense: units [first_unit, first_unit + 1)
   if (warpgroup == 0) {
