@@ -222,6 +222,35 @@ void run_case(const Case& c) {
   o.check(name(c));
 }
 
+// The chooser's rule (docs/perf.md W4 v4): K is split only into one wave of units (units <= SMs,
+// >= 4 K blocks each), to the largest fill such a split reaches; tiles that alone exceed a
+// wave are not split.
+TEST_F(Nvfp4GemmGpu, ChooserSplitsIntoOneWave) {
+  DeviceInfo dev;
+  ASSERT_TRUE(require_hopper(&dev).ok());
+  const int64_t shapes[][3] = {{1, 7168, 16384}, {16, 7168, 16384}, {128, 4096, 7168}, {128, 7168, 2048},
+                               {512, 7168, 16384}, {4096, 7168, 16384}, {64, 256, 512}, {7, 384, 7168}};
+  for (const auto& sh : shapes) {
+    const int64_t m = sh[0], n = sh[1], k = sh[2];
+    Nvfp4GemmConfig c;
+    ASSERT_TRUE(choose_nvfp4_config(m, n, k, &c).ok());
+    SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ": " + c.reason);
+    const int64_t tiles = ((n + 127) / 128) * ((m + c.block_tokens - 1) / c.block_tokens);
+    const int64_t kb = (k + 127) / 128;
+    EXPECT_GE(c.block_tokens, std::min<int64_t>(m, 128));
+    if (tiles >= dev.sm_count) {
+      EXPECT_EQ(c.splits, 1);
+      continue;
+    }
+    EXPECT_LE(tiles * c.splits, dev.sm_count);
+    if (c.splits > 1) {
+      EXPECT_GE(kb / c.splits, 4);
+    }
+    // No other admissible split fills the wave better.
+    for (int s = 1; s <= 16 && kb / s >= 4 && tiles * s <= dev.sm_count; ++s) EXPECT_LE(tiles * s, tiles * c.splits);
+  }
+}
+
 // ---- grouped ---------------------------------------------------------------------------------
 
 struct Grouped {
