@@ -16,6 +16,6 @@ for spec in "$@"; do
   x=${spec%%=*}
   echo "== $x"
   build-$x/lowbit-bench --suite W5 --no-baseline 2>&1 | grep -E "^W5 " | cut -c1-62
-  build-$x/lowbit-bench --suite W4 --shape 128x4096x7168 --shape 128x7168x16384 --shape 16x7168x16384 --no-baseline 2>&1 |
+  build-$x/lowbit-bench --suite W4 --no-baseline 2>&1 |
     grep -E "^W4 " | cut -c1-62
 done
