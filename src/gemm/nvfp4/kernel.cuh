@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float acc[T::kTokens / 2];
     for (int u = first_unit; u < num_units; u += stride) {
       // Mainloop.
-      consumer.run(problems.resolve(u), acc);
+      consumer.run(problems.resolve(u).w, acc);
       // Epilogue (after the split-K fix-up when K is split). The unit is resolved again rather
       // than kept live across the mainloop, where the registers are taken.
       const Nvfp4UnitView v = problems.resolve(u);

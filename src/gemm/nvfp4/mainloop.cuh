@@ -42,19 +42,12 @@ template <class T>
 struct Nvfp4Consumer {
   using Op = hopper::WgmmaRegAOp<hopper::WgmmaKind::kBF16, T::kTokens>;
   static constexpr int kRegs = T::kTokens / 2;
-  // A tile whose rows past M are at least half of it (a group's or the matrix's last tile) runs
-  // its MMAs at half width, N = kTokens / 2: the accumulators of the upper half stay zero, and
-  // those tokens are never stored. Grouped sets have many such tiles (W5 set 2: 1664 token rows
-  // at 128 per tile for 1024 real ones).
-  static constexpr bool kHasHalf = T::kTokens >= 64;
-  using OpHalf = hopper::WgmmaRegAOp<hopper::WgmmaKind::kBF16, kHasHalf ? T::kTokens / 2 : T::kTokens>;
   static constexpr int kSteps = kBlockK / 16;
 
   typename T::SharedStorage& ss;
   int consumer_wg;
   hopper::RingPosition<T::kStages> pos;
   int pending_stage = -1;
-  bool half = false;  // this unit's MMAs at half width (set by run)
 
   __device__ __forceinline__ static void fence_frag(uint32_t (&f)[kSteps][4]) {
 #pragma unroll
@@ -111,11 +104,7 @@ struct Nvfp4Consumer {
     hopper::wgmma_fence();
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
-      if (kHasHalf && half)
-        OpHalf::mma(reinterpret_cast<float(&)[OpHalf::kRegs]>(acc), f[s],
-                    hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
-      else
-        Op::mma(acc, f[s], hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
+      Op::mma(acc, f[s], hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
     hopper::wgmma_commit_group();
     pending_stage = pos.stage;
     pos.advance();
@@ -130,9 +119,7 @@ struct Nvfp4Consumer {
     if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
   }
 
-  __device__ __forceinline__ void run(const Nvfp4UnitView& v, float (&acc)[kRegs]) {
-    const Nvfp4Unit& w = v.w;
-    half = kHasHalf && __shfl_sync(0xffffffffu, v.m - w.m_tile * T::kTokens, 0) <= T::kTokens / 2;
+  __device__ __forceinline__ void run(const Nvfp4Unit& w, float (&acc)[kRegs]) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     uint32_t fa[kSteps][4], fb[kSteps][4];
