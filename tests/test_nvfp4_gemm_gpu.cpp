@@ -526,6 +526,11 @@ TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
   h = g.descriptors();
   h[0].n = 40;
   EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
+  h[0].n = 1 << 30;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok()) << "n at 2^30";
+  h = g.descriptors();
+  h[0].k = (1 << 30) + 32;
+  EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok()) << "k above 2^30";
   h = g.descriptors();
   h[0].a_scales = nullptr;
   EXPECT_TRUE(nvfp4_grouped_validate(h.data(), 1, false).ok()) << "BF16 activations need no scales";

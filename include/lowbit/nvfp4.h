@@ -83,8 +83,8 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& args, cudaStream_t stream, const Nvfp4Gem
 // rewrites sizes and pointers on the device.
 struct Nvfp4GroupedProblem {
   int32_t m;  // tokens; 0 = empty group (costs nothing, its pointers are not read)
-  int32_t n;  // multiple of 16
-  int32_t k;  // multiple of 32
+  int32_t n;  // multiple of 16, below 2^30
+  int32_t k;  // multiple of 32, below 2^30
   int32_t reserved;
   const void* a;            // BF16 [m, k] (W4A16 call) or NVFP4 [m, k / 2] (NVFP4 call), 16-byte aligned
   const void* a_scales;     // NVFP4 call: E4M3 [m, k / 16] row-major; unused otherwise
@@ -119,8 +119,8 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig
 // One preparation launch (validates the descriptors, lays out the tiles, patches the groups'
 // activation tensor maps), for an NVFP4 call one activation pass, then one persistent GEMM
 // launch over the tiles of every group; all on `stream`, no host synchronization, capturable in
-// a graph. A group that breaks a rule (negative m; n not a positive multiple of 16; k not a
-// positive multiple of 32; a null or misaligned pointer in a non-empty group; a global scale
+// a graph. A group that breaks a rule (negative m; n not a positive multiple of 16, or k of 32,
+// below 2^30; a null or misaligned pointer in a non-empty group; a global scale
 // that is not finite and > 0) is skipped -- its D is not written -- and recorded in the
 // workspace's status word (nvfp4_grouped_check_status). Host-side checks: groups >= 1, problems
 // and workspace non-null, workspace large enough, config valid (splits = 1).

@@ -28,8 +28,8 @@ namespace lowbit::nvfp4 {
 enum GroupError : int {
   kGroupOk = 0,
   kGroupNegativeM = 1,
-  kGroupBadN = 2,              // not a positive multiple of 16
-  kGroupBadK = 3,              // not a positive multiple of 32
+  kGroupBadN = 2,              // not a positive multiple of 16 below 2^30
+  kGroupBadK = 3,              // not a positive multiple of 32 below 2^30
   kGroupNullPointer = 4,       // a, b_prepacked, d (and a_scales in an NVFP4 call) in a non-empty group
   kGroupMisaligned = 5,        // a, b_prepacked, d not 16-byte aligned
   kGroupBadGlobalScale = 6,    // not finite and > 0
@@ -41,8 +41,8 @@ inline const char* group_error_text(int code) {
   switch (code) {
     case kGroupOk: return "ok";
     case kGroupNegativeM: return "m < 0";
-    case kGroupBadN: return "n must be a positive multiple of 16";
-    case kGroupBadK: return "k must be a positive multiple of 32";
+    case kGroupBadN: return "n must be a positive multiple of 16 below 2^30";
+    case kGroupBadK: return "k must be a positive multiple of 32 below 2^30";
     case kGroupNullPointer: return "a, b_prepacked, d (and a_scales for NVFP4 activations) must be non-null in a non-empty group";
     case kGroupMisaligned: return "a, b_prepacked and d must be 16-byte aligned";
     case kGroupBadGlobalScale: return "global scales must be finite and > 0";
@@ -62,8 +62,9 @@ __host__ __device__ __forceinline__ bool good_scale(float s) { return s > 0.0f &
 __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g, bool nvfp4_act) {
   if (g.m < 0) return kGroupNegativeM;
   if (g.m == 0) return kGroupOk;
-  if (g.n <= 0 || g.n % 16 != 0) return kGroupBadN;
-  if (g.k <= 0 || g.k % 32 != 0) return kGroupBadK;
+  // Below 2^30, like the dense call: tile and K-block arithmetic stays in int.
+  if (g.n <= 0 || g.n % 16 != 0 || g.n >= (1 << 30)) return kGroupBadN;
+  if (g.k <= 0 || g.k % 32 != 0 || g.k >= (1 << 30)) return kGroupBadK;
   if (!g.a || !g.b_prepacked || !g.d || (nvfp4_act && !g.a_scales)) return kGroupNullPointer;
   if (misaligned16(g.a) || misaligned16(g.b_prepacked) || misaligned16(g.d)) return kGroupMisaligned;
   if (!good_scale(g.b_global_scale) || (nvfp4_act && !good_scale(g.a_global_scale))) return kGroupBadGlobalScale;
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
         atomicMin(&first_bad, gi);
         g.m = 0;
       } else if (g.m > 0) {
-        tiles = static_cast<long long>((g.m + tokens - 1) / tokens) * ((g.n + 127) / 128);
+        tiles = ((static_cast<long long>(g.m) + tokens - 1) / tokens) * ((static_cast<long long>(g.n) + 127) / 128);
         if (nvfp4_act) act_blocks = static_cast<long long>(g.m) * g.k / 16;
       }
     }
