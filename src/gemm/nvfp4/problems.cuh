@@ -32,6 +32,11 @@ struct Nvfp4UnitView {
   float alpha;
 };
 
+// A 128-row weight tile's prepacked blocks are contiguous: K block 0 of tile n_tile.
+__device__ __forceinline__ const uint8_t* weight_tile(const uint8_t* prepacked, int n_tile, int k_blocks) {
+  return prepacked + static_cast<int64_t>(n_tile) * k_blocks * kWeightStageBytes;
+}
+
 __device__ __forceinline__ Nvfp4Unit nvfp4_unit(const Nvfp4KernelParams& p, int u) {
   Nvfp4Unit w;
   w.split = u % p.splits;
@@ -52,7 +57,7 @@ struct DenseProblems {
     Nvfp4UnitView v;
     v.w = nvfp4_unit(p, u);
     v.tm_act = tm_act;
-    v.weights = p.weights + static_cast<int64_t>(v.w.n_tile) * p.k_blocks * kWeightStageBytes;
+    v.weights = weight_tile(p.weights, v.w.n_tile, p.k_blocks);
     v.d = p.d;
     v.m = p.m;
     v.n = p.n;
@@ -98,7 +103,7 @@ struct GroupedProblems {
     v.w.kb_begin = 0;
     v.w.kb_end = prob.k_blocks;
     v.tm_act = p.act_maps + g;
-    v.weights = prob.weights + static_cast<int64_t>(v.w.n_tile) * prob.k_blocks * kWeightStageBytes;
+    v.weights = weight_tile(prob.weights, v.w.n_tile, prob.k_blocks);
     v.d = prob.d;
     v.m = prob.m;
     v.n = prob.n;
