@@ -59,4 +59,26 @@ Status launch_status(cudaError_t e, const Describe& describe, int launched, int 
   return Status::Ok();
 }
 
+// A failed launch or copy as a Status: "<what>: <CUDA's message>".
+inline Status cuda_error(const std::string& what, cudaError_t e) {
+  return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
+}
+
+// A grouped call's status word -- {error code, first bad group or -1} at the start of its
+// workspace, written by its preparation kernel -- read back as a Status: Ok when the code is 0,
+// else "<call>: group g: <text(code)>". `reader` names the checking function in its own errors.
+// Synchronizes `stream` (a checking aid, not for the hot path).
+template <class Text>
+Status read_grouped_status(const void* workspace, cudaStream_t stream, const char* reader, const char* call,
+                           const Text& text) {
+  if (!workspace) return Status::Invalid(std::string(reader) + ": null workspace");
+  int host[2] = {0, -1};
+  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error(reader, e);
+  if (host[0] == 0) return Status::Ok();
+  return Status::Invalid(std::string(call) + ": " +
+                         (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) + text(host[0]));
+}
+
 }  // namespace lowbit::gemm

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/key_value.h"
+#include "gemm/launch_common.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
@@ -27,12 +28,7 @@
 namespace lowbit {
 namespace {
 
-
 using moe::MoeParams;
-
-Status cuda_status(const char* what, cudaError_t e) {
-  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
@@ -250,7 +246,7 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
                               stream, pdl, static_cast<const LogitT*>(a.logits), r.s.m, r.s.experts, r.s.top_k,
                               a.softcap, a.renormalize, ids, weights, pf);
   });
-  return e == cudaSuccess ? Status::Ok() : cuda_status("moe route launch", e);
+  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe route launch", e);
 }
 
 // The weights [experts * n, k] in 128 x 128 boxes; the sorted activations in token-tile boxes.
@@ -287,7 +283,7 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
     case 64: e = GemmLauncher<64>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
     default: e = GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
   }
-  return e == cudaSuccess ? Status::Ok() : cuda_status("moe expert gemm launch", e);
+  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
 }
 
 // The tiny-batch path's two kernels: zero Y + quantize X, then the GEMM that routes for itself;
@@ -296,7 +292,7 @@ Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaS
   const MoeShape& s = r.s;
   cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream, r.cfg.pdl == 1,
                                         static_cast<const __nv_bfloat16*>(a.x), r.p);
-  if (e != cudaSuccess) return cuda_status("moe tiny prepare launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error("moe tiny prepare launch", e);
   CUtensorMap tm_w, tm_x;
   LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &tm_w, &tm_x));
   const int64_t max_units = std::min<int64_t>(s.experts, static_cast<int64_t>(s.m) * s.top_k) * r.p.nblocks * r.p.splits;
@@ -311,7 +307,7 @@ Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaS
   else
     e = launch_tiny_gemm(ctas, stream, tm_w, tm_x, r.cfg.pdl == 1, static_cast<const __nv_bfloat16*>(a.logits), a.softcap,
                          a.renormalize, ids, weights, r.p);
-  return e == cudaSuccess ? Status::Ok() : cuda_status("moe tiny expert gemm launch", e);
+  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe tiny expert gemm launch", e);
 }
 
 bool needs_finish(const FusedMoeArgs& a) { return a.reduce == MoeReduce::kDeterministic || a.y_type == OutType::kBF16; }
@@ -346,7 +342,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
       break;
     }
   }
-  return e == cudaSuccess ? Status::Ok() : cuda_status("moe stage launch", e);
+  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe stage launch", e);
 }
 
 }  // namespace
@@ -514,7 +510,7 @@ Status moe_check_status(const MoeShape& s, MoeReduce reduce, OutType y_type, con
   cudaError_t e = cudaMemcpyAsync(host, static_cast<const uint8_t*>(workspace) + l.status, sizeof(host),
                                   cudaMemcpyDeviceToHost, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return cuda_status("moe_check_status", e);
+  if (e != cudaSuccess) return gemm::cuda_error("moe_check_status", e);
   if (host[0] == moe::kMoeOk) return Status::Ok();
   return Status::Invalid("fused_moe_fp8: routing pair " + std::to_string(host[1]) + " (token " +
                          std::to_string(host[1] / s.top_k) + ", slot " + std::to_string(host[1] % s.top_k) +

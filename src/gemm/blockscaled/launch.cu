@@ -15,6 +15,7 @@
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
+#include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/blockscaled.h"
@@ -33,10 +34,6 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Multicast pairs (cluster = 2) cut L2 traffic by a fifth yet ran 6-22% slower on every measured
 // shape (docs/perf.md, block-scaled v2), so single CTAs are the default until that is understood.
 constexpr int kDefaultCluster = 1;
-
-Status cuda_status(const char* what, cudaError_t e) {
-  return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 // One compiled variant: output type x problem layout x cluster size. The grid is a multiple of
 // the cluster size and no larger than the clusters the device can hold at once, so every
@@ -214,7 +211,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   if (units > INT_MAX / 2) return Status::Invalid(std::string(who) + ": more than 2^30 output tiles");
   const cudaError_t e = launch_for<false>(x.out_type, cluster, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
                                           tm_d, p, dev.device);
-  if (e != cudaSuccess) return cuda_status("fp8_blockscaled_gemm launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error("fp8_blockscaled_gemm launch", e);
   return Status::Ok();
 }
 
@@ -266,7 +263,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   blockscaled::grouped_prepare_kernel<<<1, blockscaled::kPrepareThreads, 0, stream>>>(
       problems, groups, ws, out_bytes, cluster, tmpl[0], tmpl[1], tmpl[2]);
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm prepare launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};
   p.cluster_m = cluster;
@@ -277,20 +274,14 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   p.maps = ws.maps;
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
   e = launch_for<true>(out_type, cluster, cfg.grid, 0, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
-  if (e != cudaSuccess) return cuda_status("fp8_grouped_gemm launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm launch", e);
   return Status::Ok();
 }
 
 Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream) {
-  if (!workspace) return Status::Invalid("fp8_grouped_check_status: null workspace");
-  int host[2] = {0, -1};
-  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return cuda_status("fp8_grouped_check_status", e);
-  if (host[0] == blockscaled::kGroupOk) return Status::Ok();
-  return Status::Invalid("fp8_grouped_gemm: " +
-                         (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) +
-                         blockscaled::group_error_text(host[0]));
+  static_assert(blockscaled::kGroupOk == 0, "status word: 0 is Ok");
+  return gemm::read_grouped_status(workspace, stream, "fp8_grouped_check_status", "fp8_grouped_gemm",
+                                   blockscaled::group_error_text);
 }
 
 }  // namespace lowbit

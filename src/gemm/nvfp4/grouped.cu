@@ -13,6 +13,7 @@
 
 #include "formats/nvfp4_device.cuh"
 #include "gemm/nvfp4/grouped_prepare.cuh"
+#include "gemm/launch_common.h"
 #include "gemm/nvfp4/variants.h"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
@@ -21,10 +22,6 @@
 
 namespace lowbit {
 namespace {
-
-Status cuda_error(const std::string& what, cudaError_t e) {
-  return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
-}
 
 // The activation map of a token tile (BF16, boxes of tokens x 64, 128-byte swizzle), encoded once
 // per process; the device patches base, sizes and pitch per group (the base is a placeholder).
@@ -126,13 +123,13 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
                                         stream, /*pdl=*/true, a.problems, a.groups, a.nvfp4_activations,
                                         cfg.block_tokens, ws, *tmpl);
   if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess) return cuda_error(who + " prepare launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error(who + " prepare launch", e);
   if (a.nvfp4_activations) {
     // Grid-stride: a few CTAs per SM cover any total without knowing it on the host.
     e = hopper::launch_kernel(nvfp4::grouped_activations_kernel, dim3(dev.sm_count * 4), dim3(256), 0, stream,
                               /*pdl=*/true, a.problems, a.groups, ws);
     if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) return cuda_error(who + " activation pass launch", e);
+    if (e != cudaSuccess) return gemm::cuda_error(who + " activation pass launch", e);
   }
 
   nvfp4::Nvfp4KernelParams p{};
@@ -149,19 +146,14 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
                  dev.sm_count);
   // Persistent: one CTA per SM walks the groups' tiles (their count is known on the device only).
   e = v->launch_grouped(dev.sm_count, stream, *tmpl, p, dev.device);
-  if (e != cudaSuccess) return cuda_error(who + " launch", e);
+  if (e != cudaSuccess) return gemm::cuda_error(who + " launch", e);
   return Status::Ok();
 }
 
 Status nvfp4_grouped_check_status(const void* workspace, cudaStream_t stream) {
-  if (!workspace) return Status::Invalid("nvfp4_grouped_check_status: null workspace");
-  int host[2] = {0, -1};
-  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return cuda_error("nvfp4_grouped_check_status", e);
-  if (host[0] == nvfp4::kGroupOk) return Status::Ok();
-  return Status::Invalid("nvfp4_grouped_gemm: " + (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) +
-                         nvfp4::group_error_text(host[0]));
+  static_assert(nvfp4::kGroupOk == 0, "status word: 0 is Ok");
+  return gemm::read_grouped_status(workspace, stream, "nvfp4_grouped_check_status", "nvfp4_grouped_gemm",
+                                   nvfp4::group_error_text);
 }
 
 }  // namespace lowbit
