@@ -1,5 +1,5 @@
 // Host side of the grouped NVFP4 GEMM: argument checks, config choice, the activation map
-// template, and the launches (prepare, activation pass for NVFP4 calls, persistent GEMM), all
+// template, and the launches (preparation with the activation pass for NVFP4 calls, persistent GEMM), all
 // on the caller's stream; no allocation and no synchronization (except nvfp4_grouped_check_status,
 // which exists to synchronize).
 #include <cuda_runtime.h>
@@ -118,19 +118,15 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   LOWBIT_RETURN_IF_ERROR(act_template(cfg.block_tokens, &tmpl));
 
   const nvfp4::GroupedWorkspace ws = nvfp4::GroupedWorkspace::at(a.workspace, a.groups, capacity);
-  // Every kernel of the call launches with PDL and waits before touching global memory.
-  cudaError_t e = hopper::launch_kernel(nvfp4::grouped_prepare_kernel, dim3(1), dim3(nvfp4::kPrepareThreads), 0,
-                                        stream, /*pdl=*/true, a.problems, a.groups, a.nvfp4_activations,
-                                        cfg.block_tokens, ws, *tmpl);
+  // Both kernels of the call launch with PDL and wait before touching global memory. An NVFP4
+  // call's preparation grid-strides over the activations: a few CTAs per SM cover any total
+  // without knowing it on the host; otherwise one CTA scans.
+  const int prepare_grid = a.nvfp4_activations ? dev.sm_count * 4 : 1;
+  cudaError_t e = hopper::launch_kernel(nvfp4::grouped_prepare_kernel, dim3(prepare_grid),
+                                        dim3(nvfp4::kPrepareThreads), 0, stream, /*pdl=*/true, a.problems, a.groups,
+                                        a.nvfp4_activations, cfg.block_tokens, ws, *tmpl);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return gemm::cuda_error(who + " prepare launch", e);
-  if (a.nvfp4_activations) {
-    // Grid-stride: a few CTAs per SM cover any total without knowing it on the host.
-    e = hopper::launch_kernel(nvfp4::grouped_activations_kernel, dim3(dev.sm_count * 4), dim3(256), 0, stream,
-                              /*pdl=*/true, a.problems, a.groups, ws);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) return gemm::cuda_error(who + " activation pass launch", e);
-  }
 
   nvfp4::Nvfp4KernelParams p{};
   p.splits = 1;

@@ -1,10 +1,8 @@
 // The grouped NVFP4 GEMM's work before the GEMM, on the caller's stream and without the host:
-//  - grouped_prepare_kernel (one CTA): validates every descriptor, writes the groups' tile
-//    offsets (an exclusive prefix sum; invalid and empty groups own none) and, for an NVFP4 call,
-//    where each group's BF16 activations are staged; patches one activation tensor map per
-//    non-empty group from a host-encoded template.
-//  - grouped_activations_kernel (NVFP4 calls): dequantizes every group's activations into the
-//    staging area, exactly, one 16-value block per thread step.
+// one kernel (grouped_prepare_kernel) validates every descriptor, writes the groups' tile offsets
+// (an exclusive prefix sum; invalid and empty groups own none), patches one activation tensor map
+// per non-empty group from a host-encoded template and, for an NVFP4 call, dequantizes every
+// group's activations exactly into the BF16 staging area.
 // A captured graph therefore replays correctly after the caller rewrites the descriptors.
 #pragma once
 
@@ -71,20 +69,18 @@ __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g
   return kGroupOk;
 }
 
-// The workspace: a status word, the tile offsets, the staged activations' block offsets, the
-// groups' activation maps and the staging area, each at a fixed place for (groups, capacity).
+// The workspace: a status word, the tile offsets, the groups' activation maps and the staging
+// area, each at a fixed place for (groups, capacity).
 struct GroupedWorkspace {
   int* status;                // [2]: GroupError, first bad group (-1 if none)
   int* tile_start;            // [groups + 1]
-  long long* act_block_start; // [groups + 1]: first 16-value block of each group's staged activations
   CUtensorMap* maps;          // [groups]
   __nv_bfloat16* staging;     // [capacity] BF16
   long long capacity;         // elements
 
   static size_t align(size_t x, size_t a) { return (x + a - 1) / a * a; }
   static size_t tiles_offset() { return 128; }
-  static size_t act_offset(int groups) { return align(tiles_offset() + (static_cast<size_t>(groups) + 1) * 4, 128); }
-  static size_t maps_offset(int groups) { return align(act_offset(groups) + (static_cast<size_t>(groups) + 1) * 8, 128); }
+  static size_t maps_offset(int groups) { return align(tiles_offset() + (static_cast<size_t>(groups) + 1) * 4, 128); }
   static size_t staging_offset(int groups) { return align(maps_offset(groups) + static_cast<size_t>(groups) * 128, 256); }
   static size_t bytes(int groups, long long capacity) {
     return staging_offset(groups) + align(static_cast<size_t>(capacity > 0 ? capacity : 0) * 2, 256);
@@ -92,7 +88,6 @@ struct GroupedWorkspace {
   static GroupedWorkspace at(void* base, int groups, long long capacity) {
     char* b = static_cast<char*>(base);
     return GroupedWorkspace{reinterpret_cast<int*>(b), reinterpret_cast<int*>(b + tiles_offset()),
-                            reinterpret_cast<long long*>(b + act_offset(groups)),
                             reinterpret_cast<CUtensorMap*>(b + maps_offset(groups)),
                             reinterpret_cast<__nv_bfloat16*>(b + staging_offset(groups)), capacity};
   }
@@ -100,6 +95,12 @@ struct GroupedWorkspace {
 
 constexpr int kPrepareThreads = 256;
 
+// One kernel before the GEMM. Every CTA scans the descriptors itself (a few loads per group), so
+// no CTA waits for another's offsets: CTA 0 writes the tile offsets, the maps and the status, and
+// in an NVFP4 call all CTAs dequantize their grid-stride share of the activations at once. (As
+// two kernels, a one-CTA scan and then the pass, the scan's ~5 us sat alone on the critical path.)
+// Groups are taken 256 at a time; a chunk's staging offsets and operand pointers sit in shared
+// memory, where each 16-value block finds its group by binary search.
 __global__ void __launch_bounds__(kPrepareThreads)
     grouped_prepare_kernel(const Nvfp4GroupedProblem* problems, int groups, bool nvfp4_act, int tokens,
                            GroupedWorkspace ws, const __grid_constant__ CUtensorMap tmpl) {
@@ -107,10 +108,14 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int first_bad;
   __shared__ long long tile_carry, act_carry;
+  __shared__ long long chunk_act_start[kPrepareThreads + 1];
+  __shared__ const uint8_t* chunk_packed[kPrepareThreads];
+  __shared__ const uint8_t* chunk_scales[kPrepareThreads];
+  const bool writer = blockIdx.x == 0;
   // Launched with PDL: resident under the tail of the caller's previous kernel, it touches
   // nothing (the descriptors may be that kernel's output; the workspace may still be read by the
   // previous call's GEMM, which completed before that kernel began) until the wait returns.
-  // The next kernel may become resident now; it waits for this grid's completion before reading
+  // The GEMM may become resident now; it waits for this grid's completion before reading
   // anything written here.
   hopper::grid_dependency_wait();
   hopper::launch_dependents();
@@ -120,6 +125,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
     act_carry = 0;
   }
   __syncthreads();
+  const long long stride = static_cast<long long>(gridDim.x) * kPrepareThreads;
+  const long long me = static_cast<long long>(blockIdx.x) * kPrepareThreads + threadIdx.x;
   for (int base = 0; base < groups; base += kPrepareThreads) {
     const int gi = base + static_cast<int>(threadIdx.x);
     Nvfp4GroupedProblem g{};
@@ -139,27 +146,49 @@ __global__ void __launch_bounds__(kPrepareThreads)
     __syncthreads();  // scan_tmp is reused
     Scan(scan_tmp).ExclusiveSum(act_blocks, act_off, act_sum);
     const long long tile_start = tile_carry + tile_off, act_start = act_carry + act_off;
-    if (gi < groups) {
-      ws.tile_start[gi] = static_cast<int>(tile_start < INT_MAX ? tile_start : INT_MAX);
-      ws.act_block_start[gi] = act_start;
-    }
     // Staged activations are 16-value blocks of 32 bytes, so every group's copy is 16-byte
     // aligned; a map past the staging capacity is never used (the call computes nothing then).
-    if (gi < groups && tiles > 0) {
-      const bool fits = !nvfp4_act || (act_start + act_blocks) * 16 <= ws.capacity;
-      const void* act = nvfp4_act ? static_cast<const void*>(ws.staging + (fits ? act_start * 16 : 0)) : g.a;
-      hopper::tensor_map_patch_2d(ws.maps + gi, tmpl, act, static_cast<uint32_t>(g.k), static_cast<uint32_t>(g.m),
-                                  static_cast<uint64_t>(g.k) * 2);
-      hopper::tensor_map_release();
+    const bool fits = !nvfp4_act || (act_start + act_blocks) * 16 <= ws.capacity;
+    if (writer && gi < groups) {
+      ws.tile_start[gi] = static_cast<int>(tile_start < INT_MAX ? tile_start : INT_MAX);
+      if (tiles > 0) {
+        const void* act = nvfp4_act ? static_cast<const void*>(ws.staging + (fits ? act_start * 16 : 0)) : g.a;
+        hopper::tensor_map_patch_2d(ws.maps + gi, tmpl, act, static_cast<uint32_t>(g.k), static_cast<uint32_t>(g.m),
+                                    static_cast<uint64_t>(g.k) * 2);
+        hopper::tensor_map_release();
+      }
     }
-    __syncthreads();  // scan_tmp and the carries are reused by the next chunk
+    if (nvfp4_act) {
+      chunk_act_start[threadIdx.x] = act_start;
+      chunk_packed[threadIdx.x] = static_cast<const uint8_t*>(g.a);
+      chunk_scales[threadIdx.x] = static_cast<const uint8_t*>(g.a_scales);
+      if (threadIdx.x == kPrepareThreads - 1) chunk_act_start[kPrepareThreads] = act_start + act_blocks;
+    }
+    __syncthreads();  // the chunk's table is written; the carries are read below
+    // A chunk that would overflow the staging is not dequantized (nor is anything after it);
+    // the status then says nothing was computed.
+    const long long lo_block = chunk_act_start[0], hi_block = chunk_act_start[kPrepareThreads];
+    if (nvfp4_act && hi_block * 16 <= ws.capacity) {
+      // This thread's blocks b == me (mod stride) within [lo_block, hi_block).
+      const long long first = lo_block + ((me - lo_block) % stride + stride) % stride;
+      for (long long b = first; b < hi_block; b += stride) {
+        int lo = 0, hi = kPrepareThreads - 1;  // the last chunk entry whose start is <= b
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (chunk_act_start[mid] <= b) lo = mid; else hi = mid - 1;
+        }
+        const long long group_first = chunk_act_start[lo];
+        act_block_to_bf16(chunk_packed[lo], chunk_scales[lo], b - group_first, ws.staging + group_first * 16);
+      }
+    }
+    __syncthreads();  // the chunk's table, scan_tmp and the carries are reused by the next chunk
     if (threadIdx.x == 0) {
       tile_carry += tile_sum;
       act_carry += act_sum;
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) {
+  if (writer && threadIdx.x == 0) {
     int status = kGroupOk, bad = -1;
     if (first_bad != INT_MAX) {
       bad = first_bad;
@@ -176,32 +205,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
       for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
     }
     ws.tile_start[groups] = nothing != kGroupOk ? 0 : static_cast<int>(tile_carry);
-    ws.act_block_start[groups] = nothing != kGroupOk ? 0 : act_carry;
     ws.status[0] = status;
     ws.status[1] = bad;
-  }
-}
-
-// Grid-stride over the 16-value blocks of all groups' activations; a block finds its group by
-// binary search over the block offsets (invalid and empty groups own none).
-__global__ void __launch_bounds__(256)
-    grouped_activations_kernel(const Nvfp4GroupedProblem* problems, int groups, GroupedWorkspace ws) {
-  // Launched with PDL behind the preparation kernel, whose offsets it reads; the GEMM after it
-  // may become resident early the same way.
-  hopper::launch_dependents();
-  hopper::grid_dependency_wait();
-  const long long total = ws.act_block_start[groups];
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long b = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; b < total; b += stride) {
-    int lo = 0, hi = groups - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (ws.act_block_start[mid] <= b) lo = mid; else hi = mid - 1;
-    }
-    const long long first = ws.act_block_start[lo];
-    const Nvfp4GroupedProblem& g = problems[lo];
-    act_block_to_bf16(static_cast<const uint8_t*>(g.a), static_cast<const uint8_t*>(g.a_scales), b - first,
-                      ws.staging + first * 16);
   }
 }
 
