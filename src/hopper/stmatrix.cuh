@@ -19,6 +19,17 @@ __device__ __forceinline__ void stmatrix_x4(void* smem_row_ptr, uint32_t r0, uin
                : "memory");
 }
 
+// The same four matrices, each stored transposed: row r of matrix j (at the address lane
+// 8j + r supplies) receives column r of the fragment, i.e. element (r, c) of the stored matrix is
+// fragment element (c, r). An accumulator tile lands in shared memory column-major this way.
+__device__ __forceinline__ void stmatrix_x4_trans(void* smem_row_ptr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row_ptr));
+  asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // The inverse of stmatrix_x4 with the same addresses: register j of every lane receives its two
 // elements of matrix j.
 __device__ __forceinline__ void ldmatrix_x4(const void* smem_row_ptr, uint32_t& r0, uint32_t& r1, uint32_t& r2,

@@ -9,30 +9,41 @@
 #include "gemm/nvfp4/mainloop.cuh"
 #include "gemm/nvfp4/traits.cuh"
 #include "hopper/named_barrier.cuh"
+#include "hopper/stmatrix.cuh"
 
 namespace lowbit::nvfp4 {
 
 // Accumulator fragment of m64nN (warp w, lane l): acc[4j + 2h + e] is weight row 16w + l/4 + 8h,
-// token 8j + 2(l%4) + e.
+// token 8j + 2(l%4) + e. The pair e = 0, 1 of (j, h) is one row of an 8x8 mma-layout matrix
+// (8 weight rows x 8 tokens), so a transposed stmatrix writes it as 8 token rows of 8 weight rows
+// (16 bytes each): four matrices per instruction. (As 2-byte scalar stores, with 4-way bank
+// conflicts, it cost ~1 us per tile.)
 template <class T>
 __device__ __forceinline__ void nvfp4_store_tile(typename T::SharedStorage& ss, const Nvfp4UnitView& v,
                                                  int consumer_wg, const float (&acc)[T::kTokens / 2]) {
+  static_assert(T::kTokens % 16 == 0, "two 8-token matrix columns per stmatrix");
   const Nvfp4Unit& w = v.w;
   const int t = threadIdx.x % 128;
+  const int lane = t % 32;
   // The previous unit's copy-out (persistent CTA) reads the staging tile until every consumer
   // thread has passed here.
   hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, 256);
-  const int row = consumer_wg * 64 + 16 * (t / 32) + (t % 32) / 4;
   __nv_bfloat16* tile = reinterpret_cast<__nv_bfloat16*>(ss.epi);
+  // Lane l addresses row l % 8 of matrix l / 8 = (token block 2i + (l / 8) / 2, weight-row half (l / 8) % 2).
+  const int mi = lane / 8;
+  const int row = consumer_wg * 64 + 16 * (t / 32) + 8 * (mi % 2);
 #pragma unroll
-  for (int j = 0; j < T::kTokens / 8; ++j)
+  for (int i = 0; i < T::kTokens / 16; ++i) {
+    const int token = 8 * (2 * i + mi / 2) + lane % 8;
+    uint32_t r[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int token = 8 * j + 2 * (t % 4) + e;
-        tile[token * kTileRows + row + 8 * h] = __float2bfloat16_rn(acc[4 * j + 2 * h + e] * v.alpha);
-      }
+    for (int q = 0; q < 4; ++q) {  // matrix q: token block 2i + q / 2, half q % 2
+      const int a = 4 * (2 * i + q / 2) + 2 * (q % 2);
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[a] * v.alpha, acc[a + 1] * v.alpha);
+      r[q] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    hopper::stmatrix_x4_trans(tile + token * T::kEpiPitch + row, r[0], r[1], r[2], r[3]);
+  }
   hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, 256);
 
   // 16 chunks of 8 BF16 per token row; n is a multiple of 16, so a chunk is wholly in or out.
@@ -43,7 +54,8 @@ __device__ __forceinline__ void nvfp4_store_tile(typename T::SharedStorage& ss, 
     const int64_t gm = static_cast<int64_t>(w.m_tile) * T::kTokens + token;
     const int gn = w.n_tile * kTileRows + col;
     if (gm < v.m && gn < v.n)
-      *reinterpret_cast<uint4*>(v.d + gm * v.n + gn) = *reinterpret_cast<const uint4*>(tile + token * kTileRows + col);
+      *reinterpret_cast<uint4*>(v.d + gm * v.n + gn) =
+          *reinterpret_cast<const uint4*>(tile + token * T::kEpiPitch + col);
   }
 }
 
