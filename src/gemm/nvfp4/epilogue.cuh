@@ -13,6 +13,10 @@
 
 namespace lowbit::nvfp4 {
 
+// Where 16-byte unit u (8 weight rows) of token row t of the staged tile sits: unit u ^ (t % 8),
+// so the 8 token rows a transposed stmatrix writes fall in distinct banks.
+__device__ __forceinline__ int epi_unit(int token, int unit) { return unit ^ (token % 8); }
+
 // Accumulator fragment of m64nN (warp w, lane l): acc[4j + 2h + e] is weight row 16w + l/4 + 8h,
 // token 8j + 2(l%4) + e. The pair e = 0, 1 of (j, h) is one row of an 8x8 mma-layout matrix
 // (8 weight rows x 8 tokens), so a transposed stmatrix writes it as 8 token rows of 8 weight rows
@@ -42,7 +46,7 @@ __device__ __forceinline__ void nvfp4_store_tile(typename T::SharedStorage& ss, 
       const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[a] * v.alpha, acc[a + 1] * v.alpha);
       r[q] = *reinterpret_cast<const uint32_t*>(&pair);
     }
-    hopper::stmatrix_x4_trans(tile + token * T::kEpiPitch + row, r[0], r[1], r[2], r[3]);
+    hopper::stmatrix_x4_trans(tile + token * kTileRows + 8 * epi_unit(token, row / 8), r[0], r[1], r[2], r[3]);
   }
   hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, 256);
 
@@ -55,7 +59,7 @@ __device__ __forceinline__ void nvfp4_store_tile(typename T::SharedStorage& ss, 
     const int gn = w.n_tile * kTileRows + col;
     if (gm < v.m && gn < v.n)
       *reinterpret_cast<uint4*>(v.d + gm * v.n + gn) =
-          *reinterpret_cast<const uint4*>(tile + token * T::kEpiPitch + col);
+          *reinterpret_cast<const uint4*>(tile + token * kTileRows + 8 * epi_unit(token, col / 8));
   }
 }
 
