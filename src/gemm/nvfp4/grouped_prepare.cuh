@@ -98,7 +98,8 @@ constexpr int kPrepareThreads = 256;
 // One kernel before the GEMM. Every CTA scans the descriptors itself (a few loads per group), so
 // no CTA waits for another's offsets: CTA 0 writes the tile offsets, the maps and the status, and
 // in an NVFP4 call all CTAs dequantize their grid-stride share of the activations at once. (As
-// two kernels, a one-CTA scan and then the pass, the scan's ~5 us sat alone on the critical path.)
+// two kernels, the pass waited for a one-CTA scan to complete and searched offsets in global
+// memory: 0.4-0.8 us more per call, docs/perf.md W5 v2.)
 // Groups are taken 256 at a time; a chunk's staging offsets and operand pointers sit in shared
 // memory, where each 16-value block finds its group by binary search.
 __global__ void __launch_bounds__(kPrepareThreads)
