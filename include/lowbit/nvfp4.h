@@ -118,8 +118,8 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig
 
 // One preparation launch (validates the descriptors, lays out the tiles, patches the groups'
 // activation tensor maps and, for an NVFP4 call, dequantizes the activations into the
-// workspace), then one persistent GEMM launch over the tiles of every group; all on `stream`, no host synchronization, capturable in
-// a graph. A group that breaks a rule (negative m; n not a positive multiple of 16, or k of 32,
+// workspace), then one persistent GEMM launch over the tiles of every group; all on `stream`,
+// no host synchronization, capturable in a graph. A group that breaks a rule (negative m; n not a positive multiple of 16, or k of 32,
 // below 2^30; a null or misaligned pointer in a non-empty group; a global scale
 // that is not finite and > 0) is skipped -- its D is not written -- and recorded in the
 // workspace's status word (nvfp4_grouped_check_status). Host-side checks: groups >= 1, problems

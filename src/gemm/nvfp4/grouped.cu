@@ -1,7 +1,7 @@
 // Host side of the grouped NVFP4 GEMM: argument checks, config choice, the activation map
-// template, and the launches (preparation with the activation pass for NVFP4 calls, persistent GEMM), all
-// on the caller's stream; no allocation and no synchronization (except nvfp4_grouped_check_status,
-// which exists to synchronize).
+// template, and the launches (preparation, with the activation pass in an NVFP4 call; persistent
+// GEMM), all on the caller's stream; no allocation and no synchronization (except
+// nvfp4_grouped_check_status, which exists to synchronize).
 #include <cuda_runtime.h>
 
 #include <cstdint>
