@@ -119,11 +119,11 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig
 // One preparation launch (validates the descriptors, lays out the tiles, patches the groups'
 // activation tensor maps and, for an NVFP4 call, dequantizes the activations into the
 // workspace), then one persistent GEMM launch over the tiles of every group; all on `stream`,
-// no host synchronization, capturable in a graph. A group that breaks a rule (negative m; n not a positive multiple of 16, or k of 32,
-// below 2^30; a null or misaligned pointer in a non-empty group; a global scale
-// that is not finite and > 0) is skipped -- its D is not written -- and recorded in the
-// workspace's status word (nvfp4_grouped_check_status). Host-side checks: groups >= 1, problems
-// and workspace non-null, workspace large enough, config valid (splits = 1).
+// no host synchronization, capturable in a graph. A group that breaks a rule (negative m; n not
+// a positive multiple of 16, or k of 32, below 2^30; a null or misaligned pointer in a non-empty
+// group; a global scale that is not finite and > 0) is skipped -- its D is not written -- and
+// recorded in the workspace's status word (nvfp4_grouped_check_status). Host-side checks:
+// groups >= 1, problems and workspace non-null, workspace large enough, config valid (splits = 1).
 Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& args, cudaStream_t stream, const Nvfp4GemmConfig* config = nullptr);
 
 // The same rules, applied to descriptors the caller holds on the host; names the first bad group.
