@@ -308,9 +308,17 @@ struct Grouped {
 };
 
 TEST_F(Nvfp4GemmGpu, SmallIntegersExactEveryVariant) {
-  for (const char* cfg : {"tokens=16", "tokens=32", "tokens=64", "tokens=128", "tokens=16,splits=3", "tokens=64,splits=2",
-                          "tokens=128,splits=4"})
+  for (const char* cfg : {"tokens=16", "tokens=32", "tokens=64", "tokens=128", "tokens=256", "tokens=16,splits=3",
+                          "tokens=64,splits=2", "tokens=128,splits=4", "tokens=256,splits=3"})
     run_case({100, 272, 1024, true, false, false, cfg});
+}
+
+// 256 tokens stage the output tile in the ring: two token tiles (the second partial), more
+// K blocks than stages, NVFP4 activations and a split.
+TEST_F(Nvfp4GemmGpu, Tokens256Exact) {
+  run_case({300, 400, 1024, true, false, false, "tokens=256"});
+  run_case({513, 144, 160, true, true, true, "tokens=256"});
+  run_case({257, 256, 2048, true, false, true, "tokens=256,splits=2"});
 }
 
 TEST_F(Nvfp4GemmGpu, EdgeShapesExact) {
@@ -330,6 +338,7 @@ TEST_F(Nvfp4GemmGpu, RandomWithinBound) {
   run_case({16, 1024, 2048, false, false, false, nullptr});
   run_case({128, 512, 4096, false, true, true, nullptr});
   run_case({7, 384, 7168, false, false, true, "tokens=16,splits=8"});
+  run_case({512, 512, 4096, false, false, false, "tokens=256"});
 }
 
 TEST_F(Nvfp4GemmGpu, RejectsBadInput) {
@@ -520,6 +529,8 @@ TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
   Nvfp4GemmConfig cfg;
   ASSERT_TRUE(parse_nvfp4_config("tokens=64,splits=2", &cfg).ok());
   expect_bad(ok, &cfg, "split K");
+  ASSERT_TRUE(parse_nvfp4_config("tokens=256", &cfg).ok());
+  expect_bad(ok, &cfg, "256 tokens are dense only");
   auto h = g.descriptors();
   h[0].k = 48;
   EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());

@@ -40,7 +40,7 @@ struct Nvfp4PrepackArgs {
 Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& args, cudaStream_t stream);
 
 struct Nvfp4GemmConfig {
-  int block_tokens = 16;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
+  int block_tokens = 16;  // tokens per tile (the WGMMA N): 16, 32, 64, 128 or 256 (dense only)
   int splits = 1;         // split-K factor (deterministic fix-up through the workspace)
   std::string reason;     // why the chooser picked it ("forced" when parsed)
   std::string to_string() const;

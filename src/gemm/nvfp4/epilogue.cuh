@@ -30,9 +30,10 @@ __device__ __forceinline__ void nvfp4_store_tile(typename T::SharedStorage& ss, 
   const int t = threadIdx.x % 128;
   const int lane = t % 32;
   // The previous unit's copy-out (persistent CTA) reads the staging tile until every consumer
-  // thread has passed here.
+  // thread has passed here; and where the tile is staged in the ring (256 tokens), the other
+  // warpgroup's last MMAs read that stage until it has passed here.
   hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, 256);
-  __nv_bfloat16* tile = reinterpret_cast<__nv_bfloat16*>(ss.epi);
+  __nv_bfloat16* tile = reinterpret_cast<__nv_bfloat16*>(T::epi_tile(ss));
   // Lane l addresses row l % 8 of matrix l / 8 = (token block 2i + (l / 8) / 2, weight-row half (l / 8) % 2).
   const int mi = lane / 8;
   const int row = consumer_wg * 64 + 16 * (t / 32) + 8 * (mi % 2);

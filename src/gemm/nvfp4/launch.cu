@@ -119,8 +119,10 @@ cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act
 
 template <int kTokens>
 constexpr nvfp4::Nvfp4Variant variant(const char* note) {
-  return {kTokens, nvfp4::Nvfp4Traits<kTokens>::kStages, nvfp4::Nvfp4Traits<kTokens>::kSmemBytes,
-          &launch_variant<kTokens, false>, &launch_variant<kTokens, true>, note};
+  using T = nvfp4::Nvfp4Traits<kTokens>;
+  nvfp4::Nvfp4LaunchFn grouped = nullptr;  // a tile staged in the ring needs one unit per CTA
+  if constexpr (!T::kEpiInRing) grouped = &launch_variant<kTokens, true>;
+  return {kTokens, T::kStages, T::kSmemBytes, &launch_variant<kTokens, false>, grouped, note};
 }
 
 const nvfp4::Nvfp4Variant kVariants[] = {
@@ -128,6 +130,7 @@ const nvfp4::Nvfp4Variant kVariants[] = {
     variant<32>("M <= 32"),
     variant<64>("M <= 64"),
     variant<128>("M > 64: BF16 tensor-rate bound"),
+    variant<256>("large M, dense only: half the dequantization per MMA, 3 stages, tile staged in the ring"),
 };
 
 const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }
@@ -163,41 +166,72 @@ Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out) {
     else if (key == "splits") c.splits = value;
     else return Status::Invalid("nvfp4 config: unknown key '" + key + "' (tokens, splits)");
   }
-  if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be 16, 32, 64 or 128");
+  if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be 16, 32, 64, 128 or 256");
   if (c.splits < 1) return Status::Invalid("nvfp4 config: splits must be >= 1");
   c.reason = "forced";
   *out = c;
   return Status::Ok();
 }
 
+namespace {
+
+// Relative mainloop time of one tile's K block: a 256-token tile costs 1.72x a 128-token one for
+// twice the MMAs (same-run A/B on eight M >= 512 shapes, docs/perf.md W4 v6: the weights are
+// dequantized once per 256 tokens instead of per 128).
+double nvfp4_kblock_cost(int tokens) { return tokens == 256 ? 1.72 : 1.0; }
+
+struct Nvfp4Candidate {
+  int tokens, splits;
+  int64_t units;
+  double fill, cost;
+};
+
+// Split K into the largest one-wave fill (units <= SMs), keeping >= 4 K blocks per unit: every
+// unit pays a pipeline fill and a fix-up, and the dense kernel is not persistent, so a second
+// wave costs more than the SMs a single wave leaves idle (at M = 1 and 16, 2 splits and 112
+// units measured 1.2x faster than 7 splits filling 3 waves to 99%; docs/perf.md W4 v4).
+// Where the tiles alone exceed a wave, K is not split. Cost: waves x K blocks per unit x the
+// token tile's K-block cost.
+Nvfp4Candidate nvfp4_candidate(int tokens, int64_t m, int64_t n, int64_t k, int sms) {
+  const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, tokens);
+  const int64_t kb = ceil_div(k, kBlockK);
+  Nvfp4Candidate c{tokens, 1, tiles, static_cast<double>(tiles) / (ceil_div(tiles, sms) * sms), 0.0};
+  for (int s = 2; s <= 16 && kb / s >= 4 && tiles * s <= sms; ++s) {
+    const double fill = static_cast<double>(tiles * s) / sms;
+    if (fill > c.fill + 1e-9) {
+      c.splits = s;
+      c.fill = fill;
+    }
+  }
+  c.units = tiles * c.splits;
+  c.cost = static_cast<double>(ceil_div(c.units, sms)) * static_cast<double>(ceil_div(kb, c.splits)) *
+           nvfp4_kblock_cost(tokens);
+  return c;
+}
+
+}  // namespace
+
 Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out) {
   if (m <= 0 || n <= 0 || k <= 0) return Status::Invalid("choose_nvfp4_config: M, N and K must be >= 1");
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
-  Nvfp4GemmConfig c;
-  c.block_tokens = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
-  const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
-  const int64_t kb = ceil_div(k, kBlockK);
-  // Split K into the largest one-wave fill (units <= SMs), keeping >= 4 K blocks per unit: every
-  // unit pays a pipeline fill and a fix-up, and the dense kernel is not persistent, so a second
-  // wave costs more than the SMs a single wave leaves idle (at M = 1 and 16, 2 splits and 112
-  // units measured 1.2x faster than 7 splits filling 3 waves to 99%; docs/perf.md W4 v3).
-  // Where the tiles alone exceed a wave, K is not split.
-  int best = 1;
-  double best_fill = static_cast<double>(tiles) / (ceil_div(tiles, dev.sm_count) * dev.sm_count);
-  for (int s = 2; s <= 16 && kb / s >= 4 && tiles * s <= dev.sm_count; ++s) {
-    const double fill = static_cast<double>(tiles * s) / dev.sm_count;
-    if (fill > best_fill + 1e-9) {
-      best = s;
-      best_fill = fill;
-    }
-  }
-  c.splits = best;
+  // The smallest tile >= M up to 128; past 128 tokens, 128 or 256, whichever the cost says
+  // (128 on a tie within 3%: the narrower tile has the deeper ring).
+  const int small = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  Nvfp4Candidate best = nvfp4_candidate(small, m, n, k, dev.sm_count);
   std::ostringstream why;
-  why << "tokens " << c.block_tokens << " (smallest tile >= M, capped at 128); splits " << best << ": "
-      << tiles * best << " units fill " << static_cast<int>(best_fill * 100 + 0.5)
-      << (tiles * best <= dev.sm_count ? "% of one wave on " : "% of their waves on ")
-      << dev.sm_count << " SMs";
+  if (m > 128) {
+    const Nvfp4Candidate wide = nvfp4_candidate(256, m, n, k, dev.sm_count);
+    why << "tokens 128 costs " << best.cost << ", tokens 256 " << wide.cost << " (waves x K blocks x tile cost); ";
+    if (wide.cost < 0.97 * best.cost) best = wide;
+  } else {
+    why << "tokens " << best.tokens << " (smallest tile >= M); ";
+  }
+  why << "splits " << best.splits << ": " << best.units << " units fill " << static_cast<int>(best.fill * 100 + 0.5)
+      << (best.units <= dev.sm_count ? "% of one wave on " : "% of their waves on ") << dev.sm_count << " SMs";
+  Nvfp4GemmConfig c;
+  c.block_tokens = best.tokens;
+  c.splits = best.splits;
   c.reason = why.str();
   *out = c;
   return Status::Ok();
@@ -274,7 +308,7 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     if (nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg) > a.workspace_bytes) cfg.splits = 1;
   }
   const nvfp4::Nvfp4Variant* v = find_variant(cfg.block_tokens);
-  if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be 16, 32, 64 or 128");
+  if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be 16, 32, 64, 128 or 256");
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   if (cfg.splits < 1 || cfg.splits > k_blocks)
     return Status::Invalid("nvfp4_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(k_blocks) + "]");
