@@ -25,12 +25,16 @@ namespace {
 
 // The activation map of a token tile (BF16, boxes of tokens x 64, 128-byte swizzle), encoded once
 // per process; the device patches base, sizes and pitch per group (the base is a placeholder).
+// The box height must be the kernel's token tile: a shorter box would deliver fewer bytes than
+// the stage's barrier expects, and the consumers would wait forever.
 Status act_template(int tokens, const CUtensorMap** out) {
-  constexpr int kTiles = 4;  // 16, 32, 64, 128
+  constexpr int kTiles = 5;  // 16, 32, 64, 128, 256
   static CUtensorMap cache[kTiles];
   static Status cache_status[kTiles];
   static std::once_flag once[kTiles];
-  const int i = tokens == 16 ? 0 : tokens == 32 ? 1 : tokens == 64 ? 2 : 3;
+  int i = 0;
+  while (i < kTiles && (16 << i) != tokens) ++i;
+  if (i == kTiles) return Status::Invalid("nvfp4 grouped: no activation map for a token tile of " + std::to_string(tokens));
   std::call_once(once[i], [i, tokens] {
     hopper::TensorMap2dSpec s;
     s.base = reinterpret_cast<void*>(uintptr_t{1} << 20);
