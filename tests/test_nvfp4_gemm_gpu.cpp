@@ -313,8 +313,8 @@ TEST_F(Nvfp4GemmGpu, SmallIntegersExactEveryVariant) {
     run_case({100, 272, 1024, true, false, false, cfg});
 }
 
-// 256 tokens (3 stages): two token tiles (the second partial), more K blocks than stages,
-// NVFP4 activations and a split.
+// 256 tokens stage the output tile in the ring: two token tiles (the second partial), more
+// K blocks than stages, NVFP4 activations and a split.
 TEST_F(Nvfp4GemmGpu, Tokens256Exact) {
   run_case({300, 400, 1024, true, false, false, "tokens=256"});
   run_case({513, 144, 160, true, true, true, "tokens=256"});
@@ -401,7 +401,7 @@ TEST_F(Nvfp4GemmGpu, RejectsBadInput) {
 
 // Empty groups, M = 1, 127, 129, and N and K differing per group, through every token tile.
 TEST_F(Nvfp4GemmGpu, GroupedEdgeGroupsExact) {
-  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16", "tokens=32", "tokens=64", "tokens=256"}) {
+  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16", "tokens=32", "tokens=64"}) {
     Grouped g;
     const int64_t ms[] = {0, 1, 127, 129, 0, 40, 256};
     const int64_t ns[] = {128, 144, 256, 48, 128, 400, 128};
@@ -529,6 +529,8 @@ TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
   Nvfp4GemmConfig cfg;
   ASSERT_TRUE(parse_nvfp4_config("tokens=64,splits=2", &cfg).ok());
   expect_bad(ok, &cfg, "split K");
+  ASSERT_TRUE(parse_nvfp4_config("tokens=256", &cfg).ok());
+  expect_bad(ok, &cfg, "256 tokens are dense only");
   auto h = g.descriptors();
   h[0].k = 48;
   EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());

@@ -112,7 +112,8 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   if (forced) cfg = *forced;
   else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));
   const nvfp4::Nvfp4Variant* v = nvfp4::find_nvfp4_variant(cfg.block_tokens);
-  if (!v) return Status::Invalid(who + ": block_tokens must be 16, 32, 64, 128 or 256");
+  if (!v || !v->launch_grouped)
+    return Status::Invalid(who + ": block_tokens must be 16, 32, 64 or 128 (256 is dense only)");
   if (cfg.splits != 1) return Status::Invalid(who + ": grouped calls do not split K (splits must be 1)");
   if (static_cast<size_t>(v->smem) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, who + ": kernel needs " + std::to_string(v->smem) +

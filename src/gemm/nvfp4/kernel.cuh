@@ -28,9 +28,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Static checks.
   static_assert(T::kTokens % 16 == 0 && T::kTokens >= 16 && T::kTokens <= 256, "wgmma N (split-K stores float4)");
   static_assert(kBlockK == 128 && kBlockK / 16 == 8, "eight m64k16 steps per K block");
+  static_assert(!(kGrouped && T::kEpiInRing), "a persistent CTA cannot stage its tile in the ring");
 
   // Shared-memory budget.
-  static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
+  static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue tile exceed sm_90 shared memory");
   static_assert(128 * (168 - T::kProducerRegs) + 1024 >= 256 * (T::kConsumerRegs - 168), "setmaxnreg budget");
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)

@@ -119,8 +119,10 @@ cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act
 
 template <int kTokens>
 constexpr nvfp4::Nvfp4Variant variant(const char* note) {
-  return {kTokens, nvfp4::Nvfp4Traits<kTokens>::kStages, nvfp4::Nvfp4Traits<kTokens>::kSmemBytes,
-          &launch_variant<kTokens, false>, &launch_variant<kTokens, true>, note};
+  using T = nvfp4::Nvfp4Traits<kTokens>;
+  nvfp4::Nvfp4LaunchFn grouped = nullptr;  // a tile staged in the ring needs one unit per CTA
+  if constexpr (!T::kEpiInRing) grouped = &launch_variant<kTokens, true>;
+  return {kTokens, T::kStages, T::kSmemBytes, &launch_variant<kTokens, false>, grouped, note};
 }
 
 const nvfp4::Nvfp4Variant kVariants[] = {
@@ -128,7 +130,7 @@ const nvfp4::Nvfp4Variant kVariants[] = {
     variant<32>("M <= 32"),
     variant<64>("M <= 64"),
     variant<128>("M > 64: BF16 tensor-rate bound"),
-    variant<256>("large M: half the dequantization per MMA, 3 stages"),
+    variant<256>("large M, dense only: half the dequantization per MMA, 3 stages, tile staged in the ring"),
 };
 
 const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }

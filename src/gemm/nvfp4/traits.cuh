@@ -41,12 +41,19 @@ struct Nvfp4Traits {
   static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
   static constexpr int kActBoxBytes = kTokens * 128;  // kTokens rows x 64 BF16
   static constexpr int kActStageBytes = 2 * kActBoxBytes;
-  // The epilogue's staging: 512 bytes per consumer warp (gemm/nvfp4/epilogue.cuh).
-  static constexpr int kEpiBytes = 8 * 512;
+  // The D^T tile, transposed ([token][weight row], BF16; 16-byte units swizzled by the token,
+  // gemm/nvfp4/epilogue.cuh). Padding the rows instead (2 KiB more) made M >= 512 5-7% slower.
+  static constexpr int kEpiBytes = kTokens * kTileRows * 2;
+  // At 256 tokens a stage is 73 KiB and the tile 64 KiB: a tile of its own would leave two
+  // stages. The tile is staged in activation stage 0 instead, which only a CTA that runs one
+  // unit may do (dense): once both consumer warpgroups retired their last MMAs, no stage is read
+  // or loaded again. A persistent (grouped) CTA's producer fills the ring under the epilogue.
+  static constexpr bool kEpiInRing = kEpiBytes > 32768;
+  static constexpr int kEpiOwnBytes = kEpiInRing ? 16 : kEpiBytes;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
-  // Stages: what fits in 227 KiB beside the epilogue staging and 2 KiB of barriers and slack,
+  // Stages: what fits in 227 KiB beside the epilogue tile and 2 KiB of barriers and slack,
   // capped at 16 (deeper adds nothing once a K range's bytes are in flight).
-  static constexpr int kStagesFit = (kSm90MaxSmemPerBlock - kEpiBytes - 2048 - 1024) / kStageBytes;
+  static constexpr int kStagesFit = (kSm90MaxSmemPerBlock - kEpiOwnBytes - 2048 - 1024) / kStageBytes;
   static constexpr int kStages = kStagesFit > 16 ? 16 : kStagesFit;
   static_assert(kStages >= 3, "pipeline too shallow");
 
@@ -56,11 +63,13 @@ struct Nvfp4Traits {
   struct alignas(1024) SharedStorage {
     uint8_t act[kStages][kActStageBytes];  // 1024-aligned: 128B-swizzle atoms
     uint8_t weights[kStages][kWeightStageBytes];
-    alignas(16) uint8_t epi[kEpiBytes];
+    alignas(16) uint8_t epi[kEpiOwnBytes];
     hopper::StageBarriers<kStages> bars;
   };
+  __device__ __forceinline__ static uint8_t* epi_tile(SharedStorage& ss) { return kEpiInRing ? ss.act[0] : ss.epi; }
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kActBoxBytes % 1024 == 0, "activation boxes keep the 1024-byte swizzle alignment");
+  static_assert(!kEpiInRing || kActStageBytes >= kEpiBytes, "the staged tile fits in activation stage 0");
 };
 
 struct Nvfp4KernelParams {
