@@ -191,12 +191,15 @@ struct Nvfp4Candidate {
 // wave costs more than the SMs a single wave leaves idle (at M = 1 and 16, 2 splits and 112
 // units measured 1.2x faster than 7 splits filling 3 waves to 99%; docs/perf.md W4 v4).
 // Where the tiles alone exceed a wave, K is not split. Cost: waves x K blocks per unit x the
-// token tile's K-block cost.
-Nvfp4Candidate nvfp4_candidate(int tokens, int64_t m, int64_t n, int64_t k, int sms) {
+// token tile's K-block cost. The cost counts no fix-up, so a tile that may not split is scored
+// unsplit: 256-token tiles split 2-5 ways (the per-group loop of W5: 192 and 320 x 3072 x 4096,
+// 384 x 4096 x 1536) ran ~1.4x slower than 128-token ones, which the cost called 1.2-1.4x
+// faster. Their partials are 128 KiB per unit, and a 3-stage ring refills for every unit.
+Nvfp4Candidate nvfp4_candidate(int tokens, bool may_split, int64_t m, int64_t n, int64_t k, int sms) {
   const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, tokens);
   const int64_t kb = ceil_div(k, kBlockK);
   Nvfp4Candidate c{tokens, 1, tiles, static_cast<double>(tiles) / (ceil_div(tiles, sms) * sms), 0.0};
-  for (int s = 2; s <= 16 && kb / s >= 4 && tiles * s <= sms; ++s) {
+  for (int s = 2; may_split && s <= 16 && kb / s >= 4 && tiles * s <= sms; ++s) {
     const double fill = static_cast<double>(tiles * s) / sms;
     if (fill > c.fill + 1e-9) {
       c.splits = s;
@@ -218,11 +221,12 @@ Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out
   // The smallest tile >= M up to 128; past 128 tokens, 128 or 256, whichever the cost says
   // (128 on a tie within 3%: the narrower tile has the deeper ring).
   const int small = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
-  Nvfp4Candidate best = nvfp4_candidate(small, m, n, k, dev.sm_count);
+  Nvfp4Candidate best = nvfp4_candidate(small, true, m, n, k, dev.sm_count);
   std::ostringstream why;
   if (m > 128) {
-    const Nvfp4Candidate wide = nvfp4_candidate(256, m, n, k, dev.sm_count);
-    why << "tokens 128 costs " << best.cost << ", tokens 256 " << wide.cost << " (waves x K blocks x tile cost); ";
+    const Nvfp4Candidate wide = nvfp4_candidate(256, false, m, n, k, dev.sm_count);
+    why << "tokens 128 costs " << best.cost << ", tokens 256 unsplit " << wide.cost
+        << " (waves x K blocks x tile cost); ";
     if (wide.cost < 0.97 * best.cost) best = wide;
   } else {
     why << "tokens " << best.tokens << " (smallest tile >= M); ";
