@@ -422,6 +422,19 @@ TEST_F(Nvfp4GemmGpu, GroupedEdgeGroupsExact) {
   }
 }
 
+// A group's last 128-token tile with at most 64 rows runs half-width MMAs: both sides of the
+// boundary (64 / 65 rows left), tiles that are all remainder (1, 64) and none (128), with
+// NVFP4 and BF16 activations.
+TEST_F(Nvfp4GemmGpu, GroupedHalfWidthTilesExact) {
+  for (bool fp4 : {true, false}) {
+    Grouped g;
+    const int64_t ms[] = {64, 65, 192, 193, 1, 128, 320};
+    for (int i = 0; i < 7; ++i) g.add(ms[i], 256, 1024, true, fp4, 110 + i);
+    g.run_and_check("tokens=128", fp4 ? "half-width tiles nvfp4-act" : "half-width tiles bf16-act");
+    if (HasFailure()) return;
+  }
+}
+
 TEST_F(Nvfp4GemmGpu, GroupedNvfp4ActivationsExact) {
   Grouped g;
   const int64_t ms[] = {3, 0, 129, 64};

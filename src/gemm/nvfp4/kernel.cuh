@@ -28,6 +28,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Static checks.
   static_assert(T::kTokens % 16 == 0 && T::kTokens >= 16 && T::kTokens <= 256, "wgmma N (split-K stores float4)");
   static_assert(kBlockK == 128 && kBlockK / 16 == 8, "eight m64k16 steps per K block");
+  // Half-width remainder tiles: grouped 128-token tiles (W5's groups of 40-384 rows pad their
+  // last tile; the dense chooser already sizes the tile to M).
+  constexpr bool kHalfTiles = kGrouped && T::kTokens == 128;
   static_assert(!(kGrouped && T::kEpiInRing), "a persistent CTA cannot stage its tile in the ring");
 
   // Shared-memory budget.
@@ -82,8 +85,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Nvfp4Consumer<T> consumer{ss, consumer_wg, {}};
     float acc[T::kTokens / 2];
     for (int u = first_unit; u < num_units; u += stride) {
-      // Mainloop.
-      consumer.run(problems.resolve(u).w, acc);
+      // Mainloop. A grouped 128-token tile with at most 64 rows left in its group (a group's
+      // last tile) issues half-width MMAs: the rows past M would be zeros. The width is chosen
+      // per unit, around the whole K loop (a branch per MMA cost 15%, W4 v4); the rows left are
+      // broadcast from lane 0 so the branch is uniform to the compiler.
+      const Nvfp4UnitView mv = problems.resolve(u);
+      if constexpr (kHalfTiles) {
+        const int rows_left = __shfl_sync(0xffffffffu, mv.m - mv.w.m_tile * T::kTokens, 0);
+        if (rows_left <= T::kTokens / 2) {
+          // Its own accumulator: one register block shared by both widths made ptxas serialize
+          // every wgmma (C7511, insufficient registers).
+          float half[T::kTokens / 4];
+          consumer.template run<T::kTokens / 2>(mv.w, half);
+#pragma unroll
+          for (int i = 0; i < T::kTokens / 2; ++i) acc[i] = i < T::kTokens / 4 ? half[i] : 0.0f;
+        } else {
+          consumer.run(mv.w, acc);
+        }
+      } else {
+        consumer.run(mv.w, acc);
+      }
       // Epilogue (after the split-K fix-up when K is split). The unit is resolved again rather
       // than kept live across the mainloop, where the registers are taken.
       const Nvfp4UnitView v = problems.resolve(u);

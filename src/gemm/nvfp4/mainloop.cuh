@@ -40,7 +40,6 @@ __device__ __forceinline__ void nvfp4_produce(typename T::SharedStorage& ss, con
 // asynchronously).
 template <class T>
 struct Nvfp4Consumer {
-  using Op = hopper::WgmmaRegAOp<hopper::WgmmaKind::kBF16, T::kTokens>;
   static constexpr int kRegs = T::kTokens / 2;
   static constexpr int kSteps = kBlockK / 16;
 
@@ -92,7 +91,11 @@ struct Nvfp4Consumer {
     return *reinterpret_cast<const uint32_t*>(&v);
   }
 
-  __device__ __forceinline__ void issue(uint32_t (&f)[kSteps][4], float (&acc)[kRegs]) {
+  // kN: the MMA width, kTokens or (a tile whose rows past M are at least half of it) kTokens / 2.
+  template <int kN>
+  __device__ __forceinline__ void issue(uint32_t (&f)[kSteps][4], float (&acc)[kN / 2]) {
+    using OpN = hopper::WgmmaRegAOp<hopper::WgmmaKind::kBF16, kN>;
+    static_assert(kN == T::kTokens || 2 * kN == T::kTokens, "full or half width");
     ss.bars.consumer_wait(pos);
     dequantize(pos.stage, f);
     const uint64_t desc0 =
@@ -104,24 +107,25 @@ struct Nvfp4Consumer {
     hopper::wgmma_fence();
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
-      Op::mma(acc, f[s], hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
+      OpN::mma(acc, f[s], hopper::advance_desc(s < 4 ? desc0 : desc1, 32 * (s % 4)), true);
     hopper::wgmma_commit_group();
     pending_stage = pos.stage;
     pos.advance();
   }
 
   // After this, the MMAs reading `f` (and the stage `stage`) have retired.
-  template <int kInFlight>
-  __device__ __forceinline__ void retire(uint32_t (&f)[kSteps][4], int stage, float (&acc)[kRegs]) {
+  template <int kInFlight, int R>
+  __device__ __forceinline__ void retire(uint32_t (&f)[kSteps][4], int stage, float (&acc)[R]) {
     hopper::wgmma_wait_group<kInFlight>();
     fence_frag(f);
     hopper::fence_operands(acc);
     if (threadIdx.x % 32 == 0) ss.bars.consumer_release(stage);
   }
 
-  __device__ __forceinline__ void run(const Nvfp4Unit& w, float (&acc)[kRegs]) {
+  template <int kN = T::kTokens>
+  __device__ __forceinline__ void run(const Nvfp4Unit& w, float (&acc)[kN / 2]) {
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
     uint32_t fa[kSteps][4], fb[kSteps][4];
     // Carried across units, and (grouped) read from memory, the ring position and K range no
     // longer look warp-uniform to the compiler, which then builds every WGMMA descriptor in
@@ -132,7 +136,7 @@ struct Nvfp4Consumer {
     const int kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
     int kb = __shfl_sync(0xffffffffu, w.kb_begin, 0);
     if (kb == kb_end) return;
-    issue(fa, acc);
+    issue<kN>(fa, acc);
     ++kb;
     while (true) {
       if (kb == kb_end) {
@@ -140,7 +144,7 @@ struct Nvfp4Consumer {
         break;
       }
       int prev = pending_stage;
-      issue(fb, acc);
+      issue<kN>(fb, acc);
       ++kb;
       retire<1>(fa, prev, acc);
       if (kb == kb_end) {
@@ -148,7 +152,7 @@ struct Nvfp4Consumer {
         break;
       }
       prev = pending_stage;
-      issue(fa, acc);
+      issue<kN>(fa, acc);
       ++kb;
       retire<1>(fb, prev, acc);
     }
