@@ -40,7 +40,6 @@ __device__ __forceinline__ void nvfp4_produce(typename T::SharedStorage& ss, con
 // asynchronously).
 template <class T>
 struct Nvfp4Consumer {
-  static constexpr int kRegs = T::kTokens / 2;
   static constexpr int kSteps = kBlockK / 16;
 
   typename T::SharedStorage& ss;

@@ -48,12 +48,13 @@ struct Nvfp4Traits {
   // stages. The tile is staged in activation stage 0 instead, which only a CTA that runs one
   // unit may do (dense): once both consumer warpgroups retired their last MMAs, no stage is read
   // or loaded again. A persistent (grouped) CTA's producer fills the ring under the epilogue.
-  static constexpr bool kEpiInRing = kEpiBytes > 32768;
-  static constexpr int kEpiOwnBytes = kEpiInRing ? 16 : kEpiBytes;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
   // Stages: what fits in 227 KiB beside the epilogue tile and 2 KiB of barriers and slack,
   // capped at 16 (deeper adds nothing once a K range's bytes are in flight).
-  static constexpr int kStagesFit = (kSm90MaxSmemPerBlock - kEpiOwnBytes - 2048 - 1024) / kStageBytes;
+  static constexpr int stages_beside(int epi_bytes) { return (kSm90MaxSmemPerBlock - epi_bytes - 2048 - 1024) / kStageBytes; }
+  static constexpr bool kEpiInRing = stages_beside(kEpiBytes) < 3;
+  static constexpr int kEpiOwnBytes = kEpiInRing ? 16 : kEpiBytes;
+  static constexpr int kStagesFit = stages_beside(kEpiOwnBytes);
   static constexpr int kStages = kStagesFit > 16 ? 16 : kStagesFit;
   static_assert(kStages >= 3, "pipeline too shallow");
 
