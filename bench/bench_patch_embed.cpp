@@ -55,13 +55,18 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
 
   std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, Fp8EpilogueKind::kFused));
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, Fp8EpilogueKind::kFused, P));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   r->config = cfgs[0].to_string();
   // The config's stages are the plain kernel's; the fused one gives some up for its staged rows.
-  for (const auto& v : fp8::kFp8Variants)
-    if (v.block_m == cfgs[0].block_m && v.block_n == cfgs[0].block_n) r->config += " (fused: " + std::to_string(v.fused_stages) + " stages)";
+  if (cfgs[0].resident_rows)
+    r->config += " (fused, resident rows: " +
+                 std::to_string(fp8::fp8_stages_for(cfgs[0].block_n, true, 128, fp8::kFp8ResidentMaxRows)) + " stages)";
+  else
+    for (const auto& v : fp8::kFp8Variants)
+      if (v.block_m == cfgs[0].block_m && v.block_n == cfgs[0].block_n)
+        r->config += " (fused: " + std::to_string(v.fused_stages) + " stages)";
   if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k).c_str());
 
   auto fused = [&](const Fp8GemmConfig& c, cudaStream_t st) {

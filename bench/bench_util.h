@@ -61,12 +61,12 @@ inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) 
 // The configs a bench run times: [0] is --config (or the chooser's pick), then every --alt.
 // Also the largest workspace any of them needs.
 inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t k, std::vector<Fp8GemmConfig>* cfgs,
-                              size_t* workspace_bytes, Fp8EpilogueKind epilogue) {
+                              size_t* workspace_bytes, Fp8EpilogueKind epilogue, int64_t row_bcast_rows = 0) {
   cfgs->assign(1, Fp8GemmConfig{});
   if (!opt.config.empty()) {
     LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &(*cfgs)[0]));
   } else {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &(*cfgs)[0], epilogue));
+    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &(*cfgs)[0], epilogue, row_bcast_rows));
   }
   for (const auto& alt : opt.alt_configs) {
     Fp8GemmConfig c;

@@ -25,6 +25,33 @@ TEST(Fp8Config, ParsesAndRejects) {
   EXPECT_NE(c.to_string().find("bm=64"), std::string::npos);
   EXPECT_FALSE(parse_fp8_config("bn=128,bm=64", &c).ok());
   EXPECT_FALSE(parse_fp8_config("bn=64,bm=32", &c).ok());
+  // Resident row-broadcast rows: a switch, printed back.
+  ASSERT_TRUE(parse_fp8_config("bn=128,resident=1", &c).ok());
+  EXPECT_TRUE(c.resident_rows);
+  EXPECT_NE(c.to_string().find("resident=1"), std::string::npos);
+  EXPECT_FALSE(parse_fp8_config("bn=128,resident=2", &c).ok());
+}
+
+TEST(Fp8Config, ResidentRowsFitAndApply) {
+  // 4 stages next to 256 rows of 128 columns, the output staging and the bias.
+  EXPECT_EQ(fp8::fp8_stages_for(fp8::kFp8ResidentBlockN, true, 128, fp8::kFp8ResidentMaxRows), 4);
+  EXPECT_LE(4 * (16384 + 128 * 128) + fp8::fp8_resident_epi_bytes(128, 256) + 2048, 232448);
+  EXPECT_TRUE(fp8::fp8_resident_applies(768, 196, 132));
+  EXPECT_FALSE(fp8::fp8_resident_applies(768, 257, 132));
+  EXPECT_FALSE(fp8::fp8_resident_applies(768, 0, 132));
+  EXPECT_FALSE(fp8::fp8_resident_applies(128 * 133, 196, 132));  // more N tiles than SMs
+  EXPECT_TRUE(fp8::fp8_resident_by_default(128 * 22, 768, 196, 132));   // 132 tiles: one wave
+  EXPECT_FALSE(fp8::fp8_resident_by_default(128 * 21, 768, 196, 132));  // 126 tiles
+  Fp8GemmConfig c;
+  c.block_n = 192;
+  c.splits = 2;
+  fp8::fp8_make_resident(&c, 768, 132);
+  EXPECT_EQ(c.block_n, 128);
+  EXPECT_EQ(c.splits, 1);
+  EXPECT_EQ(c.raster_group, 1);
+  EXPECT_EQ(c.grid, 132);  // 22 CTAs per N block
+  fp8::fp8_make_resident(&c, 640, 132);  // 5 N tiles
+  EXPECT_EQ(c.grid, 130);
 }
 
 TEST(Fp8Config, StagesFitSharedMemory) {

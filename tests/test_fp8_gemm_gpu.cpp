@@ -436,6 +436,70 @@ TEST_F(Fp8GemmGpu, EpilogueOptionsAloneAndCombined) {
   }
 }
 
+// Resident row-broadcast rows (variants.h): rows [0, P) of a CTA's columns loaded once, each CTA
+// on one N block. Periods below a box, not dividing 8 or the tile, W2's 196 and the largest, 256;
+// N = 208: a second N tile with its upper half past N; small grids so each CTA walks many units.
+TEST_F(Fp8GemmGpu, ResidentRowBroadcastExact) {
+  const OutType outs[] = {OutType::kBF16, OutType::kFP32};
+  for (OutType out : outs) {
+    for (int64_t P : {1, 7, 13, 196, 256})
+      expect_exact({1000, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1", P});
+    expect_exact({1000, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1,group=1,grid=4", 100, true});
+    expect_exact({1000, 208, 384, out, false, Inputs::kSmallInts, "bn=128,resident=1,grid=2", 196});
+    expect_exact({48, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1", 7, true});  // one consumer warpgroup
+    for (Activation act : {Activation::kGelu, Activation::kSilu})
+      expect_exact({259, 384, 256, out, true, Inputs::kSmallInts, "bn=128,resident=1", 49, true, act});
+  }
+  // The chooser takes it for a fused call with a short period once the 128 x 128 tiles fill a
+  // wave, and not for a period past 256.
+  Fp8GemmConfig c;
+  ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kFused, 196).ok());
+  EXPECT_TRUE(c.resident_rows) << c.to_string();
+  EXPECT_EQ(c.raster_group, 1);
+  EXPECT_EQ(c.grid % 6, 0) << c.to_string();
+  ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kFused, 576).ok());
+  EXPECT_FALSE(c.resident_rows) << c.to_string();
+  ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kBias, 196).ok());
+  EXPECT_FALSE(c.resident_rows) << c.to_string();
+  // And the library's own choice runs it: a W2-like shape, every element checked.
+  expect_exact({128 * 24 + 5, 768, 128, OutType::kBF16, true, Inputs::kSmallInts, nullptr, 196});
+}
+
+TEST_F(Fp8GemmGpu, ResidentRowBroadcastRejectsWhatItCannotRun) {
+  Buf A(256 * 256), B(256 * 256), D(256 * 256 * 2), pos(300 * 256 * 2), ws(size_t(16) << 20);
+  ASSERT_TRUE(workspace_init(ws.p, size_t(16) << 20, nullptr).ok());
+  Fp8GemmArgs a;
+  a.workspace = ws.p;  // enough for any split: the refusal must come from the resident checks
+  a.workspace_bytes = size_t(16) << 20;
+  a.m = 256;
+  a.n = 256;
+  a.k = 256;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.row_bcast = pos.p;
+  a.row_bcast_rows = 196;
+  auto run = [&](const char* text) {
+    Fp8GemmConfig cfg;
+    const Status parsed = parse_fp8_config(text, &cfg);
+    EXPECT_TRUE(parsed.ok()) << text;
+    return fp8_gemm(a, nullptr, &cfg).code();
+  };
+  EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kOk);
+  CUDA_OK(cudaDeviceSynchronize());
+  for (const char* bad : {"bn=192,resident=1", "bn=128,resident=1,splits=2", "bn=128,resident=1,group=4",
+                          "bn=128,resident=1,grid=3", "bn=128,resident=1,promote=2"})
+    EXPECT_EQ(run(bad), StatusCode::kInvalidArgument) << bad;
+  a.row_bcast_rows = 257;  // past the resident buffer
+  EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kInvalidArgument);
+  a.row_bcast = nullptr;  // nothing to keep resident
+  a.row_bcast_rows = 0;
+  a.activation = Activation::kGelu;
+  EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kInvalidArgument);
+  Fp8GemmConfig cfg;
+  EXPECT_EQ(parse_fp8_config("bn=128,resident=2", &cfg).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(Fp8GemmGpu, PatchEmbedMatchesReference) {
   // M = 3 images of P = 49 patches: 147 rows, neither P nor M a multiple of the tile.
   const int64_t P = 49, m = 3 * P, n = 192, k = 256;

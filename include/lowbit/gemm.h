@@ -66,6 +66,12 @@ struct Fp8GemmConfig {
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
   // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;
+  // Fused epilogue with a row broadcast of at most 256 rows (a ViT positional embedding): keep
+  // the rows of the CTA's columns in shared memory for the whole kernel instead of gathering
+  // 128 rows per tile. Runs bn=128, splits=1, promote=1, with each CTA on one N block: group=1 and
+  // a grid that is a multiple of the N tiles (a forced config must say so; grid=0 takes the
+  // largest such grid). Chosen by default where it applies and the tiles fill a wave.
+  bool resident_rows = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
@@ -77,9 +83,10 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 // activation or residual). Kernels are compiled per epilogue, so it narrows the configs.
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
-// The configuration lowbit would pick for this shape and epilogue on this device, with its reason.
+// The configuration lowbit would pick for this shape and epilogue on this device, with its reason
+// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one).
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
-                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain);
+                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0);
 
 // A printable table of every candidate the chooser scored for this shape (the cost model).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);

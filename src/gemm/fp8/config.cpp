@@ -101,6 +101,28 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
   return false;
 }
 
+int fp8_resident_tiles_n(int64_t n) { return static_cast<int>((n + kFp8ResidentBlockN - 1) / kFp8ResidentBlockN); }
+bool fp8_resident_applies(int64_t n, int64_t period, int sm_count) {
+  return period > 0 && period <= kFp8ResidentMaxRows && fp8_resident_tiles_n(n) <= sm_count;
+}
+bool fp8_resident_by_default(int64_t m, int64_t n, int64_t period, int sm_count) {
+  return fp8_resident_applies(n, period, sm_count) && fp8_tiles(m, n, 128, kFp8ResidentBlockN) >= sm_count;
+}
+void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
+  const int tn = fp8_resident_tiles_n(n);
+  c->block_m = 128;
+  c->block_n = kFp8ResidentBlockN;
+  fp8_variant_exists(128, c->block_n, &c->stages);
+  c->splits = 1;
+  c->cluster = 1;
+  c->promote_every = 1;
+  c->raster_group = 1;
+  if (c->grid <= 0 || c->grid > sm_count || c->grid % tn != 0) c->grid = sm_count / tn * tn;
+  c->resident_rows = true;
+  c->reason = "row broadcast resident in shared memory (period <= " + std::to_string(kFp8ResidentMaxRows) +
+              "): no per-tile gather (docs/perf.md W2 v4)";
+}
+
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {
   std::vector<Fp8Candidate> out;
   // Every compiled tile, once per promotion interval it has.
@@ -191,6 +213,7 @@ std::string Fp8GemmConfig::to_string() const {
      << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
+  if (resident_rows) os << ",resident=1";
   return os.str();
 }
 
@@ -205,8 +228,10 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
+    else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
+    else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -222,12 +247,15 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   return Status::Ok();
 }
 
-Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue) {
+Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue,
+                         int64_t row_bcast_rows) {
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
     if (fp8::fp8_config_compiled(c.config, epilogue)) {
       *out = c.config;
+      if (epilogue == Fp8EpilogueKind::kFused && fp8::fp8_resident_by_default(m, n, row_bcast_rows, dev.sm_count))
+        fp8::fp8_make_resident(out, n, dev.sm_count);
       return Status::Ok();
     }
   return Status::Invalid("no FP8 GEMM candidate for this shape");

@@ -41,4 +41,17 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // one; promotion every two K blocks only has the plain epilogue without a bias, single CTAs).
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue);
 
+// Resident row-broadcast rows (variants.h): the fused kernel with rows [0, P) of the CTA's N block
+// in shared memory. Each CTA must stay on one N block: units walked N block fastest (raster group
+// 1) by a grid that is a multiple of the N tiles.
+int fp8_resident_tiles_n(int64_t n);
+// The kernel can run: a row broadcast of at most kFp8ResidentMaxRows rows, N tiles <= SMs.
+bool fp8_resident_applies(int64_t n, int64_t period, int sm_count);
+// The chooser takes it for a fused call where it applies and the 128 x 128 tiles fill a wave:
+// below that the per-tile gather overlaps little work either way (and K may be split).
+bool fp8_resident_by_default(int64_t m, int64_t n, int64_t period, int sm_count);
+// Turns `c` into the resident config: bn=128, splits=1, promote=1, group=1, the largest grid
+// that is a multiple of the N tiles (or `c`'s own grid if it is one).
+void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count);
+
 }  // namespace lowbit::fp8

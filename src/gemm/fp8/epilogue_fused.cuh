@@ -20,6 +20,10 @@
 // and `empty` (the warpgroup's 4 warps have read the buffer). The activation and the residual pick
 // one compiled copy of the element math per unit: tested per element, their branches made the
 // epilogue ~1500 instructions per warp and unit and W2 2x slower than the plain GEMM.
+// With resident rows (T::kResidentRows > 0) the launcher gives each CTA one N block for its whole
+// walk, so rows [0, P) of that block's columns are loaded once, by feeder 0, before the first
+// unit (TMA boxes of 8 rows; rows past P arrive as zeros), with the bias slice: `full` completes
+// once and there is no per-unit handshake. Tile row r then reads buffer row (r0 + r) mod P.
 // A new fused operation belongs in gemm/epilogue_params.h and in math() here.
 #pragma once
 
@@ -46,16 +50,24 @@ struct FusedEpilogue {
   static constexpr int kFullArrivals = 1 + 32;  // lane 0 (expect_tx), then every lane's cp.async arrival
 
   // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
+  static constexpr bool kResident = T::kResidentRows > 0;
+
   __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p) {
-    if (threadIdx.x == 0) {
-      for (int wg = 0; wg < T::kConsumerWarpgroups; ++wg) {
-        hopper::mbarrier_init(&ss.ops.full[wg], kFullArrivals);
-        hopper::mbarrier_init(&ss.ops.empty[wg], 4);
+    if constexpr (kResident) {
+      if (threadIdx.x == 0) hopper::mbarrier_init(&ss.ops.full, kFullArrivals);
+      if (p.epi.bias == nullptr)
+        for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.bias[i] = __float2bfloat16(0.0f);
+    } else {
+      if (threadIdx.x == 0) {
+        for (int wg = 0; wg < T::kConsumerWarpgroups; ++wg) {
+          hopper::mbarrier_init(&ss.ops.full[wg], kFullArrivals);
+          hopper::mbarrier_init(&ss.ops.empty[wg], 4);
+        }
       }
+      if (p.epi.bias == nullptr)
+        for (int i = threadIdx.x; i < T::kConsumerWarpgroups * T::kBlockN; i += blockDim.x)
+          ss.ops.bias[i / T::kBlockN][i % T::kBlockN] = __float2bfloat16(0.0f);
     }
-    if (p.epi.bias == nullptr)
-      for (int i = threadIdx.x; i < T::kConsumerWarpgroups * T::kBlockN; i += blockDim.x)
-        ss.ops.bias[i / T::kBlockN][i % T::kBlockN] = __float2bfloat16(0.0f);
   }
 
   // Whether warpgroup wg has rows in unit w. A unit without is still handed over (nothing
@@ -71,21 +83,25 @@ struct FusedEpilogue {
                                               int unit_step, const UnitAt& unit_at) {
     const int lane = threadIdx.x % 32;
     const gemm::EpilogueParams& e = p.epi;
-    uint32_t phase = 0;
-    for (int u = first_unit; u < num_units; u += unit_step) {
-      const gemm::WorkUnit w = unit_at(u);
-      const int row0 = w.m_block * T::kBlockM + wg * 64;
-      const int col0 = w.n_block * T::kBlockN;
-      uint64_t* full = &ss.ops.full[wg];
-      hopper::mbarrier_wait(&ss.ops.empty[wg], phase ^ 1u);  // a fresh barrier lets the first unit through
-      const bool rows = active(p, w, wg);
-      if (e.bias != nullptr && rows)
-        for (int i = lane; i < T::kBlockN / 8; i += 32)
-          if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[wg][8 * i], e.bias + col0 + 8 * i);
-      if (e.row_bcast != nullptr && rows) gather(ss, wg, p, tm_bcast, row0, col0);
-      else if (lane == 0) hopper::mbarrier_arrive(full);
-      hopper::cp_async_arrive_noinc(full);
-      phase ^= 1u;
+    if constexpr (kResident) {
+      if (wg == 0 && first_unit < num_units) load_resident(ss, p, tm_bcast, unit_at(first_unit).n_block * T::kBlockN);
+    } else {
+      uint32_t phase = 0;
+      for (int u = first_unit; u < num_units; u += unit_step) {
+        const gemm::WorkUnit w = unit_at(u);
+        const int row0 = w.m_block * T::kBlockM + wg * 64;
+        const int col0 = w.n_block * T::kBlockN;
+        uint64_t* full = &ss.ops.full[wg];
+        hopper::mbarrier_wait(&ss.ops.empty[wg], phase ^ 1u);  // a fresh barrier lets the first unit through
+        const bool rows = active(p, w, wg);
+        if (e.bias != nullptr && rows)
+          for (int i = lane; i < T::kBlockN / 8; i += 32)
+            if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[wg][8 * i], e.bias + col0 + 8 * i);
+        if (e.row_bcast != nullptr && rows) gather(ss, wg, p, tm_bcast, row0, col0);
+        else if (lane == 0) hopper::mbarrier_arrive(full);
+        hopper::cp_async_arrive_noinc(full);
+        phase ^= 1u;
+      }
     }
   }
 
@@ -95,7 +111,8 @@ struct FusedEpilogue {
   __device__ __forceinline__ static void apply(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
                                                const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
                                                bool finish, uint32_t phase) {
-    hopper::mbarrier_wait(&ss.ops.full[wg], phase);
+    if constexpr (kResident) hopper::mbarrier_wait(&ss.ops.full, 0u);  // completes once, stays complete
+    else hopper::mbarrier_wait(&ss.ops.full[wg], phase);
     if (finish && active(p, w, wg)) {
       using Act = gemm::EpilogueActivation;
       const bool res = p.epi.residual != nullptr;
@@ -111,11 +128,13 @@ struct FusedEpilogue {
         else math<Act::kNone, false>(ss, wg, p, w, alpha, acc);
       }
     }
-    // The reads above (generic proxy) come before the feeder's next TMA boxes (async proxy)
-    // write the same bytes.
-    hopper::fence_async_shared();
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty[wg]);
+    if constexpr (!kResident) {  // resident rows are never refilled
+      // The reads above (generic proxy) come before the feeder's next TMA boxes (async proxy)
+      // write the same bytes.
+      hopper::fence_async_shared();
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty[wg]);
+    }
   }
 
  private:
@@ -164,6 +183,41 @@ struct FusedEpilogue {
     }
   }
 
+  // Resident rows: rows [0, P) of columns [col0, col0 + block_n) and the bias slice, once. Lane 0
+  // loads the 8-row boxes and arms `full` with their bytes (a box reaching past P is zero-filled
+  // and still counts); every lane copies bias pieces and arrives when they land. Chunks wholly
+  // past N are not loaded: they only feed outputs the store clips.
+  __device__ __forceinline__ static void load_resident(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+                                                       const CUtensorMap* tm_bcast, int col0) {
+    const int lane = threadIdx.x % 32;
+    const int boxes = (p.epi.row_period + kBoxRows - 1) / kBoxRows;
+    int chunks = (p.n - col0 + kChunkCols - 1) / kChunkCols;
+    chunks = chunks < kChunks ? chunks : kChunks;
+    if (lane == 0) {
+      hopper::mbarrier_arrive_expect_tx(&ss.ops.full, static_cast<uint32_t>(boxes * chunks) * kBoxRows * 128u);
+#pragma unroll 1
+      for (int c = 0; c < chunks; ++c)
+#pragma unroll 1
+        for (int k = 0; k < boxes; ++k)
+          hopper::tma_load_2d(ss.ops.rows[c] + k * kBoxRows * 128, tm_bcast, &ss.ops.full, col0 + kChunkCols * c,
+                              kBoxRows * k);
+    }
+    if (p.epi.bias != nullptr)
+      for (int i = lane; i < T::kBlockN / 8; i += 32)
+        if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[8 * i], p.epi.bias + col0 + 8 * i);
+    hopper::cp_async_arrive_noinc(&ss.ops.full);
+  }
+
+  // Where warpgroup wg's row-broadcast chunk and bias slice live.
+  __device__ __forceinline__ static const uint8_t* bcast_chunk(const typename T::SharedStorage& ss, int wg, int c) {
+    if constexpr (kResident) return ss.ops.rows[c];
+    else return ss.ops.bcast[wg][c];
+  }
+  __device__ __forceinline__ static const __nv_bfloat16* bias_slice(const typename T::SharedStorage& ss, int wg) {
+    if constexpr (kResident) return ss.ops.bias;
+    else return ss.ops.bias[wg];
+  }
+
   // Fragment of m64nN (warp wp, lane l): acc[4g + 2h + e] is row 16wp + l/4 + 8h, column
   // 8g + 2(l%4) + e of the warpgroup's slice.
   template <gemm::EpilogueActivation kAct, bool kResidual>
@@ -181,6 +235,10 @@ struct FusedEpilogue {
     // 16 rows; lane l addresses row l % 8 of matrix l / 8.
     const int mi = lane / 8;
     const int srow = warp * 16 + (mi % 2) * 8 + lane % 8;
+    // The buffer row it reads: its row of the warpgroup's slice, or with resident rows the
+    // tensor's row for that output row.
+    int brow = srow;
+    if constexpr (kResident) brow = (w.m_block * T::kBlockM + wg * 64 + srow) % e.row_period;
     // This thread's two residual rows (null past M).
     const __nv_bfloat16* res_row[2] = {nullptr, nullptr};
     if constexpr (kResidual) {
@@ -207,14 +265,14 @@ struct FusedEpilogue {
         const int chunk = g * 8 / kChunkCols, unit = (g * 8 % kChunkCols) / 8 + mi / 2;
         uint32_t q[4] = {0u, 0u, 0u, 0u};
         if (e.row_bcast != nullptr)
-          hopper::ldmatrix_x4(ss.ops.bcast[wg][chunk] + swizzled(srow, unit), q[0], q[1], q[2], q[3]);
+          hopper::ldmatrix_x4(bcast_chunk(ss, wg, chunk) + swizzled(brow, unit), q[0], q[1], q[2], q[3]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) bc[j + i / 2][i % 2] = unpack_bf16(q[i]);
       }
 #pragma unroll
       for (int j = 0; j < kStep; ++j) {
         const int g = g0 + j;
-        const float2 b = load_pair(&ss.ops.bias[wg][8 * g + tile_col]);
+        const float2 b = load_pair(bias_slice(ss, wg) + 8 * g + tile_col);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float v0 = fmaf(acc[4 * g + 2 * h], alpha, b.x) + bc[j][h].x;

@@ -94,10 +94,11 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  const CUtensorMap&, const CUtensorMap&, const Fp8KernelParams&, int device,
                                  int* launched);
 
-template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM>
+template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
+          int kResidentRows>
 struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM), kOutFp32, kFused, kStaged, kCluster,
-                           kPromoteEvery, kBlockM>;
+  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
+                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -117,14 +118,15 @@ struct VariantEntry {
   bool staged;
   int cluster;
   int promote_every;
+  bool resident;  // fused with the row-broadcast rows resident (variants.h)
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128>
+template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM>;
-  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, &V::launch, &V::smem_bytes};
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident>;
+  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, &V::launch, &V::smem_bytes};
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -156,9 +158,11 @@ const VariantEntry kEntries[] = {
     entry<192, false, false, false, 1, 2>(), entry<192, true, false, false, 1, 2>(),
     entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
     entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
+    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
+    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
 };
 constexpr int expected_entries() {
-  int n = 4;  // the cluster pairs
+  int n = 4 + 2;  // the cluster pairs, the resident-rows fused kernels
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -166,13 +170,14 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
-                               int promote_every) {
+                               int promote_every, bool resident) {
   for (const auto& e : kEntries)
     if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
-        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every)
+        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident)
       return &e;
   return nullptr;
 }
+
 
 }  // namespace
 
@@ -214,9 +219,27 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   }
 
   const bool fused = fused_epilogue(args);
+  const int64_t period = args.row_bcast ? args.row_bcast_rows : 0;
+  if (!forced && fused && fp8::fp8_resident_by_default(args.m, args.n, period, dev.sm_count))
+    fp8::fp8_make_resident(&cfg, args.n, dev.sm_count);
+  if (cfg.resident_rows) {
+    if (!fused || !fp8::fp8_resident_applies(args.n, period, dev.sm_count))
+      return Status::Invalid("fp8_gemm: resident=1 needs a row broadcast with at most " +
+                             std::to_string(fp8::kFp8ResidentMaxRows) + " rows and at most one N tile of " +
+                             std::to_string(fp8::kFp8ResidentBlockN) + " per SM");
+    const int tn = fp8::fp8_resident_tiles_n(args.n);
+    if (cfg.raster_group == 0) cfg.raster_group = 1;
+    if (cfg.grid == 0) cfg.grid = dev.sm_count / tn * tn;
+    if (cfg.block_m != 128 || cfg.block_n != fp8::kFp8ResidentBlockN || cfg.splits != 1 || cfg.cluster != 1 ||
+        cfg.promote_every != 1 || cfg.raster_group != 1 || cfg.grid <= 0 || cfg.grid % tn != 0 ||
+        cfg.grid > dev.sm_count)
+      return Status::Invalid("fp8_gemm: resident=1 runs bn=128, splits=1, promote=1, group=1 and a grid that is a "
+                             "multiple of the N tiles (" + std::to_string(tn) + "), at most the SM count; config " +
+                             cfg.to_string());
+  }
   const bool staged = fused || args.bias != nullptr;
-  const VariantEntry* entry =
-      find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged, cfg.cluster, cfg.promote_every);
+  const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
+                                         cfg.cluster, cfg.promote_every, cfg.resident_rows);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,

@@ -69,8 +69,11 @@ struct RegisterSplit {
 // multicast (docs/perf.md W1 v4), so the launcher never picks it by itself.
 // kPromoteEvery_: K blocks the tensor cores accumulate before each FP32 promotion (DenseOperandsT).
 // kBlockM_: tile rows, 64 per consumer warpgroup (128: two, 64: one; variants.h).
+// kResidentRows_ (fused only): > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many,
+// for the CTA's N block in shared memory for the whole kernel, loaded once; the launcher walks
+// each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -84,6 +87,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static_assert(kBlockM == 128 || (kBlockM == 64 && !kFused_ && kClusterM_ == 1),
                 "64-row tiles: plain or bias epilogue, single CTAs");
   static constexpr int kClusterM = kClusterM_;
+  static constexpr int kResidentRows = kResidentRows_;
+  static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
@@ -116,7 +121,16 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
     uint64_t full[kConsumerWarpgroups];
     uint64_t empty[kConsumerWarpgroups];
   };
-  using EpilogueOperands = std::conditional_t<kFused, FusedOperands, StagedOperands>;
+  // Fused with resident rows: rows [0, P) of the CTA's columns (64-column chunks of kResidentRows x
+  // 128 bytes, 128-byte swizzled as TMA writes 8-row boxes) and the bias slice, loaded once;
+  // `full` completes when they have landed.
+  struct ResidentOperands {
+    alignas(1024) uint8_t rows[kBlockN / 64][(kResidentRows > 0 ? kResidentRows : 8) * 128];
+    alignas(16) __nv_bfloat16 bias[kBlockN];
+    uint64_t full;
+  };
+  using EpilogueOperands = std::conditional_t<
+      kFused, std::conditional_t<(kResidentRows > 0), ResidentOperands, FusedOperands>, StagedOperands>;
 
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom

@@ -30,14 +30,29 @@ constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
 // (gemm/fp8/epilogue_fused.cuh).
 constexpr int fp8_fused_epi_bytes(int block_n) { return 32768 + block_n * 256 + block_n * 4; }
 
+// The fused epilogue with the whole row-broadcast tensor's N slice resident in shared memory
+// (gemm/fp8/epilogue_fused.cuh): each CTA keeps one N block for its whole walk, so it loads
+// pos[0:P, its columns] once instead of gathering 128 rows per tile -- the gather cost W2 ~650 us
+// (docs/perf.md W2 v3, v4). One tile width, 128, and periods up to 256 rows (4 stages still fit):
+// output staging + the rows (block_n / 64 chunks of rows x 128 bytes) + one bias slice.
+constexpr int kFp8ResidentBlockN = 128;
+constexpr int kFp8ResidentMaxRows = 256;
+constexpr int fp8_resident_epi_bytes(int block_n, int rows) { return 32768 + block_n / 64 * rows * 128 + block_n * 2; }
+
 // Stages fill what is left of 227 KiB after the epilogue's shared memory (plain: 16 KiB of
 // output staging per consumer warpgroup and the staged bias; fused: fp8_fused_epi_bytes) and
 // 2 KiB of barriers and alignment slack, divided by block_m * 128 bytes of A + block_n * 128 of B
 // per stage.
-constexpr int fp8_stages_for(int block_n, bool fused = false, int block_m = 128) {
-  return (232448 - (fused ? fp8_fused_epi_bytes(block_n) : 16384 * (block_m / 64) + block_n * 2) - 2048) /
+constexpr int fp8_stages_for(int block_n, bool fused = false, int block_m = 128, int resident_rows = 0) {
+  return (232448 -
+          (resident_rows > 0 ? fp8_resident_epi_bytes(block_n, resident_rows)
+           : fused           ? fp8_fused_epi_bytes(block_n)
+                             : 16384 * (block_m / 64) + block_n * 2) -
+          2048) /
          (block_m * 128 + block_n * 128);
 }
+static_assert(fp8_stages_for(kFp8ResidentBlockN, true, 128, kFp8ResidentMaxRows) >= 4,
+              "the resident-rows variant keeps a 4-stage ring");
 
 // With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
 // partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
