@@ -27,7 +27,7 @@ if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
 fi
 if [ "$what" = all ] || [ "$what" = sanitize ]; then
   for tool in memcheck racecheck; do
-    timeout 180 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
       --gtest_filter='*SmallIntegers*:*Resident*:*PromoteEveryTwoBlocks*:*EdgeShapes*:*ClusterPairs*:SparseGemmGpu.*:*SplitK*:*Graph*:*Epilogue*:*PatchEmbed*:*Grouped*:MoeGpu.Routing*:MoeGpu.Layout*:MoeGpu.Exact*:MoeGpu.AllTokens*:MoeGpu.BadExpert*' > "$OUT/$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1))"
     # The tests also run cuBLASLt (the accuracy baseline), whose nvjet kernels racecheck flags;
