@@ -178,7 +178,6 @@ const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fus
   return nullptr;
 }
 
-
 }  // namespace
 
 Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {
@@ -225,8 +224,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   if (cfg.resident_rows) {
     if (!fused || !fp8::fp8_resident_applies(args.n, period, dev.sm_count))
       return Status::Invalid("fp8_gemm: resident=1 needs a row broadcast with at most " +
-                             std::to_string(fp8::kFp8ResidentMaxRows) + " rows and at most one N tile of " +
-                             std::to_string(fp8::kFp8ResidentBlockN) + " per SM");
+                             std::to_string(fp8::kFp8ResidentMaxRows) + " rows and N at most " +
+                             std::to_string(fp8::kFp8ResidentBlockN) + " x the SM count");
     const int tn = fp8::fp8_resident_tiles_n(args.n);
     if (cfg.raster_group == 0) cfg.raster_group = 1;
     if (cfg.grid == 0) cfg.grid = dev.sm_count / tn * tn;
