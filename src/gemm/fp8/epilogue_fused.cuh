@@ -49,9 +49,9 @@ struct FusedEpilogue {
   static constexpr int kBoxRows = 8;              // the TMA box: one 1 KiB swizzle atom
   static constexpr int kFullArrivals = 1 + 32;  // lane 0 (expect_tx), then every lane's cp.async arrival
 
-  // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
   static constexpr bool kResident = T::kResidentRows > 0;
 
+  // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
   __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p) {
     if constexpr (kResident) {
       if (threadIdx.x == 0) hopper::mbarrier_init(&ss.ops.full, kFullArrivals);
@@ -94,9 +94,7 @@ struct FusedEpilogue {
         uint64_t* full = &ss.ops.full[wg];
         hopper::mbarrier_wait(&ss.ops.empty[wg], phase ^ 1u);  // a fresh barrier lets the first unit through
         const bool rows = active(p, w, wg);
-        if (e.bias != nullptr && rows)
-          for (int i = lane; i < T::kBlockN / 8; i += 32)
-            if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[wg][8 * i], e.bias + col0 + 8 * i);
+        if (e.bias != nullptr && rows) copy_bias(ss.ops.bias[wg], p, col0);
         if (e.row_bcast != nullptr && rows) gather(ss, wg, p, tm_bcast, row0, col0);
         else if (lane == 0) hopper::mbarrier_arrive(full);
         hopper::cp_async_arrive_noinc(full);
@@ -202,10 +200,15 @@ struct FusedEpilogue {
           hopper::tma_load_2d(ss.ops.rows[c] + k * kBoxRows * 128, tm_bcast, &ss.ops.full, col0 + kChunkCols * c,
                               kBoxRows * k);
     }
-    if (p.epi.bias != nullptr)
-      for (int i = lane; i < T::kBlockN / 8; i += 32)
-        if (col0 + 8 * i < p.n) hopper::cp_async_16(&ss.ops.bias[8 * i], p.epi.bias + col0 + 8 * i);
+    if (p.epi.bias != nullptr) copy_bias(ss.ops.bias, p, col0);
     hopper::cp_async_arrive_noinc(&ss.ops.full);
+  }
+
+  // The warp's lanes copy the bias slice [col0, col0 + block_n) (columns past N stay as they are:
+  // they only feed outputs the store clips) with cp.async; the caller's arrival tracks them.
+  __device__ __forceinline__ static void copy_bias(__nv_bfloat16* dst, const Fp8KernelParams& p, int col0) {
+    for (int i = threadIdx.x % 32; i < T::kBlockN / 8; i += 32)
+      if (col0 + 8 * i < p.n) hopper::cp_async_16(dst + 8 * i, p.epi.bias + col0 + 8 * i);
   }
 
   // Where warpgroup wg's row-broadcast chunk and bias slice live.
