@@ -95,6 +95,10 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   BlockScaledConfig cfg;
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
   r->config = cfg.to_string();
+  // --alt configs: timed alongside, interleaved, on the same inputs.
+  std::vector<BlockScaledConfig> alts(opt.alt_configs.size());
+  for (size_t c = 0; c < alts.size(); ++c)
+    LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.alt_configs[c], &alts[c]));
   const size_t ws_bytes = fp8_grouped_workspace_size(G);
   DeviceBuffer ws;
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
@@ -114,11 +118,12 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     a.out_type = out;
     return a;
   };
-  auto ours = [&](cudaStream_t st, int i) {
+  auto run_config = [&](const BlockScaledConfig& c, cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
-    if (!grouped) return fp8_blockscaled_gemm(dense_args(set, 0, false), st, &cfg);
-    return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, &cfg);
+    if (!grouped) return fp8_blockscaled_gemm(dense_args(set, 0, false), st, &c);
+    return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, &c);
   };
+  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i); };
   auto ours_loop = [&](cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
     for (int g = 0; g < G; ++g)
@@ -210,8 +215,16 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   int i_lt = -1, i_loop = -1;
   if (lt_ok) { i_lt = static_cast<int>(launches.size()); launches.push_back(base); }
   if (grouped && opt.baseline) { i_loop = static_cast<int>(launches.size()); launches.push_back(ours_loop); }
+  const size_t i_alt = launches.size();
+  for (size_t c = 0; c < alts.size(); ++c)
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(alts[c], st, i); });
   std::vector<Timing> t;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &t));
+  for (size_t c = 0; c < alts.size(); ++c) {
+    const double us = t[i_alt + c].median_us;
+    std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", alts[c].to_string().c_str(), us,
+                t[0].median_us / us, i_lt >= 0 ? (", " + std::to_string(t[i_lt].median_us / us) + " x cuBLASLt").c_str() : "");
+  }
 
   const double flops = 2.0 * total_m * n * k;
   const double bytes = static_cast<double>(total_m * k + G * n * k) + static_cast<double>(total_m * n) * ob;

@@ -180,6 +180,20 @@ Fp8BlockScaledArgs dense_args(const Problem& p) {
   return x;
 }
 
+// Every compiled tile: 128 x 128 single CTAs, CTA pairs multicasting B (with a phantom tile when
+// tile rows are odd), and 128 x 256 (two B scale blocks per tile; N = 144, 272, 400 leave the
+// last tile's second block partly or wholly past N).
+std::vector<BlockScaledConfig> tile_configs() {
+  std::vector<BlockScaledConfig> out;
+  for (int v = 0; v < 3; ++v) {
+    BlockScaledConfig c;
+    c.cluster = v == 1 ? 2 : 1;
+    c.block_n = v == 2 ? 256 : 128;
+    out.push_back(c);
+  }
+  return out;
+}
+
 uint64_t seed_for(int salt) { return lowbit_test::seed() * 6271 + static_cast<uint64_t>(salt) * 101; }
 
 TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
@@ -189,16 +203,14 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
                       {129, 272, 2048, OutType::kFP32, 8}, {300, 16, 16, OutType::kBF16, 0},
                       {257, 400, 512, OutType::kBF16, 0}};
   int salt = 0;
-  for (int cluster : {1, 2}) {  // 2: CTA pairs multicasting B, with a phantom tile when tile rows are odd
-    BlockScaledConfig cfg;
-    cfg.cluster = cluster;
+  for (const BlockScaledConfig& cfg : tile_configs()) {
     for (const auto& s : shapes) {
       Problem p;
       p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
       const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr, &cfg);
       ASSERT_TRUE(st.ok()) << st.to_string();
       CUDA_OK(cudaDeviceSynchronize());
-      expect_exact(p, p.read(p.d.p), "dense cluster=" + std::to_string(cluster));
+      expect_exact(p, p.read(p.d.p), "dense " + cfg.to_string());
     }
   }
 }
@@ -209,30 +221,33 @@ TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
   const S shapes[] = {{256, 512, 1024, OutType::kBF16}, {132, 384, 7168, OutType::kBF16},
                       {64, 256, 2048, OutType::kFP32}, {1000, 1024, 512, OutType::kBF16}};
   int salt = 100;
-  for (const auto& s : shapes) {
-    Problem p;
-    p.make(s.m, s.n, s.k, s.out, Inputs::kUniform, seed_for(++salt));
-    const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto got = p.read(p.d.p);
-    // cuBLASLt's block-scaled FP8 on the same inputs: its error is the bar.
-    bench::CublasLtFp8BlockScaled lt;
-    bench::DeviceBuffer dl;
-    ASSERT_TRUE(dl.alloc(p.out_bytes()).ok());
-    Status lst = lt.plan(p.m, p.n, p.k, p.out);
-    if (lst.ok()) lst = lt.convert_scales(static_cast<const float*>(p.sfa.p), p.sfa_ld, static_cast<const float*>(p.sfb.p), nullptr);
-    if (lst.ok()) lst = lt.run(p.a.p, p.b.p, dl.p, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    if (!lst.ok()) {
-      ADD_FAILURE() << p.name() << ": cuBLASLt block-scaled baseline failed: " << lst.to_string();
-      expect_close(p, got, "dense");
-      continue;
+  for (const auto& s : shapes)
+    for (int block_n : {128, 256}) {
+      Problem p;
+      p.make(s.m, s.n, s.k, s.out, Inputs::kUniform, seed_for(++salt));
+      BlockScaledConfig cfg;
+      cfg.block_n = block_n;
+      const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr, &cfg);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto got = p.read(p.d.p);
+      // cuBLASLt's block-scaled FP8 on the same inputs: its error is the bar.
+      bench::CublasLtFp8BlockScaled lt;
+      bench::DeviceBuffer dl;
+      ASSERT_TRUE(dl.alloc(p.out_bytes()).ok());
+      Status lst = lt.plan(p.m, p.n, p.k, p.out);
+      if (lst.ok()) lst = lt.convert_scales(static_cast<const float*>(p.sfa.p), p.sfa_ld, static_cast<const float*>(p.sfb.p), nullptr);
+      if (lst.ok()) lst = lt.run(p.a.p, p.b.p, dl.p, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      if (!lst.ok()) {
+        ADD_FAILURE() << p.name() << ": cuBLASLt block-scaled baseline failed: " << lst.to_string();
+        expect_close(p, got, "dense bn=" + std::to_string(block_n));
+        continue;
+      }
+      const auto ref = p.reference();
+      const auto el = reference::compare(ref, p.read(dl.p));
+      expect_close(p, got, "dense bn=" + std::to_string(block_n), &el);
     }
-    const auto ref = p.reference();
-    const auto el = reference::compare(ref, p.read(dl.p));
-    expect_close(p, got, "dense", &el);
-  }
 }
 
 // Runs the grouped GEMM over `probs` (descriptors copied to the device) and checks every group.
@@ -268,19 +283,15 @@ TEST_F(BlockScaledGpu, GroupedEdgeGroupsExact) {
   const S shapes[] = {{0, 128, 128}, {1, 128, 256}, {127, 144, 384}, {0, 64, 64},
                       {129, 256, 1040}, {256, 16, 128}, {3, 512, 2048}, {0, 16, 16}};
   int salt = 200;
-  for (int cluster : {1, 2})
+  for (const BlockScaledConfig& cfg : tile_configs())
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
       std::vector<std::unique_ptr<Problem>> probs;
       for (const auto& s : shapes) {
         probs.emplace_back(new Problem);
         probs.back()->make(s.m, s.n, s.k, out, Inputs::kSmallInts, seed_for(++salt));
       }
-      BlockScaledConfig cfg;
-      cfg.cluster = cluster;
       run_grouped(probs, Inputs::kSmallInts,
-                  std::string(out == OutType::kFP32 ? "grouped fp32" : "grouped bf16") + " cluster=" +
-                      std::to_string(cluster),
-                  &cfg);
+                  std::string(out == OutType::kFP32 ? "grouped fp32 " : "grouped bf16 ") + cfg.to_string(), &cfg);
     }
 }
 

@@ -209,6 +209,11 @@ TEST(BlockScaledValidation, RejectsBadDenseArguments) {
   c.raster_group = 0;
   const Status st = fp8_blockscaled_gemm(a, nullptr, &c);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  c = BlockScaledConfig{};
+  c.block_n = 256;
+  c.cluster = 2;
+  const Status wide_pair = fp8_blockscaled_gemm(a, nullptr, &c);
+  EXPECT_EQ(wide_pair.code(), StatusCode::kInvalidArgument) << wide_pair.to_string();
 }
 
 TEST(BlockScaledValidation, ParsesConfig) {
@@ -217,7 +222,17 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_EQ(c.grid, 66);
   EXPECT_EQ(c.raster_group, 4);
   EXPECT_EQ(c.cluster, 2);
-  EXPECT_FALSE(parse_blockscaled_config("bn=128", &c).ok());
+  EXPECT_EQ(c.block_n, 0);  // auto
+  ASSERT_TRUE(parse_blockscaled_config("bn=256", &c).ok());
+  EXPECT_EQ(c.block_n, 256);
+  EXPECT_EQ(c.cluster, 0);
+  EXPECT_FALSE(parse_blockscaled_config("bn=192", &c).ok());  // not a whole number of B scale blocks
+  EXPECT_FALSE(parse_blockscaled_config("bn=64", &c).ok());
+  // The multicast pairs are compiled for 128-column tiles only: refused, not silently narrowed.
+  const Status pair_wide = parse_blockscaled_config("bn=256,cluster=2", &c);
+  EXPECT_FALSE(pair_wide.ok());
+  EXPECT_NE(pair_wide.to_string().find("cluster=2"), std::string::npos) << pair_wide.to_string();
+  ASSERT_TRUE(parse_blockscaled_config("bn=128,cluster=2", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
 }

@@ -42,9 +42,13 @@ struct BlockScaledConfig {
   // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1: the
   // multicast pairs measured slower so far, docs/perf.md).
   int cluster = 0;
+  // Tile columns: 128 or 256 (one or two B scale blocks per tile); 0 = auto (dense: by a cost
+  // model over the tiles' waves; grouped: 256, since the host does not see the group sizes).
+  // cluster=2 runs 128 only.
+  int block_n = 0;
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,cluster=2" (any subset); unknown keys are an error.
+// Parses "grid=132,group=8,cluster=2,bn=256" (any subset); unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
 // Dense block-scaled GEMM on `stream`: no allocation, no synchronization.

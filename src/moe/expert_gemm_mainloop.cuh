@@ -15,7 +15,7 @@ namespace lowbit::moe {
 // fp8::Consumer's Promotion policy. m64nN accumulator fragment: element 4g + 2h + e sits in
 // column 8g + 2 (lane % 4) + e (the token) and row lane / 4 + 8h (the weight row), so each
 // thread needs N / 4 token scales per K block, read from the stage as float2 pairs. The W block
-// scale is one float per tile per K block, fetched when the block is issued.
+// scale is one float per tile per K block, fetched a block ahead (fp8::Consumer).
 template <class T>
 struct TokenScalePromotion {
   typename T::SharedStorage* ss;
@@ -25,10 +25,15 @@ struct TokenScalePromotion {
   static constexpr int kGroups = T::kBlockN / 8;
   static constexpr bool kReadsStage = true;  // the stage's X scales
   struct Pending { float sb; };
+  // The token scales are read at retire: N / 4 of them per partial would cost registers across
+  // the MMAs.
+  struct Staged {};
   struct Scale { float s[2 * kGroups]; };
 
   __device__ __forceinline__ void issued(Pending& p, int kb) const { p.sb = __ldg(sfb_row + kb); }
-  __device__ __forceinline__ Scale scale(const Pending& p, int stage, int /*consumer_wg*/) const {
+  __device__ __forceinline__ Staged read_stage(int /*stage*/) const { return {}; }
+  __device__ __forceinline__ Scale scale(const Pending& p, const Staged&, int stage, int /*consumer_wg*/,
+                                         int /*part_n*/) const {
     Scale s;
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {

@@ -39,6 +39,7 @@ __host__ __device__ __forceinline__ int check_group(const Fp8GroupedProblem& g) 
 
 __global__ void __launch_bounds__(kPrepareThreads)
     grouped_prepare_kernel(const Fp8GroupedProblem* problems, int groups, GroupedWorkspace ws, int out_bytes, int cluster_m,
+                           int block_n,
                            const __grid_constant__ CUtensorMap tmpl_a, const __grid_constant__ CUtensorMap tmpl_b,
                            const __grid_constant__ CUtensorMap tmpl_d) {
   using Scan = cub::BlockScan<long long, kPrepareThreads>;
@@ -60,7 +61,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
       err = check_group(g);
       if (err != kGroupOk) atomicMin(&first_bad, gi);
       // Units: one tile per CTA of a cluster (cluster_m vertically adjacent tiles share B).
-      else tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + 127) / 128);
+      else
+        tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + block_n - 1) / block_n);
     }
     long long offset = 0, chunk_total = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, offset, chunk_total);

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     blockscaled_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                             const __grid_constant__ CUtensorMap tm_d, const BlockScaledParams p) {
   // Static checks.
-  static_assert(T::kBlockN == 128 && T::kBlockK == 128, "one B scale (128 x 128) per tile per K block");
+  static_assert(T::kBlockN % 128 == 0 && T::kBlockK == 128, "whole B scale blocks (128 x 128) per tile and K block");
   static_assert(T::kBlockM == 128 && T::kConsumerWarpgroups == 2, "two consumer warpgroups of 64 rows");
   static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
 
@@ -35,7 +35,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
   extern __shared__ uint8_t smem_raw[];
-  auto& ss = hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
+  // Single CTAs keep the storage address pinned in a register, as the plain FP8 kernels do
+  // (hopper::pinned_shared_storage); the multicast pairs' extra cluster state leaves no room.
+  constexpr bool kPin = T::kClusterM == 1;
+  auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
+                  : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
   // Barrier init: each of the 8 consumer warps of every CTA in the cluster releases a stage once
@@ -63,11 +67,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto make_problems = [&](bool issues_tma) {
     const int rank = T::kClusterM > 1 ? static_cast<int>(hopper::cluster_rank()) : 0;
     if constexpr (kGrouped) {
-      return GroupedProblems{p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups},
-                             issues_tma, rank};
+      return GroupedProblems<T::kBlockN>{
+          p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups}, issues_tma, rank};
     } else {
       (void)issues_tma;
-      return DenseProblems{p, &tm_a, &tm_b, &tm_d, rank};
+      return DenseProblems<T::kBlockN>{p, &tm_a, &tm_b, &tm_d, rank};
     }
   };
 
@@ -96,13 +100,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     fp8::Fp8Epilogue<T> epilogue;
     using Promotion = BlockScalePromotion<T>;
     fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos,
-                                         Promotion{&ss, nullptr, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4}};
+                                         Promotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4}};
     float acc[T::kBlockN / 2];
     for (int u = cluster_id(); u < num_units; u += clusters()) {
       // Mainloop.
       {
         const UnitView v = problems.resolve(u);
         consumer.promotion.sfb_row = v.sfb;
+        consumer.promotion.sfb_part_stride = v.sfb_part_stride;
         consumer.run(v.w, acc);
       }
       // Epilogue. The unit is resolved again (a shared-memory lookup) rather than kept live

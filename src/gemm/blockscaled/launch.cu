@@ -26,8 +26,12 @@ namespace {
 
 using blockscaled::BlockScaledParams;
 
-template <bool kOutFp32, int kClusterM = 1>
-using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(), kOutFp32, kClusterM>;
+// The 128 x 256 tile gives up one of its two epilogue staging slots for a fourth stage.
+template <int kBlockN>
+constexpr int kEpiSlotsFor = kBlockN == 128 ? 2 : 1;
+template <bool kOutFp32, int kClusterM = 1, int kBlockN = 128, int kSlots = kEpiSlotsFor<kBlockN>>
+using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(kBlockN, kSlots), kOutFp32, kClusterM,
+                                              kBlockN, kSlots>;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -35,12 +39,17 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // shape (docs/perf.md, block-scaled v2), so single CTAs are the default until that is understood.
 constexpr int kDefaultCluster = 1;
 
-// One compiled variant: output type x problem layout x cluster size. The grid is a multiple of
-// the cluster size and no larger than the clusters the device can hold at once, so every
-// persistent CTA is resident.
-template <bool kOutFp32, bool kGrouped, int kClusterM>
+// The compiled tiles: (block_n, cluster) = (128, 1), (128, 2) and (256, 1).
+struct Variant {
+  int block_n, cluster;
+};
+
+// One compiled variant: output type x problem layout x tile. The grid is a multiple of the
+// cluster size and no larger than the clusters the device can hold at once, so every persistent
+// CTA is resident.
+template <bool kOutFp32, bool kGrouped, int kClusterM, int kBlockN, int kSlots = kEpiSlotsFor<kBlockN>>
 struct Launcher {
-  using T = Traits<kOutFp32, kClusterM>;
+  using T = Traits<kOutFp32, kClusterM, kBlockN, kSlots>;
   static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
 
   // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.
@@ -52,25 +61,35 @@ struct Launcher {
     const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kClusterM, /*oversubscribe=*/false);
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
-      std::fprintf(stderr, "[lowbit] blockscaled %s: %d CTAs in clusters of %d (at most %d resident)\n",
-                   kGrouped ? "grouped" : "dense", ctas, kClusterM, max_ctas);
+      std::fprintf(stderr, "[lowbit] blockscaled %s: bn=%d, %d stages, %d CTAs in clusters of %d (at most %d resident)\n",
+                   kGrouped ? "grouped" : "dense", kBlockN, T::kStages, ctas, kClusterM, max_ctas);
     return hopper::launch_clustered(kernel, ctas, T::kThreads, T::kSmemBytes, kClusterM, stream, a, b, d, p);
   }
 };
 
-template <bool kGrouped>
-cudaError_t launch_for(OutType out, int cluster, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
-                       const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  const bool f32 = out == OutType::kFP32;
-  if (cluster == 2)
-    return f32 ? Launcher<true, kGrouped, 2>::launch(grid, max_units, s, a, b, d, p, device)
-               : Launcher<false, kGrouped, 2>::launch(grid, max_units, s, a, b, d, p, device);
-  return f32 ? Launcher<true, kGrouped, 1>::launch(grid, max_units, s, a, b, d, p, device)
-             : Launcher<false, kGrouped, 1>::launch(grid, max_units, s, a, b, d, p, device);
+template <bool kGrouped, bool kOutFp32>
+cudaError_t launch_variant(Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
+                           const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
+  if (v.block_n == 256) return Launcher<kOutFp32, kGrouped, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
+  if (v.cluster == 2) return Launcher<kOutFp32, kGrouped, 2, 128>::launch(grid, max_units, s, a, b, d, p, device);
+  return Launcher<kOutFp32, kGrouped, 1, 128>::launch(grid, max_units, s, a, b, d, p, device);
 }
 
-Status check_smem(const DeviceInfo& dev, OutType out) {
-  const int need = out == OutType::kFP32 ? Traits<true>::kSmemBytes : Traits<false>::kSmemBytes;
+template <bool kGrouped>
+cudaError_t launch_for(OutType out, Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
+                       const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
+  return out == OutType::kFP32 ? launch_variant<kGrouped, true>(v, grid, max_units, s, a, b, d, p, device)
+                               : launch_variant<kGrouped, false>(v, grid, max_units, s, a, b, d, p, device);
+}
+
+template <bool kOutFp32>
+int smem_bytes(Variant v) {
+  if (v.block_n == 256) return Traits<kOutFp32, 1, 256>::kSmemBytes;
+  return v.cluster == 2 ? Traits<kOutFp32, 2>::kSmemBytes : Traits<kOutFp32, 1>::kSmemBytes;
+}
+
+Status check_smem(const DeviceInfo& dev, OutType out, Variant v) {
+  const int need = out == OutType::kFP32 ? smem_bytes<true>(v) : smem_bytes<false>(v);
   if (static_cast<size_t>(need) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
                          "block-scaled GEMM needs " + std::to_string(need) +
@@ -83,18 +102,47 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
   if (c.raster_group < 1) return Status::Invalid(std::string(who) + ": raster_group must be >= 1");
   if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
+  if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
+    return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 128 or 256 (got " +
+                           std::to_string(c.block_n) + ")");
+  if (c.block_n == 256 && c.cluster == 2)
+    return Status::Invalid(std::string(who) + ": cluster=2 (multicast pairs) runs 128-column tiles only; "
+                           "force bn=128 with it");
   return Status::Ok();
 }
 
-// The three maps of one problem. Boxes: A and B 128 x 128 bytes (one K block of one tile),
-// D 64 rows x 128 bytes (the epilogue's store chunk).
+// Tile choice. Grouped: the group sizes live on the device, so the host cannot count tiles; the
+// 128 x 256 tile is the default (the grouped GEMM exists for large groups; tiny ones can force
+// bn=128). Dense: the tile with the lower cost = rounds of tiles over the SMs x the tile's work
+// / its rate, where the 128 x 256 tile runs kWideTileRate times faster per FLOP (measured,
+// docs/perf.md block-scaled v3), so it wins whenever its waves are not much emptier.
+constexpr double kWideTileRate = 1.10;
+
+double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
+  const int64_t tiles = ((m + 127) / 128) * ((n + block_n - 1) / block_n);
+  const int64_t rounds = (tiles + sms - 1) / sms;
+  return static_cast<double>(rounds) * block_n / (block_n == 256 ? kWideTileRate : 1.0);
+}
+
+Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int64_t n, int sms) {
+  Variant v{c.block_n, c.cluster > 0 ? c.cluster : kDefaultCluster};
+  if (v.block_n == 0) {
+    if (v.cluster == 2) v.block_n = 128;
+    else if (grouped) v.block_n = 256;
+    else v.block_n = dense_tile_cost(m, n, 256, sms) <= dense_tile_cost(m, n, 128, sms) ? 256 : 128;
+  }
+  return v;
+}
+
+// The three maps of one problem. Boxes: A 128 x 128 bytes and B block_n x 128 bytes (one K
+// block of one tile), D 64 rows x 128 bytes (the epilogue's store chunk).
 struct MapShapes {
   hopper::TensorMap2dSpec a, b, d;
 };
 
 // With a cluster of c CTAs, each loads 128 / c rows of the B tile (and multicasts them).
 MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out,
-                     int cluster) {
+                     Variant v) {
   MapShapes s;
   s.a.base = a;
   s.a.rows = m;
@@ -105,7 +153,7 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
   s.b = s.a;
   s.b.base = b;
   s.b.rows = n;
-  s.b.box_rows = static_cast<uint32_t>(128 / cluster);
+  s.b.box_rows = static_cast<uint32_t>(v.block_n / v.cluster);
   const bool f32 = out == OutType::kFP32;
   s.d.base = d;
   s.d.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -122,14 +170,14 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
 // Templates for the grouped maps: box, swizzle, data type and L2 policy set once per output
 // type; the device patches base, sizes and pitch per group. Encoded once per process (the
 // base address is a placeholder the device always replaces).
-Status grouped_templates(OutType out, int cluster, const CUtensorMap** maps3) {
-  static CUtensorMap cache[4][3];
-  static Status cache_status[4];
-  static std::once_flag once[4];
-  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * (cluster - 1);
-  std::call_once(once[i], [i, out, cluster] {
+Status grouped_templates(OutType out, Variant v, const CUtensorMap** maps3) {
+  static CUtensorMap cache[6][3];
+  static Status cache_status[6];
+  static std::once_flag once[6];
+  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * (v.block_n == 256 ? 2 : v.cluster - 1);
+  std::call_once(once[i], [i, out, v] {
     void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
-    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, cluster);
+    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, v);
     Status st = hopper::make_tensor_map_2d(s.a, &cache[i][0]);
     if (st.ok()) st = hopper::make_tensor_map_2d(s.b, &cache[i][1]);
     if (st.ok()) st = hopper::make_tensor_map_2d(s.d, &cache[i][2]);
@@ -143,7 +191,7 @@ Status grouped_templates(OutType out, int cluster, const CUtensorMap** maps3) {
 
 std::string BlockScaledConfig::to_string() const {
   return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
-         std::to_string(cluster);
+         std::to_string(cluster) + ",bn=" + std::to_string(block_n);
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -152,7 +200,8 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
     if (key == "grid") c.grid = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "cluster") c.cluster = value;
-    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster)");
+    else if (key == "bn") c.block_n = value;
+    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster, bn)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -183,11 +232,12 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
-  LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type));
+  const Variant v = choose_variant(cfg, /*grouped=*/false, x.m, x.n, dev.sm_count);
+  LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type, v));
 
-  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
+  const int cluster = v.cluster;
   const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
-                                 static_cast<uint64_t>(x.k), x.out_type, cluster);
+                                 static_cast<uint64_t>(x.k), x.out_type, v);
   CUtensorMap tm_a, tm_b, tm_d;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &tm_a));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &tm_b));
@@ -198,7 +248,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
   p.sched.tiles_m = (tiles_m + cluster - 1) / cluster;
-  p.sched.tiles_n = static_cast<int>((x.n + 127) / 128);
+  p.sched.tiles_n = static_cast<int>((x.n + v.block_n - 1) / v.block_n);
   p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
   p.sched.splits = 1;
   p.sched.group_m = cfg.raster_group;
@@ -209,7 +259,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.sfb = x.sfb;
   const int64_t units = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
   if (units > INT_MAX / 2) return Status::Invalid(std::string(who) + ": more than 2^30 output tiles");
-  const cudaError_t e = launch_for<false>(x.out_type, cluster, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
+  const cudaError_t e = launch_for<false>(x.out_type, v, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
                                           tm_d, p, dev.device);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_blockscaled_gemm launch", e);
   return Status::Ok();
@@ -253,15 +303,16 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
-  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type));
-  const int cluster = cfg.cluster > 0 ? cfg.cluster : kDefaultCluster;
+  const Variant v = choose_variant(cfg, /*grouped=*/true, 0, 0, dev.sm_count);
+  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
+  const int cluster = v.cluster;
   const CUtensorMap* tmpl = nullptr;
-  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, cluster, &tmpl));
+  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, v, &tmpl));
 
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
   blockscaled::grouped_prepare_kernel<<<1, blockscaled::kPrepareThreads, 0, stream>>>(
-      problems, groups, ws, out_bytes, cluster, tmpl[0], tmpl[1], tmpl[2]);
+      problems, groups, ws, out_bytes, cluster, v.block_n, tmpl[0], tmpl[1], tmpl[2]);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
 
@@ -273,7 +324,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   p.tile_start = ws.tile_start;
   p.maps = ws.maps;
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
-  e = launch_for<true>(out_type, cluster, cfg.grid, 0, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
+  e = launch_for<true>(out_type, v, cfg.grid, 0, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm launch", e);
   return Status::Ok();
 }

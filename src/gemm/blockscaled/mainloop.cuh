@@ -30,24 +30,36 @@ struct ScaleStageLoad {
   }
 };
 
-// Consumer side (fp8::Consumer's Promotion policy). The B scale of a K block is one float per
-// tile, loaded from global memory (L2) when the block is issued and used a block later, so its
-// latency hides behind the wait for the next stage. Accumulator fragment of m64nN: element
-// 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
+// Consumer side (fp8::Consumer's Promotion policy). The B scales of a K block are one float per
+// 128-column part of the tile, loaded from global memory (L2) when the block before it is issued
+// (fp8::Consumer fetches one group ahead) and used once the block's MMAs retire. Accumulator fragment of m64nN:
+// element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
 template <class T>
 struct BlockScalePromotion {
   typename T::SharedStorage* ss;
-  const float* sfb_row;  // the tile's B scales, one per K block
-  int row;               // this thread's first fragment row in the tile
+  const float* sfb_row;  // the B scales of the tile's first 128 columns, one per K block
+  // Floats from that row to the next part's row (the next 128 columns' B scales); 0 when the
+  // tile's second part lies past N (its outputs are clipped, any finite scale will do).
+  int sfb_part_stride;
+  int row;  // this thread's first fragment row in the tile
 
   static constexpr bool kReadsStage = true;  // the stage's A scales
-  struct Pending { float sb; };
+  struct Pending { float sb[T::kScaleBlocksN]; };
+  struct Staged { float sa0, sa1; };  // the A scales of the thread's two fragment rows
   struct Scale { float s0, s1; };
 
-  __device__ __forceinline__ void issued(Pending& p, int kb) const { p.sb = __ldg(sfb_row + kb); }
-  __device__ __forceinline__ Scale scale(const Pending& p, int stage, int /*consumer_wg*/) const {
+  __device__ __forceinline__ void issued(Pending& p, int kb) const {
+#pragma unroll
+    for (int j = 0; j < T::kScaleBlocksN; ++j) p.sb[j] = __ldg(sfb_row + j * sfb_part_stride + kb);
+  }
+  __device__ __forceinline__ Staged read_stage(int stage) const {
     const float* sa = ss->sfa[stage] + row;
-    return Scale{sa[0] * p.sb, sa[8] * p.sb};
+    return Staged{sa[0], sa[8]};
+  }
+  __device__ __forceinline__ Scale scale(const Pending& p, const Staged& a, int /*stage*/, int /*consumer_wg*/,
+                                         int part_n) const {
+    const float sb = p.sb[part_n];
+    return Scale{a.sa0 * sb, a.sa1 * sb};
   }
   template <int R>
   __device__ __forceinline__ void apply(const Scale& s, const float (&part)[R], float (&acc)[R]) const {

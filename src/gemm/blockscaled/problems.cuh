@@ -39,8 +39,18 @@ struct UnitView {
   int m, n, k_blocks;
   const float* sfa;  // the tile's first row
   int64_t sfa_ld;
-  const float* sfb;  // the tile's B scales (row n_block of sfb)
+  const float* sfb;     // the B scales of the tile's first 128 columns (a row of sfb)
+  int sfb_part_stride;  // to the row of its next 128 columns; 0 when those lie past N
 };
+
+// The tile's B scale rows: sfb is [ceil(n / 128), k_blocks], one row per 128 columns.
+template <int kBlockN>
+__device__ __forceinline__ void tile_b_scales(UnitView& v, const float* sfb) {
+  constexpr int kParts = kBlockN / 128;
+  const int first = v.w.n_block * kParts;
+  v.sfb = sfb + static_cast<int64_t>(first) * v.k_blocks;
+  v.sfb_part_stride = kParts > 1 && (first + 1) * 128 < v.n ? v.k_blocks : 0;
+}
 
 __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
 
@@ -48,6 +58,7 @@ __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block -
 // (rank r of a cluster of c takes M block c * mb + r) of the same N block, so they share B. A
 // CTA whose M block lies past the matrix (odd tile rows) still loads and multicasts its share of
 // B; its own A is all out of bounds (zeros) and its store is skipped.
+template <int kBlockN>
 struct DenseProblems {
   const BlockScaledParams& p;
   const CUtensorMap* tm_a;
@@ -68,7 +79,7 @@ struct DenseProblems {
     v.k_blocks = p.sched.k_blocks;
     v.sfa = p.sfa + v.w.m_block * 128;
     v.sfa_ld = p.sfa_ld;
-    v.sfb = p.sfb + static_cast<int64_t>(v.w.n_block) * v.k_blocks;
+    tile_b_scales<kBlockN>(v, p.sfb);
     return v;
   }
 };
@@ -76,6 +87,7 @@ struct DenseProblems {
 // Each role keeps its own cursor: the group's descriptor is re-read only when the walk enters
 // a new group, and each thread that uses a group's tensor maps acquires them first (they were
 // written by the preparation kernel through the generic proxy).
+template <int kBlockN>
 struct GroupedProblems {
   const BlockScaledParams& p;
   gemm::GroupedTileSchedule sched;  // tile_start in shared memory when it fits; counts cluster units
@@ -111,7 +123,7 @@ struct GroupedProblems {
     v.k_blocks = blocks_of(prob.k, 128);
     v.w.kb_begin = 0;
     v.w.kb_end = v.k_blocks;
-    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128 * p.cluster_m), blocks_of(prob.n, 128),
+    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128 * p.cluster_m), blocks_of(prob.n, kBlockN),
                       p.group_m, &v.w.m_block, &v.w.n_block);
     v.w.m_block = v.w.m_block * p.cluster_m + rank;
     v.tm_a = maps + 0;
@@ -121,7 +133,7 @@ struct GroupedProblems {
     v.n = prob.n;
     v.sfa = prob.sfa + v.w.m_block * 128;
     v.sfa_ld = prob.sfa_ld;
-    v.sfb = prob.sfb + static_cast<int64_t>(v.w.n_block) * v.k_blocks;
+    tile_b_scales<kBlockN>(v, prob.sfb);
     return v;
   }
 };

@@ -67,7 +67,7 @@ struct StagedEpilogueOperands {
 // column 8g + 2(l%4) + e.
 template <class T>
 struct Fp8Epilogue {
-  int round_counter = 0;  // alternates staging slots across every round this warpgroup stores
+  uint32_t round_counter = 0;  // cycles through the staging slots across every round this warpgroup stores
 
   __device__ __forceinline__ static hopper::NamedBarrier barrier(int consumer_wg) {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
@@ -102,9 +102,9 @@ struct Fp8Epilogue {
     for (int r = 0; r < T::kEpiRounds; ++r) {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
       if (col0 + round_col >= n) break;  // uniform over the warpgroup
-      uint8_t* buf = ss.epi[consumer_wg][round_counter & 1];
-      // The stores issued two rounds ago read this slot; wait until they have.
-      if (t == 0) hopper::tma_store_wait_read<1>();
+      uint8_t* buf = ss.epi[consumer_wg][round_counter % T::kEpiSlots];
+      // The stores issued kEpiSlots rounds ago read this slot; wait until they have.
+      if (t == 0) hopper::tma_store_wait_read<T::kEpiSlots - 1>();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
 
       if constexpr (!T::kOutFp32) {

@@ -59,15 +59,22 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
 
 // How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
 // it; the block-scaled GEMM multiplies it by its rows' A scales and the tile's B scale first
-// (gemm/blockscaled/mainloop.cuh). `Pending` travels with each in-flight partial (what the
-// promotion fetched when the block was issued), `Scale` is read from the stage before the stage
-// is released.
+// (gemm/blockscaled/mainloop.cuh). Each in-flight partial carries `Pending` (what the promotion
+// fetched from global memory, a group ahead) and `Staged` (what it read from the stage when the
+// MMAs were issued: the loads' latency then passes under the MMAs instead of after the wait);
+// `scale` combines them, or reads the stage itself, once the MMAs of the partial's column part
+// `part_n` retire, before the stage is released.
 struct PlainPromotion {
   static constexpr bool kReadsStage = false;  // reads nothing the producer writes
   struct Pending {};
+  struct Staged {};
   struct Scale {};
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
-  __device__ __forceinline__ Scale scale(const Pending&, int /*stage*/, int /*consumer_wg*/) const { return {}; }
+  __device__ __forceinline__ Staged read_stage(int /*stage*/) const { return {}; }
+  __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
+                                         int /*part_n*/) const {
+    return {};
+  }
   template <int R>
   __device__ __forceinline__ void apply(const Scale&, const float (&part)[R], float (&acc)[R]) const {
 #pragma unroll
@@ -106,6 +113,7 @@ struct Consumer {
   struct Partial {
     float r[kPartRegs];
     typename Promotion::Pending pending;
+    typename Promotion::Staged staged;  // read from the stage at issue, used at retire
     int stage[kGroup];  // whose MMAs are issued but not yet retired
     typename Operands::StageRegs regs[kGroup];  // what those MMAs read from registers
   };
@@ -114,6 +122,11 @@ struct Consumer {
   int consumer_wg;
   hopper::RingPosition<T::kStages>& pos;
   Promotion promotion{};
+  // What the promotion fetches from global memory (the block-scaled B scales) is fetched one
+  // group ahead: fetched at the group's own issue, an L2 round trip under full TMA load outlasts
+  // the MMAs of a serially retired part, and the adds waited for it.
+  typename Promotion::Pending ahead{};
+  int kb_last = 0;  // the unit's last group
 
   // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
   // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
@@ -121,10 +134,12 @@ struct Consumer {
   // inside a wgmma group makes ptxas serialize every wgmma of the kernel (C7520).
   __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
     if (part_n == 0) {
-      promotion.issued(part.pending, kb);
+      part.pending = ahead;
+      promotion.issued(ahead, min(kb + kGroup, kb_last));
       hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
+      part.staged = promotion.read_stage(pos.stage);
     }
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
@@ -153,7 +168,8 @@ struct Consumer {
     hopper::fence_operands(part.r);
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) Operands::hold(part.regs[i]);
-    const typename Promotion::Scale scale = promotion.scale(part.pending, part.stage[0], consumer_wg);
+    const typename Promotion::Scale scale =
+        promotion.scale(part.pending, part.staged, part.stage[0], consumer_wg, part_n);
     if (part_n == kParts - 1) release(part.stage);
     // The part's columns are fragment groups [part_n * kPartN / 8, ...): a contiguous slice of acc.
     promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
@@ -244,6 +260,8 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
+    kb_last = kb_end - kGroup;
+    promotion.issued(ahead, kb_begin);
     if constexpr (!Operands::kPromote) {
       run_direct(kb_begin, kb_end, acc);
     } else if constexpr (T::kDoubleBuffer) {

@@ -30,14 +30,16 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // round is written while the previous one is stored. A round holds 1, 2 or 4 chunks -- the TMA
 // store boxes, 64 rows x fp8_epi_chunk_bytes (128, or 64 / 32 where the tile row is not a
 // multiple of 128 bytes), each swizzled to its own width -- so a narrow chunk costs no extra
-// barrier.
-template <int kBlockN, bool kOutFp32>
+// barrier. kSlots = 1 (the block-scaled 128 x 256 tile, whose fourth stage needs the space): each
+// round waits until the previous round's stores have read the slot.
+template <int kBlockN, bool kOutFp32, int kSlots = 2>
 struct EpilogueStaging {
   static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
   static constexpr int kEpiRowBytes = fp8_epi_chunk_bytes(kBlockN, kOutBytes);
   static constexpr int kEpiChunkCols = kEpiRowBytes / kOutBytes;
   static constexpr int kEpiSlotBytes = 64 * 128;  // one slot: a round of 64 rows
-  static constexpr int kEpiSlots = 2;
+  static constexpr int kEpiSlots = kSlots;
+  static_assert(kSlots == 1 || kSlots == 2, "one or two staging slots per consumer warpgroup");
   static constexpr int kEpiChunksPerRound = 128 / kEpiRowBytes;
   static constexpr int kEpiRoundCols = 128 / kOutBytes;
   static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
