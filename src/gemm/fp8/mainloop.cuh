@@ -6,6 +6,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "gemm/fp8/operands.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
@@ -22,13 +24,20 @@ namespace lowbit::fp8 {
 // With a cluster of T::kClusterM CTAs along M (all on the same B tile), each CTA loads
 // 1/kClusterM of the B rows and multicasts them to every CTA of the cluster: L2 serves each B
 // tile once per cluster instead of once per CTA.
+// Stage extras (scales, sparse metadata) are read by the consumers with ordinary loads, and the
+// next bulk copy into the stage is an async-proxy write: one proxy fence here, after the empty
+// barrier's acquire has ordered every consumer's reads before it, keeps those reads ahead of the
+// write. (It used to sit in every consumer warp before each release, where its MEMBAR also
+// waited for the warp's in-flight global loads: 2-4% of the block-scaled GEMM, docs/perf.md.)
 template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{}) {
+  constexpr bool kReadByLoads = Operands::kReadsStage || !std::is_same_v<StageExtra, NoStageExtra>;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
+    if constexpr (kReadByLoads) hopper::fence_async_shared();
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * Operands::template a_cols_per_block<T>(), a_row);
@@ -235,12 +244,10 @@ struct Consumer {
   }
 
   // Hands a retired group's stages back. With ordinary reads of the stage, every lane's reads
-  // come before lane 0's release: the producer's next bulk copy into it is an async-proxy write.
+  // come before lane 0's release (the producer's proxy fence after its acquire then orders them
+  // before its next bulk copy into the stage, produce_rows).
   __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
-    if constexpr (kReadsStage) {
-      hopper::fence_async_shared();
-      __syncwarp();
-    }
+    if constexpr (kReadsStage) __syncwarp();
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
