@@ -95,6 +95,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   BlockScaledConfig cfg;
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
   r->config = cfg.to_string();
+  std::printf("  %s: %s\n", grouped ? "grouped" : "dense",
+              explain_blockscaled_choice(cfg, grouped, ms[0], n, dev.sm_count).c_str());
   // --alt configs: timed alongside, interleaved, on the same inputs.
   std::vector<BlockScaledConfig> alts(opt.alt_configs.size());
   for (size_t c = 0; c < alts.size(); ++c)

@@ -237,6 +237,21 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
 }
 
+// The tile chooser is data: it says what it picks and why. Full waves of wide tiles win; a
+// problem with fewer wide tiles than SMs keeps 128 columns.
+TEST(BlockScaledValidation, ExplainsTileChoice) {
+  const BlockScaledConfig def;
+  EXPECT_EQ(explain_blockscaled_choice(def, false, 4096, 7168, 132).rfind("bn=256,cluster=1 (cost", 0), 0u);
+  EXPECT_EQ(explain_blockscaled_choice(def, false, 128, 7168, 132).rfind("bn=128,cluster=1 (cost", 0), 0u);
+  EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,cluster=1 (grouped", 0), 0u);
+  BlockScaledConfig pair;
+  pair.cluster = 2;
+  EXPECT_EQ(explain_blockscaled_choice(pair, false, 4096, 7168, 132).rfind("bn=128,cluster=2", 0), 0u);
+  BlockScaledConfig forced;
+  forced.block_n = 128;
+  EXPECT_EQ(explain_blockscaled_choice(forced, false, 4096, 7168, 132), "bn=128,cluster=1 (forced)");
+}
+
 TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
   alignas(128) static char ws[4096];
   const auto* probs = reinterpret_cast<const Fp8GroupedProblem*>(0x60000);

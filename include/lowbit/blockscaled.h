@@ -51,6 +51,11 @@ struct BlockScaledConfig {
 // Parses "grid=132,group=8,cluster=2,bn=256" (any subset); unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
+// The tile a call with `config` runs (dense: M x N on `sm_count` SMs; grouped: M and N unused)
+// and why, e.g. "bn=256,cluster=1 (cost ...)". lowbit-bench prints it.
+std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
+                                      int sm_count);
+
 // Dense block-scaled GEMM on `stream`: no allocation, no synchronization.
 Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& args, cudaStream_t stream,
                             const BlockScaledConfig* config = nullptr);

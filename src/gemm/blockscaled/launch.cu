@@ -114,8 +114,9 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 // Tile choice. Grouped: the group sizes live on the device, so the host cannot count tiles; the
 // 128 x 256 tile is the default (the grouped GEMM exists for large groups; tiny ones can force
 // bn=128). Dense: the tile with the lower cost = rounds of tiles over the SMs x the tile's work
-// / its rate, where the 128 x 256 tile runs kWideTileRate times faster per FLOP (measured,
-// docs/perf.md block-scaled v3), so it wins whenever its waves are not much emptier.
+// / its rate, where the 128 x 256 tile runs kWideTileRate times faster per FLOP (measured 1.08-1.15
+// on full waves, docs/perf.md block-scaled v3), so it wins whenever its waves are not much
+// emptier: 128 x 7168 x 2048 (28 wide tiles for 132 SMs) keeps 128 columns, M = 4096 takes 256.
 constexpr double kWideTileRate = 1.10;
 
 double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
@@ -124,13 +125,27 @@ double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
   return static_cast<double>(rounds) * block_n / (block_n == 256 ? kWideTileRate : 1.0);
 }
 
-Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int64_t n, int sms) {
+Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int64_t n, int sms,
+                       std::string* why = nullptr) {
   Variant v{c.block_n, c.cluster > 0 ? c.cluster : kDefaultCluster};
+  std::string reason = "forced";
   if (v.block_n == 0) {
-    if (v.cluster == 2) v.block_n = 128;
-    else if (grouped) v.block_n = 256;
-    else v.block_n = dense_tile_cost(m, n, 256, sms) <= dense_tile_cost(m, n, 128, sms) ? 256 : 128;
+    if (v.cluster == 2) {
+      v.block_n = 128;
+      reason = "cluster=2 runs 128-column tiles only";
+    } else if (grouped) {
+      v.block_n = 256;
+      reason = "grouped: group sizes are on the device; the wide tile by default";
+    } else {
+      const double wide = dense_tile_cost(m, n, 256, sms), narrow = dense_tile_cost(m, n, 128, sms);
+      v.block_n = wide <= narrow ? 256 : 128;
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "cost (rounds x width / rate) bn=256 %.0f vs bn=128 %.0f on %d SMs", wide, narrow,
+                    sms);
+      reason = buf;
+    }
   }
+  if (why) *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" + reason + ")";
   return v;
 }
 
@@ -192,6 +207,13 @@ Status grouped_templates(OutType out, Variant v, const CUtensorMap** maps3) {
 std::string BlockScaledConfig::to_string() const {
   return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
          std::to_string(cluster) + ",bn=" + std::to_string(block_n);
+}
+
+std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
+                                      int sm_count) {
+  std::string why;
+  choose_variant(config, grouped, m, n, sm_count, &why);
+  return why;
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
