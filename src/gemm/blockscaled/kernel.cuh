@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
   extern __shared__ uint8_t smem_raw[];
   // Single CTAs keep the storage address pinned in a register, as the plain FP8 kernels do
-  // (hopper::pinned_shared_storage); the multicast pairs' extra cluster state leaves no room.
+  // (hopper::pinned_shared_storage); pinned, the multicast pairs spilled (FP32-out grouped).
   constexpr bool kPin = T::kClusterM == 1;
   auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
                   : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);

@@ -155,7 +155,7 @@ struct MapShapes {
   hopper::TensorMap2dSpec a, b, d;
 };
 
-// With a cluster of c CTAs, each loads 128 / c rows of the B tile (and multicasts them).
+// With a cluster of c CTAs, each loads block_n / c rows of the B tile (and multicasts them).
 MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out,
                      Variant v) {
   MapShapes s;

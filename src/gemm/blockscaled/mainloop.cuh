@@ -1,5 +1,5 @@
-// Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the double-buffered partial
-// accumulators are the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
+// Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the partial accumulators are
+// the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
 //  - each stage also carries the K block's A scales for the tile's 128 rows (a bulk copy the
 //    producer issues with the A and B tiles, completing on the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
@@ -32,8 +32,9 @@ struct ScaleStageLoad {
 
 // Consumer side (fp8::Consumer's Promotion policy). The B scales of a K block are one float per
 // 128-column part of the tile, loaded from global memory (L2) when the block before it is issued
-// (fp8::Consumer fetches one group ahead) and used once the block's MMAs retire. Accumulator fragment of m64nN:
-// element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
+// (fp8::Consumer fetches one group ahead) and used once the block's MMAs retire; the A scales are
+// read from the stage when the block's MMAs are issued. Accumulator fragment of m64nN: element
+// 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
 template <class T>
 struct BlockScalePromotion {
   typename T::SharedStorage* ss;

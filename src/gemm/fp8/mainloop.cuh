@@ -28,7 +28,8 @@ namespace lowbit::fp8 {
 // next bulk copy into the stage is an async-proxy write: one proxy fence here, after the empty
 // barrier's acquire has ordered every consumer's reads before it, keeps those reads ahead of the
 // write. (It used to sit in every consumer warp before each release, where its MEMBAR also
-// waited for the warp's in-flight global loads: 2-4% of the block-scaled GEMM, docs/perf.md.)
+// waited for the warp's in-flight global loads: ~9% of the block-scaled GEMM under ncu, 1-2% in
+// the interleaved bench, docs/perf.md block-scaled v3.)
 template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
