@@ -26,12 +26,10 @@ namespace {
 
 using blockscaled::BlockScaledParams;
 
-// The 128 x 256 tile gives up one of its two epilogue staging slots for a fourth stage.
-template <int kBlockN>
-constexpr int kEpiSlotsFor = kBlockN == 128 ? 2 : 1;
-template <bool kOutFp32, int kClusterM = 1, int kBlockN = 128, int kSlots = kEpiSlotsFor<kBlockN>>
-using Traits = blockscaled::BlockScaledTraits<blockscaled::blockscaled_stages(kBlockN, kSlots), kOutFp32, kClusterM,
-                                              kBlockN, kSlots>;
+template <bool kOutFp32, int kClusterM = 1, int kBlockN = 128>
+using Traits = blockscaled::BlockScaledTraits<
+    blockscaled::blockscaled_stages(kBlockN, blockscaled::blockscaled_epi_slots(kBlockN)), kOutFp32, kClusterM, kBlockN,
+    blockscaled::blockscaled_epi_slots(kBlockN)>;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -47,9 +45,9 @@ struct Variant {
 // One compiled variant: output type x problem layout x tile. The grid is a multiple of the
 // cluster size and no larger than the clusters the device can hold at once, so every persistent
 // CTA is resident.
-template <bool kOutFp32, bool kGrouped, int kClusterM, int kBlockN, int kSlots = kEpiSlotsFor<kBlockN>>
+template <bool kOutFp32, bool kGrouped, int kClusterM, int kBlockN>
 struct Launcher {
-  using T = Traits<kOutFp32, kClusterM, kBlockN, kSlots>;
+  using T = Traits<kOutFp32, kClusterM, kBlockN>;
   static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
 
   // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.

@@ -59,9 +59,12 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
 };
 
+// Epilogue staging slots per consumer warpgroup: the 128 x 256 tile gives up one of the two for a
+// fourth stage (3 stages with two slots measured 2-8% slower, docs/perf.md block-scaled v3).
+constexpr int blockscaled_epi_slots(int block_n) { return block_n == 128 ? 2 : 1; }
+
 // Stages that fill 227 KiB after the epilogue staging (8 KiB per slot per consumer warpgroup),
-// the group table (4 KiB) and slack: 128 x 128 with two slots: 5; 128 x 256 with one slot: 4
-// (with two, only 3 would fit).
+// the group table (4 KiB) and slack: 128 x 128 with two slots: 5; 128 x 256 with one slot: 4.
 constexpr int blockscaled_stages(int block_n, int epi_slots) {
   return (fp8::kSm90MaxSmemPerBlock - 2 * epi_slots * 8192 - 4 * (kSmemGroupTable + 1) - 2048) /
          (128 * 128 + block_n * 128 + 128 * 4);
