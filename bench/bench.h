@@ -28,6 +28,7 @@ struct Options {
   uint64_t seed = 0;
   std::string json;
   std::string sparse;  // custom shapes: "e4m3" or "f16" runs them through the 2:4-sparse GEMM (W3)
+  bool fast_accum = false;  // W3 E4M3: the reported config and the --alt ones run with fast accumulation
 };
 
 struct Shape {
@@ -61,6 +62,9 @@ struct Result {
   double us_loop = 0, x_loop = 0;
   // W3 only: cuSPARSELt on the same sparse A (0: not built or failed), and its sampled error.
   double us_cusparselt = 0, err_cusparselt = 0;
+  // W3 E4M3 only: our kernel with fast accumulation (Sparse24GemmArgs::fast_accum), its config.
+  double us_fast = 0, err_fast = 0;
+  std::string config_fast;
   double similarity = 0;  // DeepGEMM's 1 - 2 sum(xy) / (sum x^2 + sum y^2) on the sampled outputs
   // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).
   double us_det = 0;

@@ -72,17 +72,31 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
 
-  Sparse24GemmConfig cfg;
+  // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
+  std::vector<Sparse24GemmConfig> cfgs(1);
   if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(opt.config, &cfg));
+    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(opt.config, &cfgs[0]));
   } else {
-    LOWBIT_RETURN_IF_ERROR(choose_sparse24_config(m, n, k, type, &cfg));
+    LOWBIT_RETURN_IF_ERROR(choose_sparse24_config(m, n, k, type, &cfgs[0], opt.fast_accum));
   }
-  const size_t ws_bytes = sparse24_gemm_workspace_size(m, n, k, type, cfg);
-  LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
-  LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
+  for (const auto& alt : opt.alt_configs) {
+    Sparse24GemmConfig c;
+    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(alt, &c));
+    cfgs.push_back(c);
+  }
+  size_t ws_bytes = 0;
+  for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, sparse24_gemm_workspace_size(m, n, k, type, c));
+  const Sparse24GemmConfig& cfg = cfgs[0];
   r->config = cfg.to_string();
-  auto ours = [&](cudaStream_t st, int i) {
+  // E4M3 also with fast accumulation (cuSPARSELt's arithmetic): the chooser's pick for it, or
+  // the forced config.
+  Sparse24GemmConfig cfg_fast = cfg;
+  if (fp8 && opt.config.empty()) LOWBIT_RETURN_IF_ERROR(choose_sparse24_config(m, n, k, type, &cfg_fast, true));
+  if (fp8) {
+    r->config_fast = cfg_fast.to_string();
+    ws_bytes = std::max(ws_bytes, sparse24_gemm_workspace_size(m, n, k, type, cfg_fast));
+  }
+  auto run_config = [&](const Sparse24GemmConfig& c, cudaStream_t st, int i, bool fast_accum) {
     Sparse24GemmArgs a;
     a.m = m;
     a.n = n;
@@ -96,8 +110,13 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
     a.b_scale = d_sb;
     a.workspace = ws.p;
     a.workspace_bytes = ws_bytes;
-    return sparse24_gemm(a, st, &cfg);
+    a.fast_accum = fast_accum;
+    return sparse24_gemm(a, st, &c);
   };
+  LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+  LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
+  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i, opt.fast_accum); };
+  auto ours_fast = [&](cudaStream_t st, int i) { return run_config(cfg_fast, st, i, true); };
 
   // Dense baselines on the same (2:4, uncompressed) A: cuBLASLt, and for E4M3 our dense GEMM.
   CublasLtFp8 lt8;
@@ -156,6 +175,7 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   }
   auto sparse_base = [&](cudaStream_t st, int i) { return cslt.run(i % sets, B[i % sets].p, Dcs.p, st); };
 
+  std::vector<double> alt_err;  // per --alt config, on the same samples (-1: non-finite outputs)
   // Correctness on set 0: poison, run once, compare sampled elements with the FP64 reference.
   // Every output poisoned, so an unwritten element shows as a NaN error, not a stale value.
   for (void* out : {D.p, Dbase.p, Dcs.p})
@@ -201,6 +221,26 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
       gotc.push_back(other(hdc, i * n + j));
     }
     const auto e = reference::compare(ref, got);
+    // Fast accumulation (E4M3), then each --alt config, on the same samples.
+    for (size_t c = fp8 ? 0 : 1; c < cfgs.size(); ++c) {
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n, 0xFFFF, s), "poison"));
+      LOWBIT_RETURN_IF_ERROR(c == 0 ? ours_fast(s, 0) : run_config(cfgs[c], s, 0, opt.fast_accum));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "alt run"));
+      cudaMemcpy(hd.data(), D.p, hd.size(), cudaMemcpyDeviceToHost);
+      std::vector<double> alt_got;
+      std::mt19937_64 again(seed ^ 0x5EED);
+      for (int t = 0; t < 2048; ++t) {
+        const int64_t i = static_cast<int64_t>(again() % m), j = static_cast<int64_t>(again() % n);
+        alt_got.push_back(read_output(hd, OutType::kBF16, static_cast<size_t>(i * n + j)));
+      }
+      const auto ea = reference::compare(ref, alt_got);
+      if (c == 0) {
+        r->err_fast = ea.rel_fro;
+        if (ea.nonfinite > 0) r->status = "FAIL: fast accumulation left non-finite outputs";
+      } else {
+        alt_err.push_back(ea.nonfinite > 0 ? -1.0 : ea.rel_fro);
+      }
+    }
     r->err = e.rel_fro;
     r->max_err = e.max_rel;
     if (baseline) r->err_base = reference::compare(ref, gotb).rel_fro;
@@ -220,12 +260,25 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   if (baseline) launches.push_back(base);
   if (fp8) launches.push_back(dense);
   if (have_cslt) launches.push_back(sparse_base);
+  const size_t fast_at = launches.size();
+  if (fp8) launches.push_back(ours_fast);
+  const size_t first_alt = launches.size();
+  for (size_t c = 1; c < cfgs.size(); ++c)
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(cfgs[c], st, i, opt.fast_accum); });
   std::vector<Timing> timings;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &timings));
+  for (size_t c = 1; c < cfgs.size(); ++c) {
+    const double us = timings[first_alt + c - 1].median_us;
+    std::printf("  alt %-44s %9.1f us  (%.3f x the reported config, %.3f x dense cuBLASLt, %.3f x cuSPARSELt) err %.3e\n",
+                cfgs[c].to_string().c_str(), us, timings[0].median_us / us,
+                baseline ? timings[1].median_us / us : 0.0, have_cslt ? timings[fast_at - 1].median_us / us : 0.0,
+                alt_err[c - 1]);
+  }
+  r->us_fast = fp8 ? timings[fast_at].median_us : 0.0;
   r->us = timings[0].median_us;
   r->us_base = baseline ? timings[1].median_us : 0.0;
   r->us_fp8_ours = fp8 ? timings[baseline ? 2 : 1].median_us : 0.0;
-  r->us_cusparselt = have_cslt ? timings.back().median_us : 0.0;
+  r->us_cusparselt = have_cslt ? timings[fast_at - 1].median_us : 0.0;
 
   // Dense-equivalent FLOPs (what the product means); the floor counts the sparse tensor rate
   // (twice the dense one) and the bytes actually read (half of A plus its metadata).

@@ -108,7 +108,8 @@ void usage() {
   std::printf(
       "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
-      "             [--no-baseline] [--list] [--alt CONFIG]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n");
+      "             [--no-baseline] [--list] [--alt CONFIG]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
+      "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n");
 }
 
 }  // namespace
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") opt.json = next("--json");
     else if (a == "--explain") opt.explain = true;
     else if (a == "--no-baseline") opt.baseline = false;
+    else if (a == "--fast-accum") opt.fast_accum = true;
     else if (a == "--list") list = true;
     else if (a == "--sparse") {
       opt.sparse = next("--sparse");
@@ -286,6 +288,11 @@ int main(int argc, char** argv) {
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_fp8_ours, r.us_cusparselt,
                   r.us_cusparselt > 0 ? r.us_cusparselt / r.us : 0.0, r.err, r.err_base, r.err_cusparselt,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      if (r.us_fast > 0)
+        std::printf("  fast_accum %30s | %9.1f %8.1f %17s | %9s %7.3f | %20s | cuSPARSELt %8s %6.3f x | %8.2e %17s | %s\n",
+                    "", r.us_fast, 2.0 * r.shape.m * r.shape.n * r.shape.k / (r.us_fast * 1e6), "", "",
+                    r.us_base > 0 ? r.us_base / r.us_fast : 0.0, "", "",
+                    r.us_cusparselt > 0 ? r.us_cusparselt / r.us_fast : 0.0, r.err_fast, "", r.config_fast.c_str());
       if (r.speedup > 0) {
         log_sum += std::log(r.speedup);
         ++log_n;
@@ -327,7 +334,8 @@ int main(int argc, char** argv) {
         << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
         << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"us_cusparselt\":" << r.us_cusparselt
-        << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"compute_floor_us\":" << r.compute_floor_us
+        << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
+        << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
         << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";

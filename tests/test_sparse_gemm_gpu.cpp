@@ -34,12 +34,13 @@ struct Case {
   int64_t m, n, k;
   bool ints;
   const char* config;  // forced, or null for the chooser
+  bool fast_accum = false;
 };
 
 std::string describe(const Case& c) {
   return std::string(c.type == SparseType::kE4M3 ? "e4m3 " : "f16 ") + std::to_string(c.m) + "x" +
          std::to_string(c.n) + "x" + std::to_string(c.k) + (c.ints ? " ints" : " uniform") +
-         " config=" + (c.config ? c.config : "auto");
+         " config=" + (c.config ? c.config : "auto") + (c.fast_accum ? " fast_accum" : "");
 }
 
 struct Outcome {
@@ -109,6 +110,7 @@ void run_case(const Case& c, Outcome* o) {
   g.b_scale = static_cast<float*>(scales.p) + 64;
   g.workspace = ws.p;
   g.workspace_bytes = wsb;
+  g.fast_accum = c.fast_accum;
   const Status st = sparse24_gemm(g, nullptr, forced);
   ASSERT_TRUE(st.ok()) << describe(c) << ": " << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
@@ -193,10 +195,15 @@ void expect_close(const Case& c) {
 }  // namespace
 
 TEST_F(SparseGemmGpu, SmallIntegersExactEveryVariant) {
+  // E4M3 promoted and fast-accumulating (F16 runs the same unpromoted kernels either way).
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2", "bn=128,grid=5,group=2",
-                            "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
-      expect_exact({t, 256, 384, 1536, true, cfg});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
+    for (bool fast : {false, true})
+      for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2", "bn=128,grid=5,group=2",
+                              "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
+        expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
+  // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks.
+  for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
+    for (const char* cfg : {"bn=256,splits=5", "bn=128,splits=7,grid=9"}) expect_exact({t, 256, 384, 1536, true, cfg, true});
 }
 
 TEST_F(SparseGemmGpu, EdgeShapesExact) {
@@ -207,20 +214,47 @@ TEST_F(SparseGemmGpu, EdgeShapesExact) {
           for (const char* cfg : {"bn=128", "bn=256,splits=2"}) {
             if (std::string(cfg).find("splits") != std::string::npos && k < 256) continue;
             expect_exact({t, m, n, k, true, cfg});
+            if (t == SparseType::kE4M3) expect_exact({t, m, n, k, true, cfg, true});
           }
 }
 
 // CTA pairs: odd tile-row counts leave a phantom partner below the matrix (M = 300: 3 tile rows).
 TEST_F(SparseGemmGpu, ClusterPairsExact) {
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (int64_t m : {65, 129, 300, 1000})
+    for (int64_t m : {65, 129, 300, 1000}) {
       expect_exact({t, m, 208, 416, true, "bn=256,cluster=2"});
+      expect_exact({t, m, 208, 416, true, "bn=256,cluster=2", true});
+
+    }
 }
 
+// There are no 128-wide CTA pairs (docs/perf.md W3): an error, not another kernel.
+TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
+  Sparse24GemmConfig cfg;
+  ASSERT_TRUE(parse_sparse24_config("bn=128,cluster=2", &cfg).ok());
+  Buf V(256 * 128 / 2), M(sparse24_meta_bytes(256, 128, SparseType::kE4M3)), B(256 * 128), D(256 * 256 * 2);  // never read
+  Sparse24GemmArgs g;
+  g.m = 256;
+  g.n = 256;
+  g.k = 128;
+  g.a_values = V.p;
+  g.a_meta = M.p;
+  g.b = B.p;
+  g.d = D.p;
+  const Status st = sparse24_gemm(g, nullptr, &cfg);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.to_string().find("bn=128"), std::string::npos) << st.to_string();
+}
+
+// Fast accumulation: within the same 2x-cuBLASLt bound (it is cuSPARSELt's arithmetic; the bench
+// compares it with cuSPARSELt's error on the same inputs).
 TEST_F(SparseGemmGpu, RandomInputsWithinTheDenseBaselineError) {
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
     for (const char* cfg : {static_cast<const char*>(nullptr), "bn=128", "bn=256", "bn=256,cluster=2"})
-      expect_close({t, 512, 1024, 2048, false, cfg});
+      for (bool fast : {false, true}) {
+        if (fast && t == SparseType::kF16) continue;
+        expect_close({t, 512, 1024, 2048, false, cfg, fast});
+      }
 }
 
 TEST_F(SparseGemmGpu, DeviceCompressorReportsAndPrunes) {

@@ -58,6 +58,12 @@ struct Sparse24GemmArgs {
   // Caller-owned split-K scratch, as Fp8GemmArgs::workspace (zero-filled once; 0 bytes: no split).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // E4M3 only (F16 MMAs accumulate in FP32 either way). false: the tensor cores' partial sums are
+  // promoted into FP32 registers every 256 products, so the error matches dense cuBLASLt's.
+  // true: they accumulate across the whole K range in the tensor cores' narrower FP8 accumulator,
+  // as cuSPARSELt does (the same error on the same inputs: ~1.25x the promoted one at K = 8192,
+  // growing with K), ~1.25x faster. cuBLASLt calls this CUBLASLT_MATMUL_DESC_FAST_ACCUM.
+  bool fast_accum = false;
 };
 
 struct Sparse24GemmConfig {
@@ -72,7 +78,9 @@ struct Sparse24GemmConfig {
 
 // Parses "bn=128,splits=2,group=8,grid=132,cluster=2" (any subset).
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out);
-Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out);
+// `fast_accum` as Sparse24GemmArgs::fast_accum (the kernels differ).
+Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,
+                              bool fast_accum = false);
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t k, SparseType type, const Sparse24GemmConfig& config);
 
 // Runs on `stream`; no allocation, no synchronization. config == nullptr: lowbit chooses.

@@ -29,14 +29,18 @@ using formats::Sparse24Type;
 Sparse24Type to_format(SparseType t) { return t == SparseType::kE4M3 ? Sparse24Type::kE4M3 : Sparse24Type::kF16; }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The compiled variants, as data: tile width x element type.
+// The compiled tile widths, as data, with the share of the sparse tensor rate each sustained at
+// 4096 x 8192 x 8192 on an H100 (docs/perf.md W3 v3): promoted (E4M3) and unpromoted (F16, and
+// E4M3 with fast accumulation) mainloops.
 struct SparseVariant {
   int block_n;
+  double efficiency_promoted;
+  double efficiency_direct;
   const char* note;
 };
 constexpr SparseVariant kSparseVariants[] = {
-    {128, "balanced: double-buffered promotion, 7 stages"},
-    {256, "widest: least B traffic per FLOP, two-part promotion, 4 stages"},
+    {128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion; more tiles for narrow N"},
+    {256, 0.38, 0.50, "widest: least B traffic per FLOP, 4 stages, two-part promotion"},
 };
 
 bool variant_exists(int block_n) {
@@ -48,10 +52,10 @@ bool variant_exists(int block_n) {
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
 
-template <Sparse24Type kType, int kBlockN, int kCluster>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote>;
   return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
                                                            device, stream, launched, a, b, d, d, p);  // no row broadcast
 }
@@ -60,27 +64,35 @@ struct Entry {
   Sparse24Type type;
   int block_n;
   int cluster;
+  bool promote;
   LaunchFn launch;
   int smem_bytes;
 };
-template <Sparse24Type kType, int kBlockN, int kCluster>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote = kType == Sparse24Type::kE4M3>
 constexpr Entry entry() {
-  return {kType, kBlockN, kCluster, &launch_variant<kType, kBlockN, kCluster>,
-          sparse::SparseTraits<kType, kBlockN, kCluster>::kSmemBytes};
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote>;
+  static_assert(T::Operands::kBlocksPerPromotion == (kPromote ? 2 : 1), "sparse24_gemm counts K groups this way");
+  return {kType, kBlockN, kCluster, kPromote, &launch_variant<kType, kBlockN, kCluster, kPromote>, T::kSmemBytes};
 }
-// Every variant x both element types, and CTA pairs of the widest tile (the double-buffered
-// 128-wide tile spills with the pair's bookkeeping).
+// Every variant x {E4M3 promoted, E4M3 fast-accumulating, F16}, and CTA pairs of the widest tile
+// (the promoted 128-wide tile spills with the pair's bookkeeping; the unpromoted 128-wide pairs
+// compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
 const Entry kEntries[] = {
-    entry<Sparse24Type::kE4M3, 128, 1>(), entry<Sparse24Type::kE4M3, 256, 1>(),
-    entry<Sparse24Type::kF16, 128, 1>(),  entry<Sparse24Type::kF16, 256, 1>(),
-    entry<Sparse24Type::kE4M3, 256, 2>(), entry<Sparse24Type::kF16, 256, 2>(),
+    entry<Sparse24Type::kE4M3, 128, 1>(),        entry<Sparse24Type::kE4M3, 256, 1>(),
+    entry<Sparse24Type::kE4M3, 128, 1, false>(), entry<Sparse24Type::kE4M3, 256, 1, false>(),
+    entry<Sparse24Type::kF16, 128, 1>(),         entry<Sparse24Type::kF16, 256, 1>(),
+    entry<Sparse24Type::kE4M3, 256, 2>(),        entry<Sparse24Type::kE4M3, 256, 2, false>(),
+    entry<Sparse24Type::kF16, 256, 2>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 2 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 2,
-              "every variant is compiled for both element types");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 3 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 3,
+              "every variant is compiled for each mainloop");
 
-const Entry* find_entry(Sparse24Type type, int block_n, int cluster) {
+// E4M3 promotes unless the caller asked for fast accumulation; F16 never promotes.
+bool promotes(Sparse24Type type, bool fast_accum) { return type == Sparse24Type::kE4M3 && !fast_accum; }
+
+const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote) {
   for (const auto& e : kEntries)
-    if (e.type == type && e.block_n == block_n && e.cluster == cluster) return &e;
+    if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote) return &e;
   return nullptr;
 }
 
@@ -94,23 +106,28 @@ struct Scored {
   Sparse24GemmConfig config;
   double t_us;
 };
-std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, int sm_count) {
+std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bool promote, int sm_count) {
   constexpr double kDenseTflopsPerSm = 1979.0 / 132.0;  // E4M3; F16 is half
-  constexpr double kEfficiency = 0.7;                   // not yet calibrated for the sparse path
   constexpr double kDramTBs = 3.0;
   constexpr double kUnitOverheadUs = 1.5;
+  // A split tile's fix-up (partials through L2, the last split waits on the others): measured at
+  // 7168 x 128 x 2048, two splits ran 1.7-2.4 us slower than none where this model without the
+  // term expected them 3.5 us faster (docs/perf.md W3 v3).
+  constexpr double kSplitFixupUs = 4.0;
   const int eb = formats::sparse24_elem_bytes(type);
-  const int kb = static_cast<int>(formats::sparse24_k_blocks(k, type)) / 2;  // pairs of K blocks
-  const double rate = 2.0 * kDenseTflopsPerSm / eb * kEfficiency;
+  const int group_k = formats::sparse24_block_k(type) * (promote ? 2 : 1);  // logical K per scheduled group
+  const int kb = static_cast<int>((k + group_k - 1) / group_k);
   std::vector<Scored> out;
   for (const auto& v : kSparseVariants) {
+    const double rate =
+        2.0 * kDenseTflopsPerSm / eb * (promote ? v.efficiency_promoted : v.efficiency_direct);
     const int tiles = tiles_for(m, n, v.block_n);
     for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
       const int units = tiles * splits;
       if (splits > 1 && units > 2 * sm_count) break;
       const double rounds = std::ceil(static_cast<double>(units) / sm_count);
       const int unit_kb = (kb + splits - 1) / splits;
-      const double unit_us = 2.0 * 128 * v.block_n * 2 * formats::sparse24_block_k(type) * unit_kb / (rate * 1e6);
+      const double unit_us = 2.0 * 128 * v.block_n * group_k * unit_kb / (rate * 1e6);
       const double t_compute = rounds * (unit_us + kUnitOverheadUs);
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k * eb / 2 + static_cast<double>(m) * k / 8 +
@@ -120,8 +137,8 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, in
       Scored s;
       s.config.block_n = v.block_n;
       s.config.splits = splits;
-      s.t_us = std::max(t_compute, t_memory);
-      char reason[160];
+      s.t_us = std::max(t_compute, t_memory) + (splits > 1 ? kSplitFixupUs : 0.0);
+      char reason[200];
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs, %s-bound, est %.1f us (%s)", units, sm_count,
                     t_compute >= t_memory ? "tensor" : "memory", s.t_us, v.note);
       s.config.reason = reason;
@@ -194,10 +211,12 @@ size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseT
                                        config.block_n);
 }
 
-Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out) {
+Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,
+                              bool fast_accum) {
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
-  const auto cands = score(m, n, k, to_format(type), dev.sm_count);
+  const Sparse24Type t = to_format(type);
+  const auto cands = score(m, n, k, t, promotes(t, fast_accum), dev.sm_count);
   if (cands.empty()) return Status::Invalid("sparse24_gemm: no candidate for this shape");
   *out = cands.front().config;
   return Status::Ok();
@@ -208,9 +227,11 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   const Sparse24Type type = to_format(args.type);
-  // The schedule counts pairs of K blocks: the mainloop accumulates two per promotion.
-  constexpr int kGroup = sparse::SparseTraits<Sparse24Type::kE4M3, 128>::Operands::kBlocksPerPromotion;
-  const int kb = static_cast<int>(formats::sparse24_k_blocks(args.k, type)) / kGroup;
+  // The schedule counts groups of K blocks: pairs where the mainloop promotes every two (the
+  // metadata is padded to an even count for them), single blocks where it does not promote.
+  const bool promote = promotes(type, args.fast_accum);
+  const int kb = promote ? static_cast<int>(formats::sparse24_k_blocks(args.k, type) / 2)
+                         : static_cast<int>((args.k + formats::sparse24_block_k(type) - 1) / formats::sparse24_block_k(type));
 
   Sparse24GemmConfig cfg;
   if (forced) {
@@ -218,12 +239,12 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
     if (!variant_exists(cfg.block_n))
       return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
     if (cfg.splits < 1 || cfg.splits > kb)
-      return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (pairs of K blocks)");
+      return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (groups of K blocks)");
     if (cfg.raster_group < 0 || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
     if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
-    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || cfg.block_n != 256))
-      return Status::Invalid("sparse24_gemm: cluster=2 is compiled for bn=256 and needs M > 64 and splits=1; config " +
+    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote)))
+      return Status::Invalid("sparse24_gemm: cluster=2 needs a compiled pair kernel, M > 64 and splits=1; config " +
                              cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
     if (need > args.workspace_bytes)
@@ -232,7 +253,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
                                                                std::to_string(args.workspace_bytes));
   } else {
     bool found = false;
-    for (const auto& c : score(args.m, args.n, args.k, type, dev.sm_count))
+    for (const auto& c : score(args.m, args.n, args.k, type, promote, dev.sm_count))
       if (sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, c.config) <= args.workspace_bytes) {
         cfg = c.config;
         found = true;
@@ -240,8 +261,10 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       }
     if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
   }
-  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster);
-  if (!entry) return Status::Invalid("sparse24_gemm: no kernel for block_n=" + std::to_string(cfg.block_n));
+  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote);
+  if (!entry)
+    return Status::Invalid("sparse24_gemm: no kernel for config " + cfg.to_string() +
+                           (args.fast_accum ? " with fast accumulation" : ""));
   if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, "sparse24_gemm: kernel needs " +
                                                              std::to_string(entry->smem_bytes) +

@@ -29,15 +29,17 @@ struct MetaStageLoad {
   }
 };
 
-template <hopper::WgmmaKind kKind>
+template <hopper::WgmmaKind kKind, bool kPromote_>
 struct SparseOperands {
   static constexpr bool kReadsStage = true;  // the metadata words, by ordinary loads
-  // A sparse K block multiplies half as many values per row as a dense one: two of them per
-  // partial keep the dense path's 128 products per promotion (and halve the waits and adds).
-  static constexpr int kBlocksPerPromotion = 2;
   // F16 MMAs accumulate in full FP32 (only FP8 needs promotion): F16 accumulates straight into
   // the FP32 registers across the whole K range.
-  static constexpr bool kPromote = kKind == hopper::WgmmaKind::kE4M3;
+  static constexpr bool kPromote = kPromote_;
+  // A sparse K block multiplies half as many values per row as a dense one: two of them per
+  // partial keep the dense path's 128 products per promotion (and halve the waits and adds).
+  // Without promotion a group is one K block: the consumer then holds two stages (the running
+  // group and the queued one), not four, and the producer keeps the rest of the ring filling.
+  static constexpr int kBlocksPerPromotion = kPromote ? 2 : 1;
   static constexpr int kSteps = 2;           // sparse wgmma steps per K block
   static constexpr int kABytesPerStep = 32;  // compressed A bytes per row per step
   static constexpr int kBBytesPerStep = 64;  // dense B bytes per row per step

@@ -12,13 +12,18 @@
 namespace lowbit::sparse {
 
 // Stages fill 227 KiB after 32 KiB of epilogue staging and 2 KiB of barriers and slack.
+// (One staging slot per warpgroup and no slack fit a fifth stage at bn = 256: slower alone, 8%,
+// and no faster in CTA pairs, docs/perf.md W3 v3.)
 constexpr int sparse_stages_for(int block_n) {
   return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
 }
 
 // kClusterM_ = 2: CTA pairs along M share each B tile by TMA multicast (each loads half). The
 // dense B is 4/5 of a stage's bytes here, so L2 traffic per FLOP falls by 2/5.
-template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1>
+// kPromote_: E4M3 partials promoted into FP32 every two K blocks (the default), or accumulated
+// by the tensor cores across the whole K range (F16 always: its MMAs accumulate in FP32).
+template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1,
+          bool kPromote_ = kType == formats::Sparse24Type::kE4M3>
 struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit {
   static constexpr formats::Sparse24Type kSparseType = kType;
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
@@ -34,7 +39,8 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit 
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
-                                                                       : hopper::WgmmaKind::kF16>;
+                                                                       : hopper::WgmmaKind::kF16,
+                                 kPromote_>;
   using Staging = fp8::EpilogueStaging<kBlockN_, false>;
 
   static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
