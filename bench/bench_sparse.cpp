@@ -180,10 +180,13 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   // Every output poisoned, so an unwritten element shows as a NaN error, not a stale value.
   for (void* out : {D.p, Dbase.p, Dcs.p})
     LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(out, m * n, 0xFFFF, s), "poison"));
+  // Each first run synchronized on its own, so a fault names the kernel that raised it.
   LOWBIT_RETURN_IF_ERROR(ours(s, 0));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "lowbit's first run"));
   if (baseline) keep_baseline_if_ok(base(s, 0), "baseline", &baseline, &note);
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "the dense baseline's first run"));
   if (have_cslt) keep_baseline_if_ok(sparse_base(s, 0), "cuSPARSELt", &have_cslt, &cslt_note);
-  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "cuSPARSELt's first run"));
   {
     std::vector<uint8_t> ha(static_cast<size_t>(m * k * eb)), hb(static_cast<size_t>(n * k * eb));
     std::vector<uint8_t> hd(static_cast<size_t>(m * n) * 2), hdb(hd.size()), hdc(hd.size());

@@ -1,5 +1,6 @@
 #include "cusparselt_baseline.h"
 
+#include <algorithm>
 #include <vector>
 
 #if defined(LOWBIT_HAVE_CUSPARSELT)
@@ -17,6 +18,7 @@ Status lt_status(const char* what, cusparseStatus_t st) {
                        std::string("cuSPARSELt ") + what + ": " + cusparseLtGetErrorString(st));
 }
 #define LOWBIT_CSLT(what, expr) LOWBIT_RETURN_IF_ERROR(lt_status(what, (expr)))
+constexpr size_t kSearchWorkspaceBytes = size_t(256) << 20;
 }  // namespace
 
 struct CusparseLtBaseline::Impl {
@@ -29,6 +31,7 @@ struct CusparseLtBaseline::Impl {
   std::vector<void*> compressed;
   void* compress_buffer = nullptr;
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;
   float alpha = 1.0f, beta = 0.0f;
   ~Impl() {
     for (void* p : compressed) cudaFree(p);
@@ -77,7 +80,12 @@ Status CusparseLtBaseline::plan(int64_t m, int64_t n, int64_t k, bool fp8, float
   size_t ws = 0, csize = 0, cbuf = 0;
   LOWBIT_CSLT("workspace", cusparseLtMatmulGetWorkspace(&x.handle, &x.plan, &ws));
   LOWBIT_CSLT("compressed size", cusparseLtSpMMACompressedSize(&x.handle, &x.plan, &csize, &cbuf));
-  if (cudaMalloc(&x.workspace, ws ? ws : 16) != cudaSuccess || cudaMalloc(&x.compress_buffer, cbuf ? cbuf : 16) != cudaSuccess)
+  // The search may settle on a split-K configuration that needs more workspace than the default
+  // algorithm's (its first run then wrote past a right-sized buffer: an illegal address in the
+  // W3 suite); search() re-queries and checks. Generous room for the candidates meanwhile.
+  ws = std::max(ws, kSearchWorkspaceBytes);
+  x.workspace_bytes = ws;
+  if (cudaMalloc(&x.workspace, ws) != cudaSuccess || cudaMalloc(&x.compress_buffer, cbuf ? cbuf : 16) != cudaSuccess)
     return Status::Error(StatusCode::kCudaError, "cuSPARSELt buffers: allocation failed");
   x.compressed.assign(static_cast<size_t>(sets), nullptr);
   for (auto& p : x.compressed)
@@ -96,9 +104,17 @@ Status CusparseLtBaseline::search(const void* b, void* d, cudaStream_t s) {
   Impl& x = *impl_;
   LOWBIT_CSLT("search", cusparseLtMatmulSearch(&x.handle, &x.plan, &x.alpha, x.compressed[0], b, &x.beta, d, d,
                                                  x.workspace, &s, 1));
-  int id = -1;
+  int id = -1, split_k = 1;
   cusparseLtMatmulAlgGetAttribute(&x.handle, &x.alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof(id));
-  note_ += ", searched config " + std::to_string(id);
+  cusparseLtMatmulAlgGetAttribute(&x.handle, &x.alg, CUSPARSELT_MATMUL_SPLIT_K, &split_k, sizeof(split_k));
+  size_t need = 0;
+  LOWBIT_CSLT("workspace after search", cusparseLtMatmulGetWorkspace(&x.handle, &x.plan, &need));
+  if (need > x.workspace_bytes)
+    return Status::Error(StatusCode::kCudaError, "cuSPARSELt: the searched configuration needs " + std::to_string(need) +
+                                                     " bytes of workspace, " + std::to_string(x.workspace_bytes) +
+                                                     " allocated");
+  note_ += ", searched config " + std::to_string(id) + " split-K " + std::to_string(split_k) + ", workspace " +
+           std::to_string(need) + " B";
   return Status::Ok();
 }
 
