@@ -13,6 +13,7 @@
 #include "cublaslt_fp8.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
+#include "formats/fp16.h"
 #include "formats/sparse24.h"
 #include "lowbit/device.h"
 #include "lowbit/sparse.h"
@@ -35,12 +36,14 @@ struct Case {
   bool ints;
   const char* config;  // forced, or null for the chooser
   bool fast_accum = false;
+  SparseOut out = SparseOut::kBF16;
 };
 
 std::string describe(const Case& c) {
   return std::string(c.type == SparseType::kE4M3 ? "e4m3 " : "f16 ") + std::to_string(c.m) + "x" +
          std::to_string(c.n) + "x" + std::to_string(c.k) + (c.ints ? " ints" : " uniform") +
-         " config=" + (c.config ? c.config : "auto") + (c.fast_accum ? " fast_accum" : "");
+         " config=" + (c.config ? c.config : "auto") + (c.fast_accum ? " fast_accum" : "") +
+         (c.out == SparseOut::kFP16 ? " out=fp16" : "");
 }
 
 struct Outcome {
@@ -111,6 +114,7 @@ void run_case(const Case& c, Outcome* o) {
   g.workspace = ws.p;
   g.workspace_bytes = wsb;
   g.fast_accum = c.fast_accum;
+  g.out = c.out;
   const Status st = sparse24_gemm(g, nullptr, forced);
   ASSERT_TRUE(st.ok()) << describe(c) << ": " << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
@@ -143,7 +147,13 @@ void run_case(const Case& c, Outcome* o) {
   const auto ref = reference::gemm_full(p);
   std::vector<double> got(ref.size()), gotl(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) {
-    got[i] = bench::read_output(raw, OutType::kBF16, i);
+    if (c.out == SparseOut::kFP16) {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      got[i] = formats::fp16_to_float(h);
+    } else {
+      got[i] = bench::read_output(raw, OutType::kBF16, i);
+    }
     gotl[i] = bench::read_output(rawl, OutType::kBF16, i);
   }
   o->ours = reference::compare(ref, got);
@@ -151,17 +161,21 @@ void run_case(const Case& c, Outcome* o) {
   for (size_t i = 0; i < ref.size(); ++i) {
     const int64_t r = static_cast<int64_t>(i) / c.n, col = static_cast<int64_t>(i) % c.n;
     if (c.ints) {
-      const double want = formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref[i])));
+      const float r32 = static_cast<float>(ref[i]);
+      const double want = c.out == SparseOut::kFP16 ? formats::fp16_to_float(formats::float_to_fp16(r32))
+                                                    : formats::bf16_to_float(formats::float_to_bf16(r32));
       if (!(got[i] == want)) {
         if (o->mismatches < 5)
           ADD_FAILURE() << describe(c) << ": element (" << r << ", " << col << ") = " << got[i] << ", want " << want;
         ++o->mismatches;
       }
     } else if (c.type == SparseType::kF16) {
-      // One BF16 rounding (2^-8 relative) plus FP32 accumulation over K of |products|.
+      // One output rounding (2^-8 relative in BF16, 2^-11 in FP16) plus FP32 accumulation over K
+      // of |products|.
       double mag = 0.0;
       for (int64_t j = 0; j < c.k; ++j) mag += std::fabs(static_cast<double>(fa[r * c.k + j]) * fb[col * c.k + j]);
-      const double bound = std::fabs(ref[i]) * std::ldexp(1.0, -8) + mag * p.alpha * c.k * std::ldexp(1.0, -24);
+      const double bound = std::fabs(ref[i]) * std::ldexp(1.0, c.out == SparseOut::kFP16 ? -11 : -8) +
+                           mag * p.alpha * c.k * std::ldexp(1.0, -24);
       if (!(std::fabs(got[i] - ref[i]) <= bound)) {
         if (o->bound_misses < 5)
           ADD_FAILURE() << describe(c) << ": element (" << r << ", " << col << ") = " << got[i] << ", want " << ref[i]
@@ -201,6 +215,9 @@ TEST_F(SparseGemmGpu, SmallIntegersExactEveryVariant) {
       for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2", "bn=128,grid=5,group=2",
                               "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
         expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
+  // F16 inputs to FP16 outputs, every compiled tile.
+  for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2"})
+    expect_exact({SparseType::kF16, 256, 384, 1536, true, cfg, false, SparseOut::kFP16});
   // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks.
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
     for (const char* cfg : {"bn=256,splits=5", "bn=128,splits=7,grid=9"}) expect_exact({t, 256, 384, 1536, true, cfg, true});
@@ -228,7 +245,8 @@ TEST_F(SparseGemmGpu, ClusterPairsExact) {
     }
 }
 
-// There are no 128-wide CTA pairs (docs/perf.md W3): an error, not another kernel.
+// There are no 128-wide CTA pairs (docs/perf.md W3) and no E4M3 -> FP16 kernels: errors, not
+// another kernel.
 TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
   Sparse24GemmConfig cfg;
   ASSERT_TRUE(parse_sparse24_config("bn=128,cluster=2", &cfg).ok());
@@ -244,6 +262,10 @@ TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
   const Status st = sparse24_gemm(g, nullptr, &cfg);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.to_string().find("bn=128"), std::string::npos) << st.to_string();
+  // FP16 output is compiled for F16 inputs only.
+  g.out = SparseOut::kFP16;
+  const Status fp16 = sparse24_gemm(g, nullptr, nullptr);
+  EXPECT_EQ(fp16.code(), StatusCode::kInvalidArgument) << fp16.to_string();
 }
 
 // Fast accumulation: within the same 2x-cuBLASLt bound (it is cuSPARSELt's arithmetic; the bench
@@ -254,6 +276,7 @@ TEST_F(SparseGemmGpu, RandomInputsWithinTheDenseBaselineError) {
       for (bool fast : {false, true}) {
         if (fast && t == SparseType::kF16) continue;
         expect_close({t, 512, 1024, 2048, false, cfg, fast});
+        if (t == SparseType::kF16) expect_close({t, 512, 1024, 2048, false, cfg, false, SparseOut::kFP16});
       }
 }
 

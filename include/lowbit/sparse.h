@@ -3,7 +3,8 @@
 // A is 2:4 sparse along K (every group of 4 consecutive elements of a row holds at most 2
 // nonzeros) and passed compressed: its kept values [M, K/2] and prepacked metadata (the layout
 // is lowbit's own, documented in src/formats/sparse24_layout.h; sparse24_compress writes it).
-// B is dense and K-major. E4M3 x E4M3 or F16 x F16, FP32 accumulation, BF16 out.
+// B is dense and K-major. E4M3 x E4M3 or F16 x F16, FP32 accumulation, BF16 out (or FP16 for F16
+// inputs).
 //
 // Models hold the sparse operand as the weight W[O,K] and multiply activations X[T,K]: the
 // hardware wants the sparse operand on the A side, so call it with A = W, B = X (D = [O,T]).
@@ -20,6 +21,9 @@
 namespace lowbit {
 
 enum class SparseType { kE4M3 = 0, kF16 = 1 };
+// D's element type. FP16 (3 more mantissa bits than BF16, cuSPARSELt's F16 output) is compiled
+// for F16 inputs.
+enum class SparseOut { kBF16 = 0, kFP16 = 1 };
 
 // Bytes of the prepacked metadata of an [m, k] sparse A (M padded to 128, K to a pair of K blocks).
 size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type);
@@ -51,7 +55,8 @@ struct Sparse24GemmArgs {
   const void* a_values = nullptr;  // [m, k/2], 16-byte aligned
   const void* a_meta = nullptr;    // sparse24_meta_bytes(m, k, type), 16-byte aligned
   const void* b = nullptr;         // [n, k] dense, K-major, 16-byte aligned
-  void* d = nullptr;               // BF16 [m, n], 16-byte aligned
+  void* d = nullptr;               // [m, n] of `out`, 16-byte aligned
+  SparseOut out = SparseOut::kBF16;
   float alpha = 1.0f;
   const float* a_scale = nullptr;  // optional device scalars (per-tensor dequant scales)
   const float* b_scale = nullptr;

@@ -9,6 +9,7 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "gemm/fp8/traits.cuh"
 #include "gemm/tile_scheduler.cuh"
@@ -113,10 +114,10 @@ struct Fp8Epilogue {
         for (int j = 0; j < T::kEpiRoundCols / 16; ++j) {
           if (round_col + 16 * j >= T::kBlockN) break;  // compile-time: the last round's tail
           const int g = (round_col + 16 * j) / 8;
-          const uint32_t r0 = pack_bf16(acc[4 * g + 0], acc[4 * g + 1]);
-          const uint32_t r1 = pack_bf16(acc[4 * g + 2], acc[4 * g + 3]);
-          const uint32_t r2 = pack_bf16(acc[4 * g + 4], acc[4 * g + 5]);
-          const uint32_t r3 = pack_bf16(acc[4 * g + 6], acc[4 * g + 7]);
+          const uint32_t r0 = pack16(acc[4 * g + 0], acc[4 * g + 1]);
+          const uint32_t r1 = pack16(acc[4 * g + 2], acc[4 * g + 3]);
+          const uint32_t r2 = pack16(acc[4 * g + 4], acc[4 * g + 5]);
+          const uint32_t r3 = pack16(acc[4 * g + 6], acc[4 * g + 7]);
           const int mi = lane / 8;
           const int row = warp * 16 + (mi % 2) * 8 + lane % 8;
           hopper::stmatrix_x4(staged(buf, row, 32 * j + 16 * (mi / 2)), r0, r1, r2, r3);
@@ -187,9 +188,15 @@ struct Fp8Epilogue {
   }
 
  private:
-  __device__ __forceinline__ static uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
+  // Two outputs in the 16-bit output type (BF16, or FP16 where T::kOutFp16), round to nearest even.
+  __device__ __forceinline__ static uint32_t pack16(float lo, float hi) {
+    if constexpr (T::kOutFp16) {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    }
   }
 };
 

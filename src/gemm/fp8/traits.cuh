@@ -32,9 +32,12 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // multiple of 128 bytes), each swizzled to its own width -- so a narrow chunk costs no extra
 // barrier. kSlots = 1 (the block-scaled 128 x 256 tile, whose fourth stage needs the space): each
 // round waits until the previous round's stores have read the slot.
-template <int kBlockN, bool kOutFp32, int kSlots = 2>
+// kOutFp16: 16-bit outputs are FP16 instead of BF16 (the 2:4-sparse F16 GEMM's option).
+template <int kBlockN, bool kOutFp32, int kSlots = 2, bool kOutFp16_ = false>
 struct EpilogueStaging {
   static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
+  static constexpr bool kOutFp16 = kOutFp16_;
+  static_assert(!(kOutFp16_ && kOutFp32), "one output type");
   static constexpr int kEpiRowBytes = fp8_epi_chunk_bytes(kBlockN, kOutBytes);
   static constexpr int kEpiChunkCols = kEpiRowBytes / kOutBytes;
   static constexpr int kEpiSlotBytes = 64 * 128;  // one slot: a round of 64 rows

@@ -52,10 +52,10 @@ bool variant_exists(int block_n) {
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
 
-template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
                                                            device, stream, launched, a, b, d, d, p);  // no row broadcast
 }
@@ -65,34 +65,46 @@ struct Entry {
   int block_n;
   int cluster;
   bool promote;
+  bool out_fp16;
   LaunchFn launch;
   int smem_bytes;
 };
-template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote = kType == Sparse24Type::kE4M3>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote = kType == Sparse24Type::kE4M3,
+          bool kOutFp16 = false>
 constexpr Entry entry() {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   static_assert(T::Operands::kBlocksPerPromotion == (kPromote ? 2 : 1), "sparse24_gemm counts K groups this way");
-  return {kType, kBlockN, kCluster, kPromote, &launch_variant<kType, kBlockN, kCluster, kPromote>, T::kSmemBytes};
+  return {kType,    kBlockN, kCluster, kPromote, kOutFp16, &launch_variant<kType, kBlockN, kCluster, kPromote, kOutFp16>,
+          T::kSmemBytes};
 }
-// Every variant x {E4M3 promoted, E4M3 fast-accumulating, F16}, and CTA pairs of the widest tile
-// (the promoted 128-wide tile spills with the pair's bookkeeping; the unpromoted 128-wide pairs
-// compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
+// Every variant x {E4M3 promoted, E4M3 fast-accumulating, F16 to BF16, F16 to FP16}, and CTA
+// pairs of the widest tile (the promoted 128-wide tile spills with the pair's bookkeeping; the
+// unpromoted 128-wide pairs compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
 const Entry kEntries[] = {
-    entry<Sparse24Type::kE4M3, 128, 1>(),        entry<Sparse24Type::kE4M3, 256, 1>(),
-    entry<Sparse24Type::kE4M3, 128, 1, false>(), entry<Sparse24Type::kE4M3, 256, 1, false>(),
-    entry<Sparse24Type::kF16, 128, 1>(),         entry<Sparse24Type::kF16, 256, 1>(),
-    entry<Sparse24Type::kE4M3, 256, 2>(),        entry<Sparse24Type::kE4M3, 256, 2, false>(),
+    entry<Sparse24Type::kE4M3, 128, 1>(),
+    entry<Sparse24Type::kE4M3, 256, 1>(),
+    entry<Sparse24Type::kE4M3, 128, 1, false>(),
+    entry<Sparse24Type::kE4M3, 256, 1, false>(),
+    entry<Sparse24Type::kF16, 128, 1>(),
+    entry<Sparse24Type::kF16, 256, 1>(),
+    entry<Sparse24Type::kF16, 128, 1, false, true>(),
+    entry<Sparse24Type::kF16, 256, 1, false, true>(),
+    entry<Sparse24Type::kE4M3, 256, 2>(),
+    entry<Sparse24Type::kE4M3, 256, 2, false>(),
     entry<Sparse24Type::kF16, 256, 2>(),
+    entry<Sparse24Type::kF16, 256, 2, false, true>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 3 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 3,
-              "every variant is compiled for each mainloop");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 4,
+              "every variant is compiled for each mainloop and output");
 
 // E4M3 promotes unless the caller asked for fast accumulation; F16 never promotes.
 bool promotes(Sparse24Type type, bool fast_accum) { return type == Sparse24Type::kE4M3 && !fast_accum; }
 
-const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote) {
+const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote, bool out_fp16) {
   for (const auto& e : kEntries)
-    if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote) return &e;
+    if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote &&
+        e.out_fp16 == out_fp16)
+      return &e;
   return nullptr;
 }
 
@@ -158,6 +170,10 @@ Status validate(const Sparse24GemmArgs& a) {
   LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("sparse24_gemm", a.m, a.n, a.k, 32));
   if (a.type != SparseType::kE4M3 && a.type != SparseType::kF16)
     return Status::Invalid("sparse24_gemm: unknown element type");
+  if (a.out != SparseOut::kBF16 && a.out != SparseOut::kFP16)
+    return Status::Invalid("sparse24_gemm: unknown output type");
+  if (a.out == SparseOut::kFP16 && a.type != SparseType::kF16)
+    return Status::Invalid("sparse24_gemm: FP16 output is compiled for F16 inputs only (E4M3 writes BF16)");
   if (!a.a_values || !a.a_meta || !a.b || !a.d)
     return Status::Invalid("sparse24_gemm: A values, A metadata, B and D must be non-null");
   if (!aligned16(a.a_values) || !aligned16(a.a_meta) || !aligned16(a.b) || !aligned16(a.d))
@@ -230,6 +246,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   // The schedule counts groups of K blocks: pairs where the mainloop promotes every two (the
   // metadata is padded to an even count for them), single blocks where it does not promote.
   const bool promote = promotes(type, args.fast_accum);
+  const bool out_fp16 = args.out == SparseOut::kFP16;
   const int kb = promote ? static_cast<int>(formats::sparse24_k_blocks(args.k, type) / 2)
                          : static_cast<int>((args.k + formats::sparse24_block_k(type) - 1) / formats::sparse24_block_k(type));
 
@@ -243,7 +260,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
     if (cfg.raster_group < 0 || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
     if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
-    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote)))
+    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote, out_fp16)))
       return Status::Invalid("sparse24_gemm: cluster=2 needs a compiled pair kernel, M > 64 and splits=1; config " +
                              cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
@@ -261,7 +278,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       }
     if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
   }
-  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote);
+  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16);
   if (!entry)
     return Status::Invalid("sparse24_gemm: no kernel for config " + cfg.to_string() +
                            (args.fast_accum ? " with fast accumulation" : ""));
@@ -296,7 +313,8 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
   sb.box_cols = static_cast<uint32_t>(128 / eb);
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
-  hopper::TensorMap2dSpec sd = hopper::dense_2d(args.d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.m, args.n, 64, 64);
+  hopper::TensorMap2dSpec sd = hopper::dense_2d(
+      args.d, out_fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.m, args.n, 64, 64);
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 

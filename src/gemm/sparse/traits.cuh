@@ -22,9 +22,10 @@ constexpr int sparse_stages_for(int block_n) {
 // dense B is 4/5 of a stage's bytes here, so L2 traffic per FLOP falls by 2/5.
 // kPromote_: E4M3 partials promoted into FP32 every two K blocks (the default), or accumulated
 // by the tensor cores across the whole K range (F16 always: its MMAs accumulate in FP32).
+// kOutFp16_: D in FP16 instead of BF16.
 template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1,
-          bool kPromote_ = kType == formats::Sparse24Type::kE4M3>
-struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit {
+          bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false>
+struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::RegisterSplit {
   static constexpr formats::Sparse24Type kSparseType = kType;
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
   static constexpr int kBlockN = kBlockN_;
@@ -41,7 +42,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false>, fp8::RegisterSplit 
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
                                                                        : hopper::WgmmaKind::kF16,
                                  kPromote_>;
-  using Staging = fp8::EpilogueStaging<kBlockN_, false>;
+  using Staging = fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>;
 
   static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
   static constexpr int kSmemB = kBlockN * 128;   // dense: 128 bytes per row per K block
