@@ -118,14 +118,9 @@ Status run_nvfp4_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
 
   // Configs: [0] reported (forced or chosen), then --alt.
-  std::vector<Nvfp4GemmConfig> cfgs(1);
-  if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_nvfp4_config(opt.config, &cfgs[0]));
-  else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_config(m, n, k, &cfgs[0]));
-  for (const auto& alt : opt.alt_configs) {
-    Nvfp4GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_nvfp4_config(alt, &c));
-    cfgs.push_back(c);
-  }
+  std::vector<Nvfp4GemmConfig> cfgs;
+  LOWBIT_RETURN_IF_ERROR(config_list(
+      opt, parse_nvfp4_config, [&](Nvfp4GemmConfig* c) { return choose_nvfp4_config(m, n, k, c); }, &cfgs));
   size_t ws_bytes = 0;
   for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, nvfp4_gemm_workspace_size(m, n, k, true, c));
   DeviceBuffer ws;

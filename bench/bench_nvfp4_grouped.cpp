@@ -122,14 +122,9 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& sh, Result* r) {
   base_args.groups = G;
   base_args.max_activation_elements = total_m * k;
   base_args.expected_m = total_m / G;
-  std::vector<Nvfp4GemmConfig> cfgs(1);
-  if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_nvfp4_config(opt.config, &cfgs[0]));
-  else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(base_args, &cfgs[0]));
-  for (const auto& alt : opt.alt_configs) {
-    Nvfp4GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_nvfp4_config(alt, &c));
-    cfgs.push_back(c);
-  }
+  std::vector<Nvfp4GemmConfig> cfgs;
+  LOWBIT_RETURN_IF_ERROR(config_list(
+      opt, parse_nvfp4_config, [&](Nvfp4GemmConfig* c) { return choose_nvfp4_grouped_config(base_args, c); }, &cfgs));
   const size_t ws_bytes = nvfp4_grouped_workspace_size(G, total_m * k);
   DeviceBuffer ws;
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));

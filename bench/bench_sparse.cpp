@@ -73,17 +73,10 @@ Status run_sparse_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
 
   // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
-  std::vector<Sparse24GemmConfig> cfgs(1);
-  if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(opt.config, &cfgs[0]));
-  } else {
-    LOWBIT_RETURN_IF_ERROR(choose_sparse24_config(m, n, k, type, &cfgs[0], opt.fast_accum));
-  }
-  for (const auto& alt : opt.alt_configs) {
-    Sparse24GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_sparse24_config(alt, &c));
-    cfgs.push_back(c);
-  }
+  std::vector<Sparse24GemmConfig> cfgs;
+  LOWBIT_RETURN_IF_ERROR(config_list(
+      opt, parse_sparse24_config,
+      [&](Sparse24GemmConfig* c) { return choose_sparse24_config(m, n, k, type, c, opt.fast_accum); }, &cfgs));
   size_t ws_bytes = 0;
   for (const auto& c : cfgs) ws_bytes = std::max(ws_bytes, sparse24_gemm_workspace_size(m, n, k, type, c));
   const Sparse24GemmConfig& cfg = cfgs[0];

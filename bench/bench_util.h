@@ -58,21 +58,26 @@ inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) 
   return formats::bf16_to_float(h);
 }
 
-// The configs a bench run times: [0] is --config (or the chooser's pick), then every --alt.
-// Also the largest workspace any of them needs.
-inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t k, std::vector<Fp8GemmConfig>* cfgs,
-                              size_t* workspace_bytes, Fp8EpilogueKind epilogue, int64_t row_bcast_rows = 0) {
-  cfgs->assign(1, Fp8GemmConfig{});
-  if (!opt.config.empty()) {
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(opt.config, &(*cfgs)[0]));
-  } else {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &(*cfgs)[0], epilogue, row_bcast_rows));
-  }
+// The configs a bench run times, for any kernel family: [0] is --config parsed by `parse` (or
+// `choose`'s pick), then every --alt. Parse: Status(const std::string&, Config*); Choose: Status(Config*).
+template <class Config, class Parse, class Choose>
+Status config_list(const Options& opt, Parse parse, Choose choose, std::vector<Config>* cfgs) {
+  cfgs->assign(1, Config{});
+  LOWBIT_RETURN_IF_ERROR(opt.config.empty() ? choose(&(*cfgs)[0]) : parse(opt.config, &(*cfgs)[0]));
   for (const auto& alt : opt.alt_configs) {
-    Fp8GemmConfig c;
-    LOWBIT_RETURN_IF_ERROR(parse_fp8_config(alt, &c));
+    Config c;
+    LOWBIT_RETURN_IF_ERROR(parse(alt, &c));
     cfgs->push_back(c);
   }
+  return Status::Ok();
+}
+
+// The FP8 GEMM's configs, and the largest workspace any of them needs.
+inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t k, std::vector<Fp8GemmConfig>* cfgs,
+                              size_t* workspace_bytes, Fp8EpilogueKind epilogue, int64_t row_bcast_rows = 0) {
+  LOWBIT_RETURN_IF_ERROR(config_list(
+      opt, parse_fp8_config, [&](Fp8GemmConfig* c) { return choose_fp8_config(m, n, k, c, epilogue, row_bcast_rows); },
+      cfgs));
   *workspace_bytes = 0;
   for (const auto& c : *cfgs) *workspace_bytes = std::max(*workspace_bytes, fp8_gemm_workspace_size(m, n, k, c));
   return Status::Ok();
