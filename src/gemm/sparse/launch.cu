@@ -100,6 +100,13 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVarian
 // E4M3 promotes unless the caller asked for fast accumulation; F16 never promotes.
 bool promotes(Sparse24Type type, bool fast_accum) { return type == Sparse24Type::kE4M3 && !fast_accum; }
 
+// The schedule's K blocks are groups of stages: pairs where the mainloop promotes every two (the
+// metadata is padded to an even count of K blocks for them), single K blocks where it does not.
+int group_k(Sparse24Type type, bool promote) { return formats::sparse24_block_k(type) * (promote ? 2 : 1); }
+int k_groups(int64_t k, Sparse24Type type, bool promote) {
+  return static_cast<int>((k + group_k(type, promote) - 1) / group_k(type, promote));
+}
+
 const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote, bool out_fp16) {
   for (const auto& e : kEntries)
     if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote &&
@@ -127,8 +134,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
   // term expected them 3.5 us faster (docs/perf.md W3 v3).
   constexpr double kSplitFixupUs = 4.0;
   const int eb = formats::sparse24_elem_bytes(type);
-  const int group_k = formats::sparse24_block_k(type) * (promote ? 2 : 1);  // logical K per scheduled group
-  const int kb = static_cast<int>((k + group_k - 1) / group_k);
+  const int kb = k_groups(k, type, promote);
   std::vector<Scored> out;
   for (const auto& v : kSparseVariants) {
     const double rate =
@@ -139,7 +145,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
       if (splits > 1 && units > 2 * sm_count) break;
       const double rounds = std::ceil(static_cast<double>(units) / sm_count);
       const int unit_kb = (kb + splits - 1) / splits;
-      const double unit_us = 2.0 * 128 * v.block_n * group_k * unit_kb / (rate * 1e6);
+      const double unit_us = 2.0 * 128 * v.block_n * group_k(type, promote) * unit_kb / (rate * 1e6);
       const double t_compute = rounds * (unit_us + kUnitOverheadUs);
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k * eb / 2 + static_cast<double>(m) * k / 8 +
@@ -243,12 +249,9 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   const Sparse24Type type = to_format(args.type);
-  // The schedule counts groups of K blocks: pairs where the mainloop promotes every two (the
-  // metadata is padded to an even count for them), single blocks where it does not promote.
   const bool promote = promotes(type, args.fast_accum);
   const bool out_fp16 = args.out == SparseOut::kFP16;
-  const int kb = promote ? static_cast<int>(formats::sparse24_k_blocks(args.k, type) / 2)
-                         : static_cast<int>((args.k + formats::sparse24_block_k(type) - 1) / formats::sparse24_block_k(type));
+  const int kb = k_groups(args.k, type, promote);
 
   Sparse24GemmConfig cfg;
   if (forced) {
