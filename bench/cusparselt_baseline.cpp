@@ -104,17 +104,15 @@ Status CusparseLtBaseline::search(const void* b, void* d, cudaStream_t s) {
   Impl& x = *impl_;
   LOWBIT_CSLT("search", cusparseLtMatmulSearch(&x.handle, &x.plan, &x.alpha, x.compressed[0], b, &x.beta, d, d,
                                                  x.workspace, &s, 1));
-  int id = -1, split_k = 1;
+  int id = -1;
   cusparseLtMatmulAlgGetAttribute(&x.handle, &x.alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof(id));
-  cusparseLtMatmulAlgGetAttribute(&x.handle, &x.alg, CUSPARSELT_MATMUL_SPLIT_K, &split_k, sizeof(split_k));
   size_t need = 0;
   LOWBIT_CSLT("workspace after search", cusparseLtMatmulGetWorkspace(&x.handle, &x.plan, &need));
   if (need > x.workspace_bytes)
     return Status::Error(StatusCode::kCudaError, "cuSPARSELt: the searched configuration needs " + std::to_string(need) +
                                                      " bytes of workspace, " + std::to_string(x.workspace_bytes) +
                                                      " allocated");
-  note_ += ", searched config " + std::to_string(id) + " split-K " + std::to_string(split_k) + ", workspace " +
-           std::to_string(need) + " B";
+  note_ += ", searched config " + std::to_string(id) + ", workspace " + std::to_string(need) + " B";
   return Status::Ok();
 }
 

@@ -12,8 +12,8 @@
 namespace lowbit::sparse {
 
 // Stages fill 227 KiB after 32 KiB of epilogue staging and 2 KiB of barriers and slack.
-// (One staging slot per warpgroup and no slack fit a fifth stage at bn = 256: slower alone, 8%,
-// and no faster in CTA pairs, docs/perf.md W3 v3.)
+// (One staging slot per warpgroup and no slack fit a fifth stage at bn = 256: 6-15% slower for
+// single CTAs, and CTA pairs with it only caught up with single CTAs, docs/perf.md W3 v3.)
 constexpr int sparse_stages_for(int block_n) {
   return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
 }
