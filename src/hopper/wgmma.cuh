@@ -85,13 +85,6 @@ struct WgmmaSpOp;
 template <WgmmaKind Kind, int N>
 struct WgmmaRegAOp;
 
-// The sparse instruction with the compressed A from registers: four 32-bit registers per thread
-// holding warp w's rows 16w..16w+15, kK / 2 stored values each, in mma.m16n8k32's 8-bit A
-// fragment byte layout (what ldmatrix.x4 of the 16 rows x 32 bytes yields). Read
-// asynchronously, like WgmmaRegAOp's.
-template <WgmmaKind Kind, int N>
-struct WgmmaSpRegAOp;
-
 #include "wgmma_ops.inc"
 
 }  // namespace lowbit::hopper

@@ -38,11 +38,7 @@ struct MetaStageLoad {
 };
 
 // kSlabs: 64-row slabs per consumer warpgroup (T::kConsumerSlabs).
-// kRegA: the compressed A goes to the MMAs from registers (ldmatrix at issue) instead of through
-// a shared-memory descriptor. The tensor cores' shared-memory operand path, not the tensor rate,
-// bounds the sparse kernel (ncu: 78% of that path's bandwidth at 69% tensor-pipe activity, B being
-// 8/9 of its bytes); ldmatrix reads A through the load path instead.
-template <hopper::WgmmaKind kKind, bool kPromote_, int kSlabs = 1, bool kRegA = false>
+template <hopper::WgmmaKind kKind, bool kPromote_, int kSlabs = 1>
 struct SparseOperands {
   static constexpr bool kReadsStage = true;  // the metadata words, by ordinary loads
   // F16 MMAs accumulate in full FP32 (only FP8 needs promotion): F16 accumulates straight into
@@ -77,50 +73,27 @@ struct SparseOperands {
     return load;
   }
 
-  // This thread's two metadata words per slab of the stage (one per sparse wgmma step) and, with
-  // kRegA, its A fragments (four registers per slab and step).
+  // This thread's two metadata words per slab of the stage (one per sparse wgmma step).
   struct StageRegs {
     uint32_t meta[2 * kSlabs];
-    uint32_t a[kRegA ? kSlabs * kSteps * 4 : 1];
   };
   template <class T>
   __device__ __forceinline__ static StageRegs stage_regs(const typename T::SharedStorage& ss, int stage,
                                                          int consumer_wg) {
     StageRegs regs;
-    const int t = static_cast<int>(threadIdx.x % 128);
 #pragma unroll
     for (int s = 0; s < kSlabs; ++s) {
       const uint2 m = hopper::ld_shared_u32x2(ss.meta[stage] + (consumer_wg * kSlabs + s) * formats::kSparseMetaBlockBytes +
-                                              t * 8);
+                                              (threadIdx.x % 128) * 8);
       regs.meta[2 * s] = m.x;
       regs.meta[2 * s + 1] = m.y;
     }
-    if constexpr (kRegA) {
-      // ldmatrix.x4 of warp w's 16 rows x 32 bytes per step: lanes 0-7 / 8-15 address rows 0-7 /
-      // 8-15 of bytes 0-15, lanes 16-31 the same rows' bytes 16-31, in TMA's 64-byte swizzle
-      // (16-byte unit u of row r at u ^ (r / 2) % 4; conflict-free over 8 rows).
-      const int lane = t % 32;
-      const int row = (t / 32) * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-#pragma unroll
-      for (int s = 0; s < kSlabs; ++s)
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step) {
-          const int unit = step * 2 + lane / 16;
-          const uint8_t* src =
-              ss.a[stage] + (consumer_wg * kSlabs + s) * 64 * 64 + row * 64 + ((unit ^ ((row >> 1) & 3)) * 16);
-          uint32_t* a = regs.a + (s * kSteps + step) * 4;
-          hopper::ldmatrix_x4(src, a[0], a[1], a[2], a[3]);
-        }
-    }
     return regs;
   }
-  // The metadata (and A) registers are read by the in-flight MMAs (measured: reusing them for the
-  // next group's words while the previous group ran gave wrong F16 results); keep them live until
-  // the wait that retires those MMAs.
-  __device__ __forceinline__ static void hold(StageRegs& regs) {
-    hopper::fence_operands(regs.meta);
-    if constexpr (kRegA) hopper::fence_operands(regs.a);
-  }
+  // The metadata registers are read by the in-flight MMAs (measured: reusing them for the next
+  // group's words while the previous group ran gave wrong F16 results); keep them live until the
+  // wait that retires those MMAs.
+  __device__ __forceinline__ static void hold(StageRegs& regs) { hopper::fence_operands(regs.meta); }
 
   // `r` holds the warpgroup's slabs one after the other (kPartN / 2 registers each). The steps
   // alternate between slabs, so consecutive MMAs never chain on one accumulator.
@@ -128,7 +101,6 @@ struct SparseOperands {
   __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs regs,
                                              int consumer_wg, int part_n, float (&r)[kRegs], bool accumulate) {
     using Op = hopper::WgmmaSpOp<kKind, kPartN>;
-    using RegAOp = hopper::WgmmaSpRegAOp<kKind, kPartN>;
     static_assert(kSteps * kBBytesPerStep == 128 && kSteps * kABytesPerStep == 64, "one K block = two steps");
     static_assert(kRegs == kSlabs * kPartN / 2, "one accumulator per slab");
     const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * 128, 0, 8 * 128,
@@ -137,17 +109,11 @@ struct SparseOperands {
     for (int step = 0; step < kSteps; ++step)
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) {
-        float(&d)[kPartN / 2] = *reinterpret_cast<float(*)[kPartN / 2]>(r + s * (kPartN / 2));
-        const uint64_t b = hopper::advance_desc(desc_b, step * kBBytesPerStep);
-        if constexpr (kRegA) {
-          RegAOp::mma(d, *reinterpret_cast<const uint32_t(*)[4]>(regs.a + (s * kSteps + step) * 4), b,
-                      regs.meta[2 * s + step], accumulate || step > 0);
-        } else {
-          const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + (consumer_wg * kSlabs + s) * 64 * 64, 0, 8 * 64,
-                                                         hopper::SmemSwizzle::k64B);
-          Op::mma(d, hopper::advance_desc(desc_a, step * kABytesPerStep), b, regs.meta[2 * s + step],
-                  accumulate || step > 0);
-        }
+        const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + (consumer_wg * kSlabs + s) * 64 * 64, 0, 8 * 64,
+                                                       hopper::SmemSwizzle::k64B);
+        Op::mma(*reinterpret_cast<float(*)[kPartN / 2]>(r + s * (kPartN / 2)),
+                hopper::advance_desc(desc_a, step * kABytesPerStep), hopper::advance_desc(desc_b, step * kBBytesPerStep),
+                regs.meta[2 * s + step], accumulate || step > 0);
       }
   }
 };

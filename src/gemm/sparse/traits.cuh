@@ -11,14 +11,6 @@
 
 namespace lowbit::sparse {
 
-// EXPERIMENT (session 18): unpromoted mainloops take A from registers unless
-// LOWBIT_EXP_SPARSE_SMEM_A is defined.
-#ifdef LOWBIT_EXP_SPARSE_SMEM_A
-constexpr bool kSparseRegA = false;
-#else
-constexpr bool kSparseRegA = true;
-#endif
-
 // A stage: the tile's compressed A (64 bytes per row), B (128 bytes per row) and metadata (1 KiB
 // per 64-row slab).
 constexpr int sparse_stage_bytes(int block_m, int block_n) {
@@ -62,7 +54,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
                                                                        : hopper::WgmmaKind::kF16,
-                                 kPromote_, kConsumerSlabs, kSparseRegA && !kPromote_>;
+                                 kPromote_, kConsumerSlabs>;
   using Staging = fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>;
 
   static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
