@@ -215,13 +215,8 @@ TEST_F(SparseGemmGpu, SmallIntegersExactEveryVariant) {
       for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2", "bn=128,grid=5,group=2",
                               "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
         expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
-  // 256-row tiles: unpromoted mainloops (F16, E4M3 fast accumulation); M = 640 ends in a half tile.
-  for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (int64_t m : {256, 640})
-      for (const char* cfg : {"bm=256,bn=128", "bm=256,bn=128,splits=3", "bm=256,bn=128,grid=5,group=2"})
-        expect_exact({t, m, 384, 1536, true, cfg, t == SparseType::kE4M3});
   // F16 inputs to FP16 outputs, every compiled tile.
-  for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2", "bm=256,bn=128"})
+  for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2"})
     expect_exact({SparseType::kF16, 256, 384, 1536, true, cfg, false, SparseOut::kFP16});
   // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks.
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
@@ -233,20 +228,11 @@ TEST_F(SparseGemmGpu, EdgeShapesExact) {
     for (int64_t m : {1, 3, 64, 65, 127, 129, 1000})
       for (int64_t n : {16, 208})
         for (int64_t k : {32, 416})
-          for (const char* cfg : {"bn=128", "bn=256,splits=2", "bm=256,bn=128", "bm=256,bn=128,splits=2"}) {
+          for (const char* cfg : {"bn=128", "bn=256,splits=2"}) {
             if (std::string(cfg).find("splits") != std::string::npos && k < 256) continue;
-            const bool tall = std::string(cfg).find("bm=256") != std::string::npos;  // unpromoted only
-            if (!tall || t == SparseType::kF16) expect_exact({t, m, n, k, true, cfg});
+            expect_exact({t, m, n, k, true, cfg});
             if (t == SparseType::kE4M3) expect_exact({t, m, n, k, true, cfg, true});
           }
-}
-
-// 256-row tiles copy the metadata of two 128-row slab pairs per stage; a pair wholly below the
-// matrix (M = 300: tile 1 holds pairs 2 and 3 of 3) copies the last pair's instead.
-TEST_F(SparseGemmGpu, TallTilesPastTheLastSlabPairExact) {
-  for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (int64_t m : {257, 300, 383, 385, 1000})
-      expect_exact({t, m, 208, 416, true, "bm=256,bn=128", t == SparseType::kE4M3});
 }
 
 // CTA pairs: odd tile-row counts leave a phantom partner below the matrix (M = 300: 3 tile rows).
@@ -259,7 +245,7 @@ TEST_F(SparseGemmGpu, ClusterPairsExact) {
     }
 }
 
-// There are no 128-wide CTA pairs (docs/perf.md W3), no promoted 256-row tiles and no E4M3 -> FP16 kernels: errors, not
+// There are no 128-wide CTA pairs (docs/perf.md W3) and no E4M3 -> FP16 kernels: errors, not
 // another kernel.
 TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
   Sparse24GemmConfig cfg;
@@ -276,11 +262,6 @@ TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
   const Status st = sparse24_gemm(g, nullptr, &cfg);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.to_string().find("bn=128"), std::string::npos) << st.to_string();
-  // 256-row tiles have no promoted (E4M3 default) kernel.
-  ASSERT_TRUE(parse_sparse24_config("bm=256,bn=128", &cfg).ok());
-  const Status tall = sparse24_gemm(g, nullptr, &cfg);
-  EXPECT_EQ(tall.code(), StatusCode::kInvalidArgument) << tall.to_string();
-  EXPECT_NE(tall.to_string().find("with promotion"), std::string::npos) << tall.to_string();
   // FP16 output is compiled for F16 inputs only.
   g.out = SparseOut::kFP16;
   const Status fp16 = sparse24_gemm(g, nullptr, nullptr);
@@ -291,10 +272,9 @@ TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
 // compares it with cuSPARSELt's error on the same inputs).
 TEST_F(SparseGemmGpu, RandomInputsWithinTheDenseBaselineError) {
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (const char* cfg : {static_cast<const char*>(nullptr), "bn=128", "bn=256", "bn=256,cluster=2", "bm=256,bn=128"})
+    for (const char* cfg : {static_cast<const char*>(nullptr), "bn=128", "bn=256", "bn=256,cluster=2"})
       for (bool fast : {false, true}) {
         if (fast && t == SparseType::kF16) continue;
-        if (cfg && std::string(cfg).find("bm=256") != std::string::npos && t == SparseType::kE4M3 && !fast) continue;
         expect_close({t, 512, 1024, 2048, false, cfg, fast});
         if (t == SparseType::kF16) expect_close({t, 512, 1024, 2048, false, cfg, false, SparseOut::kFP16});
       }

@@ -72,8 +72,7 @@ struct Sparse24GemmArgs {
 };
 
 struct Sparse24GemmConfig {
-  int block_m = 128;     // tile height: 128, or 256 (with block_n = 128; unpromoted: F16 or fast_accum)
-  int block_n = 128;     // tile width
+  int block_n = 128;     // tile width (tile: 128 rows x block_n)
   int splits = 1;        // split-K factor
   int raster_group = 0;  // 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
@@ -82,7 +81,7 @@ struct Sparse24GemmConfig {
   std::string to_string() const;
 };
 
-// Parses "bm=256,bn=128,splits=2,group=8,grid=132,cluster=2" (any subset).
+// Parses "bn=128,splits=2,group=8,grid=132,cluster=2" (any subset).
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out);
 // `fast_accum` as Sparse24GemmArgs::fast_accum (the kernels differ).
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,

@@ -25,7 +25,6 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerSlabs = 1;  // 64-row MMA slabs per consumer warpgroup
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = 1;
   static constexpr int kSmemA = kBlockM * kBlockK;

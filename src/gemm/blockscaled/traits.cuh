@@ -34,7 +34,6 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
   static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerSlabs = 1;  // 64-row MMA slabs per consumer warpgroup
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");

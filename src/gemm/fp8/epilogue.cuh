@@ -74,17 +74,12 @@ struct Fp8Epilogue {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
   }
 
-  // The first row of slab `s` of the warpgroup's T::kConsumerSlabs 64-row slabs.
-  __device__ __forceinline__ static int slab_row0(const gemm::WorkUnit& w, int consumer_wg, int s) {
-    return w.m_block * T::kBlockM + (consumer_wg * T::kConsumerSlabs + s) * 64;
-  }
-
-  // The element math on slab `s`, reading the staged bias (StagedEpilogueOperands::wait first).
+  // The element math, reading the staged bias (StagedEpilogueOperands::wait first).
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
                                                const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
-                                               float (&acc)[T::kBlockN / 2], int s = 0) {
+                                               float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
-    const int row0 = slab_row0(w, consumer_wg, s);
+    const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
     const int tile_col = 2 * (lane % 4);
     if constexpr (T::kStaged) {
@@ -94,14 +89,13 @@ struct Fp8Epilogue {
     }
   }
 
-  // Stores slab `s` of the warpgroup's slabs through its staging slots.
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
                                         const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
-                                        float (&acc)[T::kBlockN / 2], int s = 0) {
+                                        float (&acc)[T::kBlockN / 2]) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
-    const int row0 = slab_row0(w, consumer_wg, s);
+    const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     const int col0 = w.n_block * T::kBlockN;
     if (row0 >= m) return;  // whole warpgroup slice below the matrix (small M)
 

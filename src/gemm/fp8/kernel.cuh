@@ -34,8 +34,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::kSmemB == T::kBlockN * 128, "B: one 128-byte swizzle row per K block");
   static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
   static_assert((T::kBlockN / 2) % 4 == 0, "split-K stores fragments as float4");
-  static_assert(T::kBlockM == 64 * T::kConsumerWarpgroups * T::kConsumerSlabs, "consumers cover the tile's rows");
-  static_assert(T::kConsumerSlabs == 1 || !T::kFused, "fused epilogues: one slab per consumer warpgroup");
 
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
@@ -56,9 +54,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr bool kSplitRegisters = T::kConsumerWarpgroups == 2;
   using Operands = typename T::Operands;  // dense, or 2:4-sparse A (gemm/sparse/operands.cuh)
 
-  // One consumer warpgroup per 64 * kConsumerSlabs rows of the A box (two, or one for 64-row
-  // tiles and M <= 64).
-  const int consumer_wgs = p.a_box_rows / (64 * T::kConsumerSlabs);
+  // One consumer warpgroup per 64 rows of the A box (two, or one for 64-row tiles and M <= 64).
+  const int consumer_wgs = p.a_box_rows / 64;
 
   // Barrier init: every working consumer warp of every CTA in the cluster releases a stage once
   // per phase (peers multicast into it); the staged epilogue operands are this CTA's alone.
@@ -127,9 +124,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
-    constexpr int kSlabRegs = T::kBlockN / 2;
-    float acc[T::kConsumerSlabs * kSlabRegs];  // the warpgroup's 64-row slabs one after the other
-    auto slab = [&acc](int s) -> float(&)[kSlabRegs] { return *reinterpret_cast<float(*)[kSlabRegs]>(acc + s * kSlabRegs); };
+    float acc[T::kBlockN / 2];
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
       const gemm::WorkUnit w = unit_at(u);
@@ -145,15 +140,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       } else {
         if constexpr (T::kStaged)
           if (staged) StagedOps::wait(ss, parity);
-        if (finish)
-#pragma unroll
-          for (int s = 0; s < T::kConsumerSlabs; ++s) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, slab(s), s);
+        if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
         if constexpr (T::kStaged)
           if (staged) StagedOps::release(ss);
       }
-      if (finish)
-#pragma unroll
-        for (int s = 0; s < T::kConsumerSlabs; ++s) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, slab(s), s);
+      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
     }
     epilogue.drain();
   }

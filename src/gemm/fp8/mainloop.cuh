@@ -109,10 +109,7 @@ struct Consumer {
   static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial
   static constexpr int kParts = T::kBlockN / kPartN;
   static_assert(kParts == 1 || !T::kDoubleBuffer, "N-split partials are retired one by one");
-  // A warpgroup's accumulator: its 64-row slabs one after the other (two in the sparse 256-row
-  // tiles, whose whole-width MMAs leave no register room for partials: unpromoted only).
-  static constexpr int kRegs = T::kConsumerSlabs * T::kBlockN / 2;
-  static_assert(T::kConsumerSlabs == 1 || !Operands::kPromote, "promoted partials cover one slab");
+  static constexpr int kRegs = T::kBlockN / 2;
   static constexpr int kPartRegs = kPartN / 2;
   // The stage is read by ordinary loads (scales, sparse metadata), not only by wgmma.
   static constexpr bool kReadsStage = Promotion::kReadsStage || Operands::kReadsStage;
@@ -197,10 +194,7 @@ struct Consumer {
     int stage[kGroup];
     typename Operands::StageRegs regs[kGroup];
   };
-  // The unit's first group overwrites acc (`first`): no zeroing of acc before it. (Zeroed
-  // registers next to two slabs' accumulators, ptxas scheduled the zeroing between the first
-  // group's wgmmas and serialized every wgmma of the kernel, C7520.)
-  __device__ __forceinline__ void issue_direct(DirectGroup& g, float (&acc)[kRegs], bool first = false) {
+  __device__ __forceinline__ void issue_direct(DirectGroup& g, float (&acc)[kRegs]) {
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
     for (int i = 0; i < kGroup; ++i, at.advance()) {
@@ -215,8 +209,7 @@ struct Consumer {
     // made ptxas serialize the wgmmas across the unrolled issue sites, C7520).
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc,
-                                            /*accumulate=*/!first || i > 0);
+      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc, /*accumulate=*/true);
     hopper::wgmma_commit_group();
     pos = at;
   }
@@ -229,8 +222,8 @@ struct Consumer {
   }
   __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
     DirectGroup g0, g1;
-    int kb = kb_begin;  // the scheduler's units are never empty
-    issue_direct(g0, acc, /*first=*/true);
+    int kb = kb_begin;
+    issue_direct(g0, acc);
     kb += kGroup;
     while (true) {
       if (kb == kb_end) {
@@ -272,10 +265,8 @@ struct Consumer {
 
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
-    if constexpr (Operands::kPromote) {
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
-    }
+    for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     kb_last = kb_end - kGroup;
     promotion.issued(ahead, kb_begin);

@@ -88,7 +88,6 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr bool kFused = kFused_;
   static constexpr bool kStaged = kStaged_ || kFused_;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
-  static constexpr int kConsumerSlabs = 1;  // 64-row MMA slabs per consumer warpgroup
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static_assert(kBlockM == 128 || (kBlockM == 64 && !kFused_ && kClusterM_ == 1),
                 "64-row tiles: plain or bias epilogue, single CTAs");

@@ -29,47 +29,39 @@ using formats::Sparse24Type;
 Sparse24Type to_format(SparseType t) { return t == SparseType::kE4M3 ? Sparse24Type::kE4M3 : Sparse24Type::kF16; }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The compiled tiles, as data, with the share of the sparse tensor rate each sustained at
-// 4096 x 8192 x 8192 on an H100 (docs/perf.md W3): promoted (E4M3) and unpromoted (F16, and
-// E4M3 with fast accumulation) mainloops; 0: not compiled for that mainloop.
+// The compiled tile widths, as data, with the share of the sparse tensor rate each sustained at
+// 4096 x 8192 x 8192 on an H100 (docs/perf.md W3 v3): promoted (E4M3) and unpromoted (F16, and
+// E4M3 with fast accumulation) mainloops.
 struct SparseVariant {
-  int block_m;
   int block_n;
   double efficiency_promoted;
   double efficiency_direct;
   const char* note;
 };
 constexpr SparseVariant kSparseVariants[] = {
-    {128, 128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion; more tiles for narrow N"},
-    {128, 256, 0.38, 0.50, "wide: 4 stages, two-part promotion"},
-    {256, 128, 0.0, 0.42, "tall: fewest L2 bytes per FLOP, 5 stages; but B read from shared memory per 64 rows"},
+    {128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion; more tiles for narrow N"},
+    {256, 0.38, 0.50, "widest: least B traffic per FLOP, 4 stages, two-part promotion"},
 };
 
-const SparseVariant* find_variant(int block_m, int block_n) {
+bool variant_exists(int block_n) {
   for (const auto& v : kSparseVariants)
-    if (v.block_m == block_m && v.block_n == block_n) return &v;
-  return nullptr;
-}
-std::string variant_list() {
-  std::string s;
-  for (const auto& v : kSparseVariants) s += (s.empty() ? "" : ", ") + std::to_string(v.block_m) + "x" + std::to_string(v.block_n);
-  return s;
+    if (v.block_n == block_n) return true;
+  return false;
 }
 
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
 
-template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16, int kBlockM>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16, kBlockM>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
                                                            device, stream, launched, a, b, d, d, p);  // no row broadcast
 }
 
 struct Entry {
   Sparse24Type type;
-  int block_m;
   int block_n;
   int cluster;
   bool promote;
@@ -78,18 +70,16 @@ struct Entry {
   int smem_bytes;
 };
 template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote = kType == Sparse24Type::kE4M3,
-          bool kOutFp16 = false, int kBlockM = 128>
+          bool kOutFp16 = false>
 constexpr Entry entry() {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16, kBlockM>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   static_assert(T::Operands::kBlocksPerPromotion == (kPromote ? 2 : 1), "sparse24_gemm counts K groups this way");
-  return {kType,    kBlockM,  kBlockN,
-          kCluster, kPromote, kOutFp16,
-          &launch_variant<kType, kBlockN, kCluster, kPromote, kOutFp16, kBlockM>, T::kSmemBytes};
+  return {kType,    kBlockN, kCluster, kPromote, kOutFp16, &launch_variant<kType, kBlockN, kCluster, kPromote, kOutFp16>,
+          T::kSmemBytes};
 }
-// Every 128-row variant x {E4M3 promoted, E4M3 fast-accumulating, F16 to BF16, F16 to FP16}, the
-// 256-row tile x the three unpromoted mainloops, and CTA pairs of the 128 x 256 tile (the
-// promoted 128-wide tile spills with the pair's bookkeeping; the unpromoted 128-wide pairs
-// compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
+// Every variant x {E4M3 promoted, E4M3 fast-accumulating, F16 to BF16, F16 to FP16}, and CTA
+// pairs of the widest tile (the promoted 128-wide tile spills with the pair's bookkeeping; the
+// unpromoted 128-wide pairs compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
 const Entry kEntries[] = {
     entry<Sparse24Type::kE4M3, 128, 1>(),
     entry<Sparse24Type::kE4M3, 256, 1>(),
@@ -103,11 +93,9 @@ const Entry kEntries[] = {
     entry<Sparse24Type::kE4M3, 256, 2, false>(),
     entry<Sparse24Type::kF16, 256, 2>(),
     entry<Sparse24Type::kF16, 256, 2, false, true>(),
-    entry<Sparse24Type::kE4M3, 128, 1, false, false, 256>(),
-    entry<Sparse24Type::kF16, 128, 1, false, false, 256>(),
-    entry<Sparse24Type::kF16, 128, 1, false, true, 256>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * 2 + 4 + 3, "every variant is compiled for each mainloop and output");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 4,
+              "every variant is compiled for each mainloop and output");
 
 // E4M3 promotes unless the caller asked for fast accumulation; F16 never promotes.
 bool promotes(Sparse24Type type, bool fast_accum) { return type == Sparse24Type::kE4M3 && !fast_accum; }
@@ -119,16 +107,16 @@ int k_groups(int64_t k, Sparse24Type type, bool promote) {
   return static_cast<int>((k + group_k(type, promote) - 1) / group_k(type, promote));
 }
 
-const Entry* find_entry(Sparse24Type type, int block_m, int block_n, int cluster, bool promote, bool out_fp16) {
+const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote, bool out_fp16) {
   for (const auto& e : kEntries)
-    if (e.type == type && e.block_m == block_m && e.block_n == block_n && e.cluster == cluster &&
-        e.promote == promote && e.out_fp16 == out_fp16)
+    if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote &&
+        e.out_fp16 == out_fp16)
       return &e;
   return nullptr;
 }
 
-int tiles_for(int64_t m, int64_t n, int block_m, int block_n) {
-  return static_cast<int>(((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n));
+int tiles_for(int64_t m, int64_t n, int block_n) {
+  return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
 }
 
 // Cost model (same form as the dense chooser, gemm/fp8/config.cpp): waves of units at the sparse
@@ -149,24 +137,22 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
   const int kb = k_groups(k, type, promote);
   std::vector<Scored> out;
   for (const auto& v : kSparseVariants) {
-    const double efficiency = promote ? v.efficiency_promoted : v.efficiency_direct;
-    if (efficiency <= 0.0) continue;  // not compiled for this mainloop
-    const double rate = 2.0 * kDenseTflopsPerSm / eb * efficiency;
-    const int tiles = tiles_for(m, n, v.block_m, v.block_n);
+    const double rate =
+        2.0 * kDenseTflopsPerSm / eb * (promote ? v.efficiency_promoted : v.efficiency_direct);
+    const int tiles = tiles_for(m, n, v.block_n);
     for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
       const int units = tiles * splits;
       if (splits > 1 && units > 2 * sm_count) break;
       const double rounds = std::ceil(static_cast<double>(units) / sm_count);
       const int unit_kb = (kb + splits - 1) / splits;
-      const double unit_us = 2.0 * v.block_m * v.block_n * group_k(type, promote) * unit_kb / (rate * 1e6);
+      const double unit_us = 2.0 * 128 * v.block_n * group_k(type, promote) * unit_kb / (rate * 1e6);
       const double t_compute = rounds * (unit_us + kUnitOverheadUs);
       const double active = std::min(1.0, static_cast<double>(units) / sm_count);
       const double bytes = static_cast<double>(m) * k * eb / 2 + static_cast<double>(m) * k / 8 +
                            static_cast<double>(n) * k * eb + static_cast<double>(m) * n * 2 +
-                           (splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0);
+                           (splits > 1 ? 2.0 * tiles * splits * 128.0 * v.block_n * 4.0 : 0.0);
       const double t_memory = bytes / (kDramTBs * 1e6 * std::min(1.0, active / 0.7));
       Scored s;
-      s.config.block_m = v.block_m;
       s.config.block_n = v.block_n;
       s.config.splits = splits;
       s.t_us = std::max(t_compute, t_memory) + (splits > 1 ? kSplitFixupUs : 0.0);
@@ -177,11 +163,11 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
       out.push_back(s);
     }
   }
-  // Ties (within 3%) go to fewer splits, then to the smaller tile (the measured default).
+  // Ties (within 3%) go to fewer splits, then to the narrower tile (the measured default).
   std::stable_sort(out.begin(), out.end(), [](const Scored& a, const Scored& b) {
     if (std::fabs(a.t_us - b.t_us) > 0.03 * std::min(a.t_us, b.t_us)) return a.t_us < b.t_us;
     if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
-    return a.config.block_m * a.config.block_n < b.config.block_m * b.config.block_n;
+    return a.config.block_n < b.config.block_n;
   });
   return out;
 }
@@ -217,7 +203,6 @@ size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type) {
 
 std::string Sparse24GemmConfig::to_string() const {
   std::ostringstream os;
-  if (block_m != 128) os << "bm=" << block_m << ",";
   os << "bn=" << block_n << ",splits=" << splits << ",group=" << raster_group << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
   return os.str();
@@ -226,18 +211,16 @@ std::string Sparse24GemmConfig::to_string() const {
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
   Sparse24GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
-    if (key == "bm") c.block_m = value;
-    else if (key == "bn") c.block_n = value;
+    if (key == "bn") c.block_n = value;
     else if (key == "splits") c.splits = value;
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
     else if (key == "cluster") c.cluster = value;
-    else return Status::Invalid("unknown sparse config key '" + key + "' (bm, bn, splits, group, grid, cluster)");
+    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster)");
     return Status::Ok();
   }));
-  if (!find_variant(c.block_m, c.block_n))
-    return Status::Invalid("no compiled sparse tile " + std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
-                           " (bm x bn: " + variant_list() + ")");
+  if (!variant_exists(c.block_n))
+    return Status::Invalid("no compiled sparse variant with bn=" + std::to_string(c.block_n) + " (128, 256)");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("sparse cluster must be 1 or 2");
   c.reason = "forced";
   *out = c;
@@ -246,8 +229,8 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
 
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseType /*type*/,
                                     const Sparse24GemmConfig& config) {
-  return gemm::split_k_workspace_bytes(static_cast<size_t>(tiles_for(m, n, config.block_m, config.block_n)),
-                                       config.splits, config.block_m, config.block_n);
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(tiles_for(m, n, config.block_n)), config.splits, 128,
+                                       config.block_n);
 }
 
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,
@@ -273,16 +256,14 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   Sparse24GemmConfig cfg;
   if (forced) {
     cfg = *forced;
-    if (!find_variant(cfg.block_m, cfg.block_n))
-      return Status::Invalid("sparse24_gemm: no compiled tile " + std::to_string(cfg.block_m) + "x" +
-                             std::to_string(cfg.block_n) + " (" + variant_list() + ")");
+    if (!variant_exists(cfg.block_n))
+      return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
     if (cfg.splits < 1 || cfg.splits > kb)
       return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (groups of K blocks)");
     if (cfg.raster_group < 0 || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
     if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
-    if (cfg.cluster == 2 &&
-        (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_m, cfg.block_n, 2, promote, out_fp16)))
+    if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote, out_fp16)))
       return Status::Invalid("sparse24_gemm: cluster=2 needs a compiled pair kernel, M > 64 and splits=1; config " +
                              cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
@@ -300,10 +281,10 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       }
     if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
   }
-  const Entry* entry = find_entry(type, cfg.block_m, cfg.block_n, cfg.cluster, promote, out_fp16);
+  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16);
   if (!entry)
     return Status::Invalid("sparse24_gemm: no kernel for config " + cfg.to_string() +
-                           (args.fast_accum ? " with fast accumulation" : promote ? " with promotion" : ""));
+                           (args.fast_accum ? " with fast accumulation" : ""));
   if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, "sparse24_gemm: kernel needs " +
                                                              std::to_string(entry->smem_bytes) +
@@ -312,9 +293,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
 
   const int eb = formats::sparse24_elem_bytes(type);
   const CUtensorMapDataType dtype = eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  // As the dense GEMM: no box past a small M (128-row tiles; the chooser leaves 256-row tiles to
-  // large M).
-  const int a_box_rows = cfg.block_m == 128 && args.m <= 64 ? 64 : cfg.block_m;
+  const int a_box_rows = args.m <= 64 ? 64 : 128;  // as the dense GEMM: no box past a small M
   CUtensorMap tm_a, tm_b, tm_d;
   hopper::TensorMap2dSpec sa;
   sa.base = args.a_values;
@@ -344,8 +323,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
 
   fp8::Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  p.sched = fp8::fp8_schedule(args.m, args.n, kb, cfg.block_m, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group,
-                              dev.sm_count);
+  p.sched = fp8::fp8_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.row_period = 1;
   p.sparse_meta = static_cast<const uint8_t*>(args.a_meta);

@@ -11,16 +11,11 @@
 
 namespace lowbit::sparse {
 
-// A stage: the tile's compressed A (64 bytes per row), B (128 bytes per row) and metadata (1 KiB
-// per 64-row slab).
-constexpr int sparse_stage_bytes(int block_m, int block_n) {
-  return block_m * 64 + block_n * 128 + block_m / formats::kSparseSlabRows * formats::kSparseMetaBlockBytes;
-}
 // Stages fill 227 KiB after 32 KiB of epilogue staging and 2 KiB of barriers and slack.
-// (One staging slot per warpgroup and no slack fit a fifth stage at 128 x 256: 6-15% slower for
+// (One staging slot per warpgroup and no slack fit a fifth stage at bn = 256: 6-15% slower for
 // single CTAs, and CTA pairs with it only caught up with single CTAs, docs/perf.md W3 v3.)
-constexpr int sparse_stages_for(int block_m, int block_n) {
-  return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / sparse_stage_bytes(block_m, block_n);
+constexpr int sparse_stages_for(int block_n) {
+  return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
 }
 
 // kClusterM_ = 2: CTA pairs along M share each B tile by TMA multicast (each loads half). The
@@ -28,40 +23,31 @@ constexpr int sparse_stages_for(int block_m, int block_n) {
 // kPromote_: E4M3 partials promoted into FP32 every two K blocks (the default), or accumulated
 // by the tensor cores across the whole K range (F16 always: its MMAs accumulate in FP32).
 // kOutFp16_: D in FP16 instead of BF16.
-// kBlockM_ = 256: each consumer warpgroup computes two 64-row slabs (128 x kBlockN, whole-width
-// MMAs into one accumulator, so unpromoted mainloops only). The compressed A is half the bytes of
-// a dense row, so tall tiles read fewer operand bytes per FLOP: 256 x 128 streams 36 KiB per
-// K block where 128 x 256 streams 42 KiB for the same MMA work, and a fifth stage fits.
 template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1,
-          bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false, int kBlockM_ = 128>
+          bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false>
 struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::RegisterSplit {
   static constexpr formats::Sparse24Type kSparseType = kType;
-  static constexpr int kBlockM = kBlockM_;
-  static_assert(kBlockM == 128 || (kBlockM == 256 && !kPromote_ && kClusterM_ == 1),
-                "256-row tiles: unpromoted mainloops, single CTAs");
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kConsumerSlabs = kBlockM / (64 * kConsumerWarpgroups);  // 64-row MMA slabs per warpgroup
+  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
   static constexpr int kBlockN = kBlockN_;
-  static_assert(kConsumerSlabs * kBlockN <= 256, "the FP32 accumulator fits in the consumers' registers");
   static constexpr int kBlockK = formats::sparse24_block_k(kType);  // logical columns per K block
-  static constexpr int kStages = sparse_stages_for(kBlockM_, kBlockN_);
+  static constexpr int kStages = sparse_stages_for(kBlockN_);
   static constexpr bool kOutFp32 = false;
   static constexpr bool kFused = false;
   static constexpr bool kStaged = false;
+  static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
                                                                        : hopper::WgmmaKind::kF16,
-                                 kPromote_, kConsumerSlabs>;
+                                 kPromote_>;
   using Staging = fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>;
 
   static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
   static constexpr int kSmemB = kBlockN * 128;   // dense: 128 bytes per row per K block
-  static constexpr int kMetaBytes = kBlockM / formats::kSparseSlabRows * formats::kSparseMetaBlockBytes;
-  static_assert(kBlockM % formats::kSparseTileRows == 0, "a tile is whole prepacked slab pairs");
-  static_assert(kSmemA + kSmemB + kMetaBytes == sparse_stage_bytes(kBlockM, kBlockN), "one stage layout");
+  static constexpr int kMetaBytes = 2 * formats::kSparseMetaBlockBytes;
+  static_assert(kBlockM == formats::kSparseTileRows, "a tile is one prepacked slab pair");
   __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
     return static_cast<uint32_t>(a_rows * 64 + kSmemB + kMetaBytes);
   }
