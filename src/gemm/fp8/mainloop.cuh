@@ -194,7 +194,10 @@ struct Consumer {
     int stage[kGroup];
     typename Operands::StageRegs regs[kGroup];
   };
-  __device__ __forceinline__ void issue_direct(DirectGroup& g, float (&acc)[kRegs]) {
+  // The unit's first group overwrites acc (`first`): acc is never zeroed on this path. (With
+  // zeroed registers next to the accumulators, ptxas once scheduled the zeroing between a
+  // group's wgmmas and serialized every wgmma of the kernel, C7520.)
+  __device__ __forceinline__ void issue_direct(DirectGroup& g, float (&acc)[kRegs], bool first = false) {
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
     for (int i = 0; i < kGroup; ++i, at.advance()) {
@@ -209,7 +212,8 @@ struct Consumer {
     // made ptxas serialize the wgmmas across the unrolled issue sites, C7520).
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc, /*accumulate=*/true);
+      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc,
+                                            /*accumulate=*/!first || i > 0);
     hopper::wgmma_commit_group();
     pos = at;
   }
@@ -222,8 +226,8 @@ struct Consumer {
   }
   __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
     DirectGroup g0, g1;
-    int kb = kb_begin;
-    issue_direct(g0, acc);
+    int kb = kb_begin;  // the scheduler's units are never empty
+    issue_direct(g0, acc, /*first=*/true);
     kb += kGroup;
     while (true) {
       if (kb == kb_end) {
@@ -265,8 +269,10 @@ struct Consumer {
 
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
+    if constexpr (Operands::kPromote) {
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
+    }
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     kb_last = kb_end - kGroup;
     promotion.issued(ahead, kb_begin);
