@@ -212,11 +212,12 @@ TEST_F(SparseGemmGpu, SmallIntegersExactEveryVariant) {
   // E4M3 promoted and fast-accumulating (F16 runs the same unpromoted kernels either way).
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
     for (bool fast : {false, true})
-      for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2", "bn=128,grid=5,group=2",
+      for (const char* cfg : {"bn=64", "bn=64,splits=3", "bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2",
+                              "bn=128,grid=5,group=2",
                               "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
         expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
   // F16 inputs to FP16 outputs, every compiled tile.
-  for (const char* cfg : {"bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2"})
+  for (const char* cfg : {"bn=64", "bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2"})
     expect_exact({SparseType::kF16, 256, 384, 1536, true, cfg, false, SparseOut::kFP16});
   // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks.
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
@@ -228,7 +229,7 @@ TEST_F(SparseGemmGpu, EdgeShapesExact) {
     for (int64_t m : {1, 3, 64, 65, 127, 129, 1000})
       for (int64_t n : {16, 208})
         for (int64_t k : {32, 416})
-          for (const char* cfg : {"bn=128", "bn=256,splits=2"}) {
+          for (const char* cfg : {"bn=64", "bn=128", "bn=256,splits=2"}) {
             if (std::string(cfg).find("splits") != std::string::npos && k < 256) continue;
             expect_exact({t, m, n, k, true, cfg});
             if (t == SparseType::kE4M3) expect_exact({t, m, n, k, true, cfg, true});
@@ -272,7 +273,7 @@ TEST_F(SparseGemmGpu, MissingKernelIsAnError) {
 // compares it with cuSPARSELt's error on the same inputs).
 TEST_F(SparseGemmGpu, RandomInputsWithinTheDenseBaselineError) {
   for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (const char* cfg : {static_cast<const char*>(nullptr), "bn=128", "bn=256", "bn=256,cluster=2"})
+    for (const char* cfg : {static_cast<const char*>(nullptr), "bn=64", "bn=128", "bn=256", "bn=256,cluster=2"})
       for (bool fast : {false, true}) {
         if (fast && t == SparseType::kF16) continue;
         expect_close({t, 512, 1024, 2048, false, cfg, fast});

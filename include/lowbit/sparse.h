@@ -72,7 +72,7 @@ struct Sparse24GemmArgs {
 };
 
 struct Sparse24GemmConfig {
-  int block_n = 128;     // tile width (tile: 128 rows x block_n)
+  int block_n = 128;     // tile width: 64, 128 or 256 (tile: 128 rows x block_n)
   int splits = 1;        // split-K factor
   int raster_group = 0;  // 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)

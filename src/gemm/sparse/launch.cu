@@ -39,6 +39,7 @@ struct SparseVariant {
   const char* note;
 };
 constexpr SparseVariant kSparseVariants[] = {
+    {64, 0.25, 0.28, "narrow: 10 stages; twice the tiles of 128 for few tokens (T = 128: 112 tiles, not 56)"},
     {128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion; more tiles for narrow N"},
     {256, 0.38, 0.50, "widest: least B traffic per FLOP, 4 stages, two-part promotion"},
 };
@@ -81,6 +82,10 @@ constexpr Entry entry() {
 // pairs of the widest tile (the promoted 128-wide tile spills with the pair's bookkeeping; the
 // unpromoted 128-wide pairs compiled and measured 5-20% slower than single CTAs, docs/perf.md W3 v3).
 const Entry kEntries[] = {
+    entry<Sparse24Type::kE4M3, 64, 1>(),
+    entry<Sparse24Type::kE4M3, 64, 1, false>(),
+    entry<Sparse24Type::kF16, 64, 1>(),
+    entry<Sparse24Type::kF16, 64, 1, false, true>(),
     entry<Sparse24Type::kE4M3, 128, 1>(),
     entry<Sparse24Type::kE4M3, 256, 1>(),
     entry<Sparse24Type::kE4M3, 128, 1, false>(),
@@ -220,7 +225,7 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
     return Status::Ok();
   }));
   if (!variant_exists(c.block_n))
-    return Status::Invalid("no compiled sparse variant with bn=" + std::to_string(c.block_n) + " (128, 256)");
+    return Status::Invalid("no compiled sparse variant with bn=" + std::to_string(c.block_n) + " (64, 128, 256)");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("sparse cluster must be 1 or 2");
   c.reason = "forced";
   *out = c;
