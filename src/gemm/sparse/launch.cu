@@ -39,8 +39,8 @@ struct SparseVariant {
   const char* note;
 };
 constexpr SparseVariant kSparseVariants[] = {
-    {64, 0.25, 0.28, "narrow: 10 stages; twice the tiles of 128 for few tokens (T = 128: 112 tiles, not 56)"},
-    {128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion; more tiles for narrow N"},
+    {64, 0.25, 0.28, "narrow: 10 stages; twice the tiles of 128 for few tokens (efficiencies assumed, W3 v5)"},
+    {128, 0.30, 0.34, "balanced: 7 stages, double-buffered promotion"},
     {256, 0.38, 0.50, "widest: least B traffic per FLOP, 4 stages, two-part promotion"},
 };
 
