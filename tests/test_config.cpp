@@ -101,6 +101,20 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
   EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
 }
 
+// Staggered consumers: parsed and printed; absent from the text when off.
+TEST(Fp8Config, LeadParsedAndPrinted) {
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,lead=1", &c).ok());
+  EXPECT_EQ(c.lead, 1);
+  EXPECT_NE(c.to_string().find("lead=1"), std::string::npos) << c.to_string();
+  Fp8GemmConfig again;
+  ASSERT_TRUE(parse_fp8_config(c.to_string(), &again).ok());
+  EXPECT_EQ(again.lead, 1);
+  ASSERT_TRUE(parse_fp8_config("bn=128", &c).ok());
+  EXPECT_EQ(c.lead, 0);
+  EXPECT_EQ(c.to_string().find("lead"), std::string::npos) << c.to_string();
+}
+
 // Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide
 // tiles; the chooser takes it only where it models a gain (compute-bound shapes), never for a
 // bias or a fused epilogue.

@@ -72,11 +72,17 @@ struct Fp8GemmConfig {
   // a grid that is a multiple of the N tiles (a forced config must say so; grid=0 takes the
   // largest such grid). Chosen by default where it applies and the tiles fill a wave.
   bool resident_rows = false;
+  // Staggered consumer warpgroups: warpgroup 1 starts each tile once warpgroup 0 has finished
+  // this many of its promotion groups, so one warpgroup's epilogue runs while the other still
+  // issues MMAs (instead of both storing while the tensor cores idle). 0 = they start together;
+  // at most stages / promote - 1 (the ring must hold the lead). Ignored where one consumer
+  // warpgroup works (bm=64, M <= 64).
+  int lead = 0;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
-// Parses "bn=128,bm=128,splits=2,group=8,grid=132,cluster=2,promote=2" (any subset); unknown keys are an error.
+// Parses "bn=128,bm=128,splits=2,group=8,grid=132,cluster=2,promote=2,lead=2" (any subset); unknown keys are an error.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,

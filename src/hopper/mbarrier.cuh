@@ -3,6 +3,7 @@
 // producer to consumer warpgroups.
 #pragma once
 
+#include <cuda/atomic>
 #include <cuda/ptx>
 #include <cstdint>
 
@@ -33,6 +34,19 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                                              cuda::ptx::space_shared, bar, bytes);
 }
 
+// A monotonic progress count in shared memory, published by one thread and awaited by others
+// of the same CTA. It orders nothing else (relaxed): for pacing only, where the data itself is
+// ordered by mbarriers.
+__device__ __forceinline__ void publish_progress(uint32_t* word, uint32_t count) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_block>(*word).store(count, cuda::std::memory_order_relaxed);
+}
+__device__ __forceinline__ void wait_progress(uint32_t* word, uint32_t at_least) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_block> ref(*word);
+  // The waiters share their SM sub-partitions with the warpgroup they wait for: sleep between
+  // polls rather than take its issue slots.
+  while (ref.load(cuda::std::memory_order_relaxed) < at_least) __nanosleep(32);
+}
+
 // Position in a ring of kStages buffers; the phase bit flips each time the ring wraps.
 // Producer and consumers each keep one and advance it in the same order.
 template <int kStages>
@@ -49,10 +63,14 @@ struct RingPosition {
 
 // full[s]: the producer arms it with the tile's byte count and TMA completes it.
 // empty[s]: every consumer warp arrives once it no longer reads stage s.
+// lead_released: how many stage groups the leading consumer warpgroup has handed back so far,
+// for a follower that starts each tile a few groups behind it (fp8::Consumer::lead). Only a
+// pacing hint: the stages' data is ordered by full/empty alone.
 template <int kStages>
 struct StageBarriers {
   uint64_t full[kStages];
   uint64_t empty[kStages];
+  uint32_t lead_released;
 
   __device__ __forceinline__ void init(uint32_t consumer_arrivals) {
 #pragma unroll
@@ -60,6 +78,7 @@ struct StageBarriers {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], consumer_arrivals);
     }
+    lead_released = 0;
   }
   // A fresh barrier reports its preceding (parity 1) phase complete, so the producer's first
   // pass over the ring does not wait.

@@ -214,6 +214,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
+  if (lead != 0) os << ",lead=" << lead;
   return os.str();
 }
 
@@ -228,10 +229,11 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
+    else if (key == "lead") c.lead = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, lead)");
     return Status::Ok();
   }));
   int stages = 0;

@@ -124,6 +124,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
+    consumer.lead = consumer_wgs == 2 ? p.lead_groups : 0;  // staggered consumers (Consumer::lead)
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {

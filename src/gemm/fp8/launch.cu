@@ -76,6 +76,11 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
+  const int max_lead = stages / c.promote_every - 1;
+  if (c.lead < 0 || c.lead > max_lead || (c.lead > 0 && c.block_m != 128))
+    return Status::Invalid("fp8_gemm: lead must be in [0, " + std::to_string(max_lead) +
+                           "] (stages / promote - 1) and needs bm=128 (two consumer warpgroups); config " +
+                           c.to_string());
   const bool plain = !a.bias && !fused_epilogue(a);
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
@@ -291,6 +296,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                               cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
+  p.lead_groups = cfg.lead;
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
   p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);

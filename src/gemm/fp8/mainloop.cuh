@@ -137,6 +137,17 @@ struct Consumer {
   // the MMAs of a serially retired part, and the adds waited for it.
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
+  // Staggered consumers (set by the kernel; 0 = off). Both warpgroups work on the same tile, so
+  // without a stagger they finish its MMAs together and both run the epilogue while the tensor
+  // cores idle. With lead = L, warpgroup 1 starts each unit only once warpgroup 0 has handed back
+  // L of that unit's groups: warpgroup 0 then reaches the epilogue about L groups earlier and
+  // stores while warpgroup 1 still issues MMAs, and the other way round at the next unit's start.
+  // Warpgroup 0 never waits for warpgroup 1 here (only through the ring), so the ring bounds
+  // the lead: L <= kMaxLead keeps the groups warpgroup 0 must finish within the stages the
+  // producer can fill while warpgroup 1 still holds the previous ones.
+  static constexpr int kMaxLead = T::kStages / kGroup - 1;
+  int lead = 0;
+  uint32_t released = 0;  // groups this warpgroup handed back, over all units
 
   // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
   // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
@@ -253,6 +264,7 @@ struct Consumer {
   // before its next bulk copy into the stage, produce_rows).
   __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
     if constexpr (kReadsStage) __syncwarp();
+    ++released;
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
@@ -264,7 +276,18 @@ struct Consumer {
             hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[stages[i]], (rank + peer) % T::kClusterM);
         }
       }
+      // The leader's first thread publishes its count for the follower (see `lead`).
+      if (lead > 0 && threadIdx.x % 128 == 0 && consumer_wg == 0) hopper::publish_progress(&ss.bars.lead_released, released);
     }
+  }
+
+  // The follower (warpgroup 1) waits at a unit's start until the leader has handed back `lead`
+  // of the unit's groups (all of them for a shorter unit). Both walk the same units, so the
+  // leader's count at this unit's start equals the follower's own.
+  __device__ __forceinline__ void follow(int unit_groups) {
+    if (lead <= 0 || consumer_wg != 1) return;
+    const int ahead_groups = min(min(lead, kMaxLead), unit_groups);
+    hopper::wait_progress(&ss.bars.lead_released, released + static_cast<uint32_t>(ahead_groups));
   }
 
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
@@ -273,6 +296,7 @@ struct Consumer {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     }
+    follow(w.kb_end - w.kb_begin);
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     kb_last = kb_end - kGroup;
     promotion.issued(ahead, kb_begin);

@@ -162,6 +162,9 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
+  // Groups of K blocks consumer warpgroup 0 runs ahead of warpgroup 1 at each unit's start
+  // (fp8::Consumer::lead); 0 = they start together.
+  int lead_groups;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
