@@ -113,6 +113,15 @@ TEST(Fp8Config, LeadParsedAndPrinted) {
   ASSERT_TRUE(parse_fp8_config("bn=128", &c).ok());
   EXPECT_EQ(c.lead, 0);
   EXPECT_EQ(c.to_string().find("lead"), std::string::npos) << c.to_string();
+  // The chooser staggers only the measured case: 256-wide tiles promoting every two K blocks in
+  // units of at most two groups (K <= 512), with two consumer warpgroups.
+  const auto short_k = fp8::score_fp8_candidates(4096, 32768, 512, 132);
+  ASSERT_FALSE(short_k.empty());
+  for (const auto& cand : short_k)
+    EXPECT_EQ(cand.config.lead, cand.config.block_n == 256 && cand.config.promote_every == 2 ? 1 : 0)
+        << cand.config.to_string();
+  for (const auto& cand : fp8::score_fp8_candidates(4096, 8192, 8192, 132)) EXPECT_EQ(cand.config.lead, 0);
+  for (const auto& cand : fp8::score_fp8_candidates(64, 32768, 512, 132)) EXPECT_EQ(cand.config.lead, 0);
 }
 
 // Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide

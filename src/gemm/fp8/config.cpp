@@ -51,6 +51,12 @@ double tile_efficiency(int block_m, int block_n, int promote_every) {
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
 // 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4).
 double stream_efficiency(int block_n) { return block_n <= 128 ? 1.0 : 0.85; }
+// Where the chooser staggers the consumer warpgroups (Fp8GemmConfig::lead = 1): the measured
+// case only (two consumer warpgroups, the 256-wide tile promoting every two K blocks, units of
+// at most two groups).
+bool stagger_pays(int block_m, int block_n, int promote_every, int unit_groups, int64_t m) {
+  return block_m == 128 && m > 64 && block_n == 256 && promote_every == 2 && unit_groups <= 2;
+}
 }  // namespace model
 
 // A wave of S CTAs walking g tile rows at a time touches g*BM rows of A and (S/g)*BN rows of B;
@@ -180,6 +186,14 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
       c.config.reason = reason;
+      // Staggered consumers pay off only where a unit is a couple of groups long, so an epilogue
+      // is a large share of it: bn=256,promote=2 at 4096 x 32768 x 512 (2 groups) ran 2.9-3.6%
+      // faster with lead=1 in three A/Bs; at 6, 8 and 32 groups the lead cost 0.3-4.5% (a
+      // lagging warpgroup holds ring stages the producer would fill ahead). docs/perf.md W1 v8.
+      if (model::stagger_pays(v.block_m, v.block_n, promote, (groups + splits - 1) / splits, m)) {
+        c.config.lead = 1;
+        c.config.reason += "; lead=1 (a unit of <= 2 groups: one warpgroup stores under the other's MMAs)";
+      }
       out.push_back(c);
     }
   }
@@ -276,13 +290,13 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bm  bn stages splits promote  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
+  os << "   bm  bn stages splits promote lead  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
   char line[192];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
+    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %4d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
                   i == 0 ? "*" : " ", c.config.block_m, c.config.block_n, c.config.stages, c.config.splits,
-                  c.config.promote_every, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
+                  c.config.promote_every, c.config.lead, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
                   c.t_total_us, c.bound);
     os << line;
   }
