@@ -3,7 +3,6 @@
 // producer to consumer warpgroups.
 #pragma once
 
-#include <cuda/atomic>
 #include <cuda/ptx>
 #include <cstdint>
 
@@ -35,16 +34,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 }
 
 // A monotonic progress count in shared memory, published by one thread and awaited by others
-// of the same CTA. It orders nothing else (relaxed): for pacing only, where the data itself is
-// ordered by mbarriers.
-__device__ __forceinline__ void publish_progress(uint32_t* word, uint32_t count) {
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_block>(*word).store(count, cuda::std::memory_order_relaxed);
-}
+// of the same CTA. For pacing only: it orders nothing else (the data itself is ordered by
+// mbarriers). Atomic instructions on both sides (relaxed loads and stores compile to plain
+// LDS/STS, which compute-sanitizer racecheck reports as a race).
+__device__ __forceinline__ void publish_progress(uint32_t* word, uint32_t count) { atomicMax_block(word, count); }
 __device__ __forceinline__ void wait_progress(uint32_t* word, uint32_t at_least) {
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_block> ref(*word);
   // The waiters share their SM sub-partitions with the warpgroup they wait for: sleep between
   // polls rather than take its issue slots.
-  while (ref.load(cuda::std::memory_order_relaxed) < at_least) __nanosleep(32);
+  while (atomicOr_block(word, 0u) < at_least) __nanosleep(32);
 }
 
 // Position in a ring of kStages buffers; the phase bit flips each time the ring wraps.
