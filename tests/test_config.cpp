@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variants.h"
 #include "lowbit/gemm.h"
@@ -182,4 +185,25 @@ TEST(Fp8Config, WorkspaceSize) {
   c.block_n = 64;
   c.splits = 2;
   EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 512u + 128u * 2 * 64 * 64 * 4);
+}
+
+// The raster walk covers every tile exactly once for every band height a caller may force,
+// including bands taller than the grid; the schedule clamps the band to the grid (a forced group
+// of 2^30 once overflowed the band size and left tiles unwritten; launchers now refuse it).
+TEST(TileSchedule, RasterCoversEveryTileOnceForAnyGroup) {
+  EXPECT_LE(lowbit::fp8::fp8_schedule(300, 512, 4, 128, 128, 1, 1, (1 << 30) + 1, 132).group_m, 3);
+  EXPECT_EQ(lowbit::fp8::fp8_schedule(300, 512, 4, 128, 128, 1, 1, 2, 132).group_m, 2);
+  EXPECT_LE(lowbit::fp8::fp8_schedule(1 << 20, 512, 4, 128, 128, 1, 1, 0, 1 << 20).group_m,
+            lowbit::gemm::kMaxRasterGroup);
+  for (const auto& [tm, tn] : std::vector<std::pair<int, int>>{{3, 4}, {7, 5}, {1, 9}, {33, 2}, {100, 3}})
+    for (int group : {1, 2, 3, 8, lowbit::gemm::kMaxRasterGroup}) {
+      std::vector<int> seen(static_cast<size_t>(tm) * tn, 0);
+      for (int t = 0; t < tm * tn; ++t) {
+        int mb = -1, nb = -1;
+        lowbit::gemm::raster_tile(t, tm, tn, group, &mb, &nb);
+        ASSERT_TRUE(mb >= 0 && mb < tm && nb >= 0 && nb < tn) << tm << "x" << tn << " group " << group << " t " << t;
+        ++seen[static_cast<size_t>(mb) * tn + nb];
+      }
+      for (int v : seen) EXPECT_EQ(v, 1) << tm << "x" << tn << " group " << group;
+    }
 }

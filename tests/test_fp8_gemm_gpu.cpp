@@ -359,6 +359,15 @@ TEST_F(Fp8GemmGpu, StaggeredConsumersRejectLeadsTheRingCannotHold) {
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
 }
 
+// A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size
+// and left tiles unwritten); the largest one runs, every element checked.
+TEST_F(Fp8GemmGpu, ForcedRasterGroupIsBounded) {
+  for (const char* bad : {"bn=128,group=64", "bn=128,group=1073741825", "bn=128,group=-1"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  expect_exact({1000, 208, 384, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,group=63"});
+  expect_exact({1000, 208, 384, OutType::kBF16, false, Inputs::kSmallInts, "bn=64,group=1,grid=3"});
+}
+
 TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
   Case c{200, 640, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=64,splits=7"};
   Outcome first;

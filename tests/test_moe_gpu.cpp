@@ -590,6 +590,30 @@ TEST_F(MoeGpu, GraphReplayWithNewInputs) {
 
 // A caller routing with out-of-range ids: those pairs are left out (the rest is exact) and the
 // status word names the first.
+// Caller routing that names one expert in two slots of a token: the token gets both slots'
+// weights. The tiny path has one unit per distinct expert and once took only the first slot.
+TEST_F(MoeGpu, RepeatedCallerIdsAddTheirWeights) {
+  const uint64_t seed = lowbit_test::seed();
+  for (bool tiny : {true, false}) {
+    for (MoeReduce reduce : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
+      if (tiny && reduce == MoeReduce::kDeterministic) continue;  // the tiny path is atomic only
+      const int m = tiny ? 3 : 40;
+      MoeData d = make_case(MoeShape{m, 128, 256, 8, 2}, OutType::kFP32, reduce, Fill::kExact, seed + m, true);
+      for (int t = 0; t < m; t += 2) d.ids[t * 2 + 1] = d.ids[t * 2];
+      upload_all(d);
+      poison_y(d);
+      MoeConfig c;
+      c.tiny = 1;
+      c.token_tile = 16;
+      run_fused(d, tiny ? &c : nullptr);
+      const std::string what = std::string(tiny ? "tiny" : "split") +
+                               (reduce == MoeReduce::kAtomic ? " atomic" : " deterministic") + ", repeated ids";
+      ASSERT_TRUE(moe_check_status(d.s, d.reduce, d.y_type, d.d_work.p, d.work_bytes, nullptr).ok()) << what;
+      expect_exact(d, reference_y(d), read_y(d), what);
+    }
+  }
+}
+
 TEST_F(MoeGpu, BadExpertIdsAreReportedAndSkipped) {
   const uint64_t seed = lowbit_test::seed();
   MoeData d = make_case(MoeShape{40, 128, 256, 8, 2}, OutType::kFP32, MoeReduce::kAtomic, Fill::kExact, seed, true);

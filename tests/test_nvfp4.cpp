@@ -7,6 +7,7 @@
 
 #include "formats/e4m3.h"
 #include "formats/nvfp4.h"
+#include "lowbit/nvfp4.h"
 #include "test_seed.h"
 
 using namespace lowbit::formats;
@@ -128,4 +129,16 @@ TEST(Nvfp4Scales, SwizzledLayoutMatchesTheAtomFormula) {
   for (size_t i = 0; i < rm.size(); ++i) rm[i] = static_cast<uint8_t>(i * 37 + 1);
   const auto sw = swizzle_nvfp4_scales(rm.data(), rows, kb);
   EXPECT_EQ(sw[nvfp4_scale_offset_swizzled(150, 5, kb)], rm[150 * kb + 5]);
+}
+
+// The grouped workspace size of a capacity near INT64_MAX once wrapped to a few hundred bytes, so
+// a call passed the size check and staged activations past the buffer. Past 2^40 elements the
+// request is invalid (0, as for a negative one); up to it the size is at least the staging bytes.
+TEST(Nvfp4GroupedWorkspace, HugeCapacityIsInvalidNotWrapped) {
+  EXPECT_EQ(lowbit::nvfp4_grouped_workspace_size(1, INT64_MAX), 0u);
+  EXPECT_EQ(lowbit::nvfp4_grouped_workspace_size(1, lowbit::kNvfp4MaxStagedElements + 1), 0u);
+  EXPECT_EQ(lowbit::nvfp4_grouped_workspace_size(1, -1), 0u);
+  EXPECT_GE(lowbit::nvfp4_grouped_workspace_size(1, lowbit::kNvfp4MaxStagedElements),
+            static_cast<size_t>(lowbit::kNvfp4MaxStagedElements) * 2);
+  EXPECT_GE(lowbit::nvfp4_grouped_workspace_size(1024, 1000), 2000u);
 }

@@ -546,6 +546,10 @@ TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
   a.nvfp4_activations = true;
   a.max_activation_elements = 1 << 20;
   expect_bad(a, nullptr, "workspace too small for the staging");
+  // A capacity whose byte count would wrap the workspace size (it once came out at 512 bytes).
+  a.max_activation_elements = INT64_MAX;
+  a.workspace_bytes = size_t(1) << 62;
+  expect_bad(a, nullptr, "a staging capacity past 2^40 elements");
   a = ok;
   a.workspace = static_cast<char*>(ok.workspace) + 16;
   expect_bad(a, nullptr, "misaligned workspace");

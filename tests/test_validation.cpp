@@ -250,6 +250,8 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   BlockScaledConfig forced;
   forced.block_n = 128;
   EXPECT_EQ(explain_blockscaled_choice(forced, false, 4096, 7168, 132), "bn=128,cluster=1 (forced)");
+  // An unknown SM count (what a failed device query leaves) still answers (it divided by zero).
+  EXPECT_FALSE(explain_blockscaled_choice(def, false, 4096, 7168, 0).empty());
 }
 
 TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
@@ -285,6 +287,17 @@ TEST(BlockScaledValidation, HostDescriptorRules) {
   bad(2, "aligned");
   g[1].sfa_ld = 60;
   bad(1, "sfa_ld");
+  // Sizes whose tile or K-block counts overflow an int (n = 2^31 - 16 gave a negative tile
+  // count: nothing computed, status Ok; k = 2^31 - 16 a negative K-block count).
+  g[3].n = 2147483632;
+  bad(3, "2^30");
+  g[0].k = 2147483632;
+  bad(0, "2^30");
+  g[2].m = (1 << 30) + 16;
+  g[2].sfa_ld = (1 << 30) + 16;
+  bad(2, "2^30");
+  g[1].n = 1 << 30;  // the largest accepted
+  EXPECT_TRUE(fp8_grouped_validate(g.data(), 4).ok());
   EXPECT_FALSE(fp8_grouped_validate(g.data(), 0).ok());
 }
 

@@ -100,6 +100,7 @@ struct Nvfp4GroupedArgs {
   bool nvfp4_activations = false;                 // every group's A is NVFP4 (else BF16)
   // NVFP4 call: the BF16 copy of all groups' activations is staged in the workspace; this bounds
   // sum over groups of m * k. A call whose groups need more computes nothing and reports it.
+  // At most kNvfp4MaxStagedElements (2^40).
   int64_t max_activation_elements = 0;
   // Typical tokens per group, for the chooser's token tile (the sizes live on the device);
   // 0 = unknown (128-token tiles).
@@ -111,6 +112,12 @@ struct Nvfp4GroupedArgs {
   size_t workspace_bytes = 0;
 };
 
+// The largest staging capacity a grouped call accepts (2 TiB of BF16): far above any device's
+// memory, and small enough that the workspace size cannot overflow.
+constexpr int64_t kNvfp4MaxStagedElements = int64_t{1} << 40;
+
+// 0 for an invalid request (max_groups <= 0, or max_activation_elements outside
+// [0, kNvfp4MaxStagedElements]).
 size_t nvfp4_grouped_workspace_size(int max_groups, int64_t max_activation_elements);
 
 // Picks the token tile for a grouped call (no K split: the groups' tiles fill the SMs).

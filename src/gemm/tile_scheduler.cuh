@@ -20,8 +20,13 @@ struct WorkUnit {
   int kb_end;    // one past the last
 };
 
+// The tallest band a caller may force. group_m * tiles_n must fit an int: with at most 2^25 tile
+// columns (N < 2^31, 64-wide tiles) that holds up to 63, and launchers clamp the band to the
+// grid's height as well (a forced group of 2^30 once overflowed it and left tiles unwritten).
+constexpr int kMaxRasterGroup = 63;
+
 // Rasterization shared by every layout: tile t of a tiles_m x tiles_n grid, walked in bands of
-// group_m tile rows, column by column inside a band.
+// group_m tile rows (1 <= group_m <= kMaxRasterGroup), column by column inside a band.
 __host__ __device__ __forceinline__ void raster_tile(int t, int tiles_m, int tiles_n, int group_m, int* m_block,
                                                      int* n_block) {
   const int per_band = group_m * tiles_n;

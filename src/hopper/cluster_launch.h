@@ -28,6 +28,24 @@ inline cudaLaunchConfig_t cluster_launch_config(int ctas, int threads, int smem_
   return cfg;
 }
 
+// Opts kKernel into `smem_bytes` of dynamic shared memory on the current device. The attribute is
+// per device, so it is set once per device (not once per process: a second GPU would refuse
+// the launch).
+template <auto kKernel>
+cudaError_t opt_in_dynamic_smem(int smem_bytes) {
+  static std::mutex mu;
+  static bool done[64] = {};
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  const bool cached = device >= 0 && device < 64;
+  if (cached && done[device]) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e == cudaSuccess && cached) done[device] = true;
+  return e;
+}
+
 // Sets the kernel's dynamic shared-memory opt-in and answers how many of its CTAs are resident
 // at once: the SM count for single CTAs, clusters x cluster size otherwise. Cached per device
 // and kernel (the kernel is a template argument so each one has its own cache).

@@ -82,16 +82,22 @@ struct TinyTiles {
   }
 };
 
-// Token c of the tile adds into Y row c if it picked the unit's expert.
+// Token c of the tile adds into Y row c if it picked the unit's expert. Caller routing may name
+// one expert in several of a token's slots; units are per distinct expert, so the row carries
+// the sum of those slots' weights (as the split pipeline, which adds each pair, and the
+// reference do).
 struct TinyRows {
   const TinyRouting& rt;
   int top_k;
   __device__ __forceinline__ RowTarget operator()(const ExpertUnit& u, int c) const {
+    RowTarget t{-1, -1, 0.0f};
     for (int j = 0; j < top_k; ++j) {
       const int pair = c * top_k + j;
-      if (rt.ids[pair] == u.expert) return RowTarget{c, pair, rt.weights[pair]};
+      if (rt.ids[pair] != u.expert) continue;
+      if (t.token < 0) t = RowTarget{c, pair, 0.0f};
+      t.weight += rt.weights[pair];
     }
-    return RowTarget{-1, -1, 0.0f};
+    return t;
   }
 };
 

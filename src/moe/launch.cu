@@ -8,12 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <type_traits>
 #include <string>
 
 #include "common/key_value.h"
 #include "gemm/launch_common.h"
+#include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
@@ -75,11 +75,7 @@ struct GemmLauncher {
 
   static cudaError_t launch(int ctas, cudaStream_t stream, bool pdl, const CUtensorMap& w, const CUtensorMap& x,
                             const MoeParams& p) {
-    static std::once_flag once;
-    static cudaError_t attr_status = cudaSuccess;
-    std::call_once(once, [] {
-      attr_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    });
+    const cudaError_t attr_status = hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes);
     if (attr_status != cudaSuccess) return attr_status;
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
@@ -97,11 +93,7 @@ cudaError_t launch_tiny_gemm(int ctas, cudaStream_t stream, const CUtensorMap& w
                              float* weights_out, const MoeParams& p) {
   using T = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
   constexpr auto kernel = moe::expert_gemm_tiny_kernel<T, LogitT>;
-  static std::once_flag once;
-  static cudaError_t attr_status = cudaSuccess;
-  std::call_once(once, [] {
-    attr_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-  });
+  const cudaError_t attr_status = hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes);
   if (attr_status != cudaSuccess) return attr_status;
   return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, logits, softcap,
                                renormalize, ids_out, weights_out, p);

@@ -28,6 +28,9 @@ __host__ __device__ __forceinline__ bool misaligned16(const void* ptr) {
 __host__ __device__ __forceinline__ int check_group(const Fp8GroupedProblem& g) {
   if (g.m < 0) return kGroupNegativeM;
   if (g.m == 0) return kGroupOk;
+  // Larger sizes would overflow the int tile and K-block counts (a negative count computes
+  // nothing, or leaves a consumer waiting for a stage that is never loaded).
+  if (g.m > kGroupMaxDim || g.n > kGroupMaxDim || g.k > kGroupMaxDim) return kGroupTooLarge;
   if (g.n <= 0 || g.n % 16 != 0 || g.k <= 0 || g.k % 16 != 0) return kGroupBadNK;
   if (!g.a || !g.b || !g.d || !g.sfa || !g.sfb) return kGroupNullPointer;
   if (misaligned16(g.a) || misaligned16(g.b) || misaligned16(g.d) || misaligned16(g.sfa) ||

@@ -98,7 +98,8 @@ Status check_smem(const DeviceInfo& dev, OutType out, Variant v) {
 
 Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
-  if (c.raster_group < 1) return Status::Invalid(std::string(who) + ": raster_group must be >= 1");
+  if (c.raster_group < 1 || c.raster_group > gemm::kMaxRasterGroup)
+    return Status::Invalid(std::string(who) + ": raster_group must be in [1, " + std::to_string(gemm::kMaxRasterGroup) + "]");
   if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
   if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
     return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 128 or 256 (got " +
@@ -118,6 +119,7 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 constexpr double kWideTileRate = 1.10;
 
 double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
+  if (sms <= 0) sms = 1;  // an unknown SM count (a failed device query) must not divide by zero
   const int64_t tiles = ((m + 127) / 128) * ((n + block_n - 1) / block_n);
   const int64_t rounds = (tiles + sms - 1) / sms;
   return static_cast<double>(rounds) * block_n / (block_n == 256 ? kWideTileRate : 1.0);
@@ -271,7 +273,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.sched.tiles_n = static_cast<int>((x.n + v.block_n - 1) / v.block_n);
   p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
   p.sched.splits = 1;
-  p.sched.group_m = cfg.raster_group;
+  p.sched.group_m = std::min(cfg.raster_group, p.sched.tiles_m);
   p.m = static_cast<int>(x.m);
   p.n = static_cast<int>(x.n);
   p.sfa = x.sfa;

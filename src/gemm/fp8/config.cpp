@@ -64,7 +64,7 @@ bool stagger_pays(int block_m, int block_n, int promote_every, int unit_groups, 
 int raster_group_for(int sm_count, int block_m, int block_n) {
   const int g =
       static_cast<int>(std::lround(std::sqrt(static_cast<double>(sm_count) * block_n / static_cast<double>(block_m))));
-  return std::max(1, std::min(g, 64));
+  return std::max(1, std::min(g, gemm::kMaxRasterGroup));
 }
 
 int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
@@ -80,6 +80,7 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   s.k_blocks = k_blocks;
   s.splits = splits;
   s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
+  s.group_m = std::max(1, std::min({s.group_m, s.tiles_m, gemm::kMaxRasterGroup}));
   return s;
 }
 

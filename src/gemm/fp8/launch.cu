@@ -73,7 +73,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.splits < 1 || c.splits > kb)
     return Status::Invalid("fp8_gemm: splits must be in [1, " + std::to_string(kb) +
                            "] (K blocks of 128, rounded up, per promotion group)");
-  if (c.raster_group < 0) return Status::Invalid("fp8_gemm: raster_group must be >= 0 (0 = auto)");
+  if (c.raster_group < 0 || c.raster_group > gemm::kMaxRasterGroup)
+    return Status::Invalid("fp8_gemm: raster_group must be in [0, " + std::to_string(gemm::kMaxRasterGroup) +
+                           "] (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
   const int max_lead = stages / c.promote_every - 1;

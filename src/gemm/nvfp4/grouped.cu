@@ -54,7 +54,7 @@ Status act_template(int tokens, const CUtensorMap** out) {
 }  // namespace
 
 size_t nvfp4_grouped_workspace_size(int max_groups, int64_t max_activation_elements) {
-  if (max_groups <= 0 || max_activation_elements < 0) return 0;
+  if (max_groups <= 0 || max_activation_elements < 0 || max_activation_elements > kNvfp4MaxStagedElements) return 0;
   return nvfp4::GroupedWorkspace::bytes(max_groups, max_activation_elements);
 }
 
@@ -93,7 +93,9 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   if (reinterpret_cast<uintptr_t>(a.problems) % alignof(Nvfp4GroupedProblem) != 0)
     return Status::Invalid(who + ": problem array must be " + std::to_string(alignof(Nvfp4GroupedProblem)) +
                            "-byte aligned");
-  if (a.max_activation_elements < 0) return Status::Invalid(who + ": max_activation_elements must be >= 0");
+  if (a.max_activation_elements < 0 || a.max_activation_elements > kNvfp4MaxStagedElements)
+    return Status::Invalid(who + ": max_activation_elements must be in [0, 2^40] (got " +
+                           std::to_string(a.max_activation_elements) + ")");
   if (!a.workspace) return Status::Invalid(who + ": null workspace");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return Status::Invalid(who + ": workspace must be 256-byte aligned");
   const int64_t capacity = a.nvfp4_activations ? a.max_activation_elements : 0;

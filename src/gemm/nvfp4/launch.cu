@@ -344,14 +344,9 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     p.partials = reinterpret_cast<float*>(ws + counters_bytes(tiles));
     ws += counters_bytes(tiles) + static_cast<size_t>(tiles) * cfg.splits * 256 * (cfg.block_tokens / 2) * 4;
   }
-  const void* act = a.a_bf16;
-  if (fp4_act) {
-    const int64_t blocks = a.m * a.k / 16;
-    nvfp4_activations_to_bf16<<<static_cast<unsigned>(ceil_div(blocks, 256)), 256, 0, stream>>>(
-        static_cast<const uint8_t*>(a.a_packed), static_cast<const uint8_t*>(a.a_scales), blocks,
-        reinterpret_cast<__nv_bfloat16*>(ws));
-    act = ws;
-  }
+  // NVFP4 activations are dequantized into the workspace, launched only once every check below
+  // has passed (a refused call leaves the workspace as it was).
+  const void* act = fp4_act ? static_cast<const void*>(ws) : a.a_bf16;
 
   CUtensorMap tm_act;
   hopper::TensorMap2dSpec s;
@@ -367,6 +362,12 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
 
   const int64_t units = tiles * cfg.splits;
   if (units > INT_MAX) return Status::Invalid("nvfp4_gemm: too many work units");
+  if (fp4_act) {
+    const int64_t blocks = a.m * a.k / 16;
+    nvfp4_activations_to_bf16<<<static_cast<unsigned>(ceil_div(blocks, 256)), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(a.a_packed), static_cast<const uint8_t*>(a.a_scales), blocks,
+        reinterpret_cast<__nv_bfloat16*>(ws));
+  }
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
     std::fprintf(stderr, "[lowbit] nvfp4_gemm %lldx%lldx%lld %s: %lld units\n", static_cast<long long>(a.m),

@@ -265,8 +265,9 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
     if (cfg.splits < 1 || cfg.splits > kb)
       return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (groups of K blocks)");
-    if (cfg.raster_group < 0 || cfg.grid < 0)
-      return Status::Invalid("sparse24_gemm: raster_group and grid must be >= 0 (0 = auto)");
+    if (cfg.raster_group < 0 || cfg.raster_group > gemm::kMaxRasterGroup || cfg.grid < 0)
+      return Status::Invalid("sparse24_gemm: raster_group must be in [0, " + std::to_string(gemm::kMaxRasterGroup) +
+                             "] and grid >= 0 (0 = auto)");
     if (cfg.cluster != 1 && cfg.cluster != 2) return Status::Invalid("sparse24_gemm: cluster must be 1 or 2");
     if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote, out_fp16)))
       return Status::Invalid("sparse24_gemm: cluster=2 needs a compiled pair kernel, M > 64 and splits=1; config " +
