@@ -484,11 +484,6 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastExact) {
     expect_exact({1000, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1,group=1,grid=4", 100, true});
     expect_exact({1000, 208, 384, out, false, Inputs::kSmallInts, "bn=128,resident=1,grid=2", 196});
     expect_exact({48, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1", 7, true});  // one consumer warpgroup
-    // Promotion every two K blocks: 3 K blocks (a padded pair), 6, and a single one.
-    for (int64_t k : {384, 768, 128})
-      expect_exact({1000, 208, k, out, true, Inputs::kSmallInts, "bn=128,resident=1,promote=2", 196});
-    expect_exact({259, 384, 256, out, true, Inputs::kSmallInts, "bn=128,resident=1,promote=2,lead=1", 49, true,
-                  Activation::kGelu});
     for (Activation act : {Activation::kGelu, Activation::kSilu})
       expect_exact({259, 384, 256, out, true, Inputs::kSmallInts, "bn=128,resident=1", 49, true, act});
   }
@@ -530,7 +525,7 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastRejectsWhatItCannotRun) {
   EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kOk);
   CUDA_OK(cudaDeviceSynchronize());
   for (const char* bad : {"bn=192,resident=1", "bn=128,resident=1,splits=2", "bn=128,resident=1,group=4",
-                          "bn=128,resident=1,grid=3", "bn=128,resident=1,promote=3", "bn=128,promote=2"})
+                          "bn=128,resident=1,grid=3", "bn=128,resident=1,promote=2"})
     EXPECT_EQ(run(bad), StatusCode::kInvalidArgument) << bad;
   a.row_bcast_rows = 257;  // past the resident buffer
   EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kInvalidArgument);

@@ -62,13 +62,13 @@ struct Fp8GemmConfig {
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
-  // or 2 (bn=128/176/192/256, plain epilogue without a bias or resident rows, no cluster): half the promotion adds and
+  // or 2 (bn=128/176/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
   // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;
   // Fused epilogue with a row broadcast of at most 256 rows (a ViT positional embedding): keep
   // the rows of the CTA's columns in shared memory for the whole kernel instead of gathering
-  // 128 rows per tile. Runs bn=128, splits=1, promote=1 or 2, with each CTA on one N block: group=1 and
+  // 128 rows per tile. Runs bn=128, splits=1, promote=1, with each CTA on one N block: group=1 and
   // a grid that is a multiple of the N tiles (a forced config must say so; grid=0 takes the
   // largest such grid). Chosen by default where it applies and the tiles fill a wave.
   bool resident_rows = false;

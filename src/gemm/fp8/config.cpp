@@ -102,9 +102,7 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
     if (v.block_m == c.block_m && v.block_n == c.block_n) {
       if (v.block_m != 128 && c.cluster != 1) return false;
       if (c.promote_every == 2)
-        return v.promote2 && c.cluster == 1 &&
-               (epilogue == Fp8EpilogueKind::kPlain ||
-                (epilogue == Fp8EpilogueKind::kFused && c.resident_rows && v.block_n == kFp8ResidentBlockN));
+        return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && c.cluster == 1;
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
     }
   return false;

@@ -89,7 +89,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            "a bias; config " + c.to_string());
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
-                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias or the resident-rows fused one, no cluster; "
+                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, no cluster; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -167,11 +167,9 @@ const VariantEntry kEntries[] = {
     entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
-    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 2, 128, fp8::kFp8ResidentMaxRows>(),
-    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 2, 128, fp8::kFp8ResidentMaxRows>(),
 };
 constexpr int expected_entries() {
-  int n = 4 + 4;  // the cluster pairs, the resident-rows fused kernels (promote 1 and 2)
+  int n = 4 + 2;  // the cluster pairs, the resident-rows fused kernels
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -239,8 +237,9 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     if (cfg.raster_group == 0) cfg.raster_group = 1;
     if (cfg.grid == 0) cfg.grid = dev.sm_count / tn * tn;
     if (cfg.block_m != 128 || cfg.block_n != fp8::kFp8ResidentBlockN || cfg.splits != 1 || cfg.cluster != 1 ||
-        cfg.raster_group != 1 || cfg.grid <= 0 || cfg.grid % tn != 0 || cfg.grid > dev.sm_count)
-      return Status::Invalid("fp8_gemm: resident=1 runs bn=128, splits=1, group=1 and a grid that is a "
+        cfg.promote_every != 1 || cfg.raster_group != 1 || cfg.grid <= 0 || cfg.grid % tn != 0 ||
+        cfg.grid > dev.sm_count)
+      return Status::Invalid("fp8_gemm: resident=1 runs bn=128, splits=1, promote=1, group=1 and a grid that is a "
                              "multiple of the N tiles (" + std::to_string(tn) + "), at most the SM count; config " +
                              cfg.to_string());
   }
