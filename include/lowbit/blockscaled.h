@@ -86,8 +86,9 @@ size_t fp8_grouped_workspace_size(int max_groups);
 // preparation launch), all on `stream`, no host synchronization -- capturable in a graph.
 // `problems` points to `groups` descriptors in device memory; they are validated on the device:
 // a group that breaks a rule (negative m, n or k not a positive multiple of 16, m, n or k above
-// 2^30, a null or misaligned pointer in a non-empty group, sfa_ld too small) is skipped -- its D is not written
-// -- and recorded in the workspace's status word (fp8_grouped_check_status reads it).
+// 2^30, a null or misaligned pointer in a non-empty group, sfa_ld too small) is skipped -- its D
+// is not written -- and recorded in the workspace's status word (fp8_grouped_check_status reads
+// it).
 // Host-side checks: groups >= 1, problems and workspace non-null, workspace large enough.
 Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType out_type, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream, const BlockScaledConfig* config = nullptr);
