@@ -7,6 +7,7 @@
 
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/fp16.h"
 #include "formats/quantize.h"
 #include "test_seed.h"
 
@@ -79,4 +80,26 @@ TEST(Quantize, PerTensorScaleMapsAmaxTo448) {
     EXPECT_NEAR(e4m3_to_float(q.codes[i]) * q.scale, x[i], std::fabs(x[i]) * 0.0625 + 1e-3);
   const auto z = quantize_e4m3_per_tensor(std::vector<float>(4, 0.0f));
   EXPECT_EQ(z.scale, 1.0f);
+  // A tensor so small that 448 / amax overflows FP32: zeros stay zeros (0 * inf made them NaN),
+  // nothing is NaN, and the values come back to within the scale's quantum.
+  const std::vector<float> tiny = {1e-37f, -5e-38f, 0.0f, 2e-38f};
+  const auto t = quantize_e4m3_per_tensor(tiny);
+  EXPECT_TRUE(std::isfinite(t.scale) && t.scale > 0.0f);
+  EXPECT_EQ(t.codes[2], 0x00);
+  for (size_t i = 0; i < tiny.size(); ++i) {
+    EXPECT_FALSE(std::isnan(e4m3_to_float(t.codes[i]))) << i;
+    EXPECT_NEAR(e4m3_to_float(t.codes[i]) * t.scale, tiny[i], 1e-33) << i;
+  }
+}
+
+// Infinity once came out as 1.0 (frexp leaves no exponent for it).
+TEST(FP16, InfinityNaNAndOverflow) {
+  EXPECT_EQ(float_to_fp16(INFINITY), 0x7C00);
+  EXPECT_EQ(float_to_fp16(-INFINITY), 0xFC00);
+  EXPECT_EQ(float_to_fp16(NAN) & 0x7C00, 0x7C00);
+  EXPECT_NE(float_to_fp16(NAN) & 0x03FF, 0);
+  EXPECT_EQ(float_to_fp16(70000.0f), 0x7C00);
+  EXPECT_EQ(float_to_fp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(float_to_fp16(-0.0f), 0x8000);
+  EXPECT_EQ(float_to_fp16(1.0f), 0x3C00);
 }

@@ -142,3 +142,21 @@ TEST(Nvfp4GroupedWorkspace, HugeCapacityIsInvalidNotWrapped) {
             static_cast<size_t>(lowbit::kNvfp4MaxStagedElements) * 2);
   EXPECT_GE(lowbit::nvfp4_grouped_workspace_size(1024, 1000), 2000u);
 }
+
+// A tensor whose amax is so small that 2688 / amax overflowed FP32: zeros came back as +-amax or
+// NaN, and an all-zero block's scale byte was NaN. Now zeros stay zero and nothing is NaN.
+TEST(Nvfp4Quantizer, TinyAmaxKeepsZerosAndIsFinite) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 1e-36f;
+  x[1] = 2.5e-37f;
+  const auto t = quantize_nvfp4(x.data(), 1, 32);
+  const auto back = dequantize_nvfp4(t);
+  EXPECT_TRUE(std::isfinite(t.global_scale));
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_FALSE(std::isnan(back[i])) << i;
+    if (i >= 2) {
+      EXPECT_EQ(back[i], 0.0f) << i;
+    }
+  }
+  EXPECT_NE(t.scales[1], 0x7F) << "the all-zero block's scale must not be NaN";
+}

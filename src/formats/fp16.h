@@ -19,6 +19,7 @@ inline float fp16_to_float(uint16_t h) {
 inline uint16_t float_to_fp16(float x) {
   if (std::isnan(x)) return 0x7E00;
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isinf(x)) return sign | 0x7C00;  // frexp leaves no exponent for infinity
   const double a = std::fabs(static_cast<double>(x));
   if (a < std::ldexp(1.0, -14)) {  // subnormal: a multiple of 2^-24
     return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24)));  // 1024 carries into the normal range

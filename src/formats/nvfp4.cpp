@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "formats/e4m3.h"
+#include "formats/quantize.h"
 
 namespace lowbit::formats {
 
@@ -39,6 +40,8 @@ Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols) {
   t.scales.assign(static_cast<size_t>(rows * kb), 0);
   float amax = 0.0f;
   for (int64_t i = 0; i < rows * cols; ++i) amax = std::max(amax, std::fabs(x[i]));
+  // Floored so enc and enc / s (s down to E4M3's smallest subnormal) stay finite.
+  if (amax > 0.0f) amax = std::max(amax, kTensorAmaxFloor);
   const float enc = amax > 0.0f ? (kE2M1Max * kE4M3Max) / amax : 1.0f;
   t.global_scale = amax > 0.0f ? amax / (kE2M1Max * kE4M3Max) : 1.0f;
   for (int64_t r = 0; r < rows; ++r) {

@@ -21,6 +21,10 @@ QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x);
 // The device quantizer (formats/quantize_device.cuh) applies the same FP32 operations, so both
 // give identical bytes.
 constexpr float kBlockScaleFloor = 1e-12f;
+// Per-tensor scales (E4M3 per tensor, the NVFP4 global scale) take amax at least this: below
+// ~1e-33 the reciprocal scales overflow FP32, every value saturated and 0 * inf made zeros NaN.
+// A tensor that small quantizes to (near) zero instead.
+constexpr float kTensorAmaxFloor = 1e-30f;
 struct QuantizedRows {
   std::vector<uint8_t> codes;   // [rows, k]
   std::vector<float> scales;    // [rows, k / 128]
