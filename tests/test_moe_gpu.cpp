@@ -317,7 +317,16 @@ TEST_F(MoeGpu, RoutingTiesGoToTheLowerId) {
   d.softcap = 0.0f;
   make_inputs(d, Fill::kRandom, lowbit_test::seed());
   std::mt19937_64 g(lowbit_test::seed() + 3);
-  for (auto& v : d.logits) v = static_cast<float>(g() % 3);  // many exact ties
+  // Many exact ties, -0 against +0 (their order codes once differed, so the tie went by the sign
+  // bit), and NaN logits, which rank as -inf: token 0 has only 3 finite logits, so its last 3
+  // picks are NaN experts, lowest ids first, with weight 0.
+  for (auto& v : d.logits) {
+    const int c = static_cast<int>(g() % 6);
+    v = c == 3 ? -0.0f : c == 4 ? NAN : static_cast<float>(c % 3);
+  }
+  for (int e = 0; e < d.s.experts; ++e) d.logits[e] = e % 20 == 7 ? static_cast<float>(e) : NAN;
+  // Token 1's top 6 come from 8 zeros, -0 at even ids and +0 at odd ones: ids 0..5 in order.
+  for (int e = 0; e < d.s.experts; ++e) d.logits[d.s.experts + e] = e >= 8 ? -1.0f : e % 2 ? 0.0f : -0.0f;
   upload_all(d);
   ASSERT_TRUE(moe_run_stage(MoeStage::kRoute, d.args(), d.d_work.p, d.work_bytes, nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());

@@ -6,7 +6,8 @@
 // Stages, all on the caller's stream, no host synchronization, no allocation -- the whole call
 // can be captured in a CUDA graph and replayed with new inputs in the same buffers:
 //   1. route:     softcap c * tanh(x / c) (c = 0: none) -> softmax over E -> top-k ids and
-//                 weights (ties broken by the lower id), optionally renormalized to sum to 1.
+//                 weights (ties broken by the lower id; -0 ties +0; a NaN logit ranks as -inf),
+//                 optionally renormalized to sum to 1.
 //   2. layout:    tokens per expert, expert segment offsets and the GEMM's tile schedule
 //                 (a parallel count and block scan).
 //   3. quantize + gather: each token quantized once and its rows written into its experts'

@@ -86,6 +86,9 @@ __device__ __forceinline__ void route_token(const LogitT* __restrict__ row, int 
     if (e < experts) {
       x = logit_as_float(row[e]);
       if (softcap > 0.0f) x = softcap * tanhf(x * inv_cap);
+      // A NaN ranks as -inf (it had an order code by its sign bit), and adding +0 turns -0 into
+      // +0 (their codes differed, so an IEEE tie went to the id with the positive zero).
+      x = isnan(x) ? -INFINITY : x + 0.0f;
       key[i] = (static_cast<uint64_t>(order_code(x)) << 32) | static_cast<uint32_t>(~e);
       mx = fmaxf(mx, x);
     }

@@ -20,6 +20,7 @@ Routing route(const std::vector<float>& logits, int m, int experts, int top_k, d
     for (int e = 0; e < experts; ++e) {
       double x = logits[static_cast<size_t>(t) * experts + e];
       if (softcap > 0.0) x = softcap * std::tanh(x / softcap);
+      if (std::isnan(x)) x = -INFINITY;  // as the device ranks it (and a strict weak order for the sort)
       v[e] = x;
       mx = std::max(mx, x);
     }
