@@ -59,7 +59,7 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
     *max_ctas = cached[device];
     return cudaSuccess;
   }
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  cudaError_t e = opt_in_dynamic_smem<kKernel>(smem_bytes);
   if (e != cudaSuccess) return e;
   int ctas = 0;
   if (cluster > 1) {
