@@ -180,15 +180,15 @@ Fp8BlockScaledArgs dense_args(const Problem& p) {
   return x;
 }
 
-// Every compiled tile: 128 x 128 single CTAs, CTA pairs multicasting B (with a phantom tile when
-// tile rows are odd), and 128 x 256 (two B scale blocks per tile; N = 144, 272, 400 leave the
-// last tile's second block partly or wholly past N).
+// Every compiled tile: 128 x 128 and 128 x 256 (two B scale blocks per tile; N = 144, 272, 400
+// leave the last tile's second block partly or wholly past N), each as single CTAs and as CTA
+// pairs multicasting B (with a phantom tile when tile rows are odd).
 std::vector<BlockScaledConfig> tile_configs() {
   std::vector<BlockScaledConfig> out;
-  for (int v = 0; v < 3; ++v) {
+  for (int v = 0; v < 4; ++v) {
     BlockScaledConfig c;
-    c.cluster = v == 1 ? 2 : 1;
-    c.block_n = v == 2 ? 256 : 128;
+    c.cluster = v % 2 == 1 ? 2 : 1;
+    c.block_n = v >= 2 ? 256 : 128;
     out.push_back(c);
   }
   return out;

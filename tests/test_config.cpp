@@ -138,7 +138,12 @@ TEST(Fp8Config, PromoteEveryTwo) {
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused));
-  c.cluster = 2;
+  c.cluster = 2;  // CTA pairs: the widest tile promotes every two K blocks too, plain epilogue only
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  ASSERT_TRUE(parse_fp8_config("bn=128,promote=2,cluster=2", &c).ok());
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  ASSERT_TRUE(parse_fp8_config("bn=256,cluster=2", &c).ok());
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   // The in-between width: plain and bias epilogues, both promotion intervals, no fused one.
   ASSERT_TRUE(parse_fp8_config("bn=176", &c).ok());

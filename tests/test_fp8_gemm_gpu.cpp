@@ -276,7 +276,8 @@ TEST_F(Fp8GemmGpu, EdgeShapesExact) {
 TEST_F(Fp8GemmGpu, ClusterPairsExact) {
   const int64_t ms[] = {65, 129, 300, 1000};
   for (int64_t m : ms)
-    for (const char* cfg : {"bn=128,cluster=2", "bn=192,cluster=2", "bn=128,cluster=2,grid=2,group=1"})
+    for (const char* cfg : {"bn=128,cluster=2", "bn=192,cluster=2", "bn=128,cluster=2,grid=2,group=1",
+                            "bn=256,promote=2,cluster=2", "bn=256,promote=2,cluster=2,grid=2,group=1"})
       for (OutType out : {OutType::kBF16, OutType::kFP32}) expect_exact({m, 208, 400, out, false, Inputs::kSmallInts, cfg});
   expect_exact({256, 384, 512, OutType::kBF16, false, Inputs::kSmallInts, "bn=192,cluster=2,grid=4"});
   expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,cluster=2"});
@@ -284,7 +285,8 @@ TEST_F(Fp8GemmGpu, ClusterPairsExact) {
 }
 
 TEST_F(Fp8GemmGpu, ClusterPairsRejectWhatTheyDoNotCompile) {
-  for (const char* bad : {"bn=128,cluster=2,splits=2", "bn=64,cluster=2", "bn=128,cluster=3"})
+  for (const char* bad : {"bn=128,cluster=2,splits=2", "bn=64,cluster=2", "bn=128,cluster=3", "bn=256,cluster=2",
+                          "bn=176,cluster=2", "bn=128,promote=2,cluster=2"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(run_forced("bn=128,cluster=2", 64, false).code(), StatusCode::kInvalidArgument) << "M <= 64";
   EXPECT_EQ(run_forced("bn=128,cluster=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";

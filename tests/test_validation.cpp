@@ -210,10 +210,9 @@ TEST(BlockScaledValidation, RejectsBadDenseArguments) {
   const Status st = fp8_blockscaled_gemm(a, nullptr, &c);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   c = BlockScaledConfig{};
-  c.block_n = 256;
-  c.cluster = 2;
-  const Status wide_pair = fp8_blockscaled_gemm(a, nullptr, &c);
-  EXPECT_EQ(wide_pair.code(), StatusCode::kInvalidArgument) << wide_pair.to_string();
+  c.cluster = 3;
+  const Status triple = fp8_blockscaled_gemm(a, nullptr, &c);
+  EXPECT_EQ(triple.code(), StatusCode::kInvalidArgument) << triple.to_string();
 }
 
 TEST(BlockScaledValidation, ParsesConfig) {
@@ -228,11 +227,12 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_EQ(c.cluster, 0);
   EXPECT_FALSE(parse_blockscaled_config("bn=192", &c).ok());  // not a whole number of B scale blocks
   EXPECT_FALSE(parse_blockscaled_config("bn=64", &c).ok());
-  // The multicast pairs are compiled for 128-column tiles only: refused, not silently narrowed.
-  const Status pair_wide = parse_blockscaled_config("bn=256,cluster=2", &c);
-  EXPECT_FALSE(pair_wide.ok());
-  EXPECT_NE(pair_wide.to_string().find("cluster=2"), std::string::npos) << pair_wide.to_string();
+  // Multicast pairs are compiled for both tile widths.
+  ASSERT_TRUE(parse_blockscaled_config("bn=256,cluster=2", &c).ok());
+  EXPECT_EQ(c.block_n, 256);
+  EXPECT_EQ(c.cluster, 2);
   ASSERT_TRUE(parse_blockscaled_config("bn=128,cluster=2", &c).ok());
+  EXPECT_FALSE(parse_blockscaled_config("cluster=4", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
 }
@@ -246,7 +246,8 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,cluster=1 (grouped", 0), 0u);
   BlockScaledConfig pair;
   pair.cluster = 2;
-  EXPECT_EQ(explain_blockscaled_choice(pair, false, 4096, 7168, 132).rfind("bn=128,cluster=2", 0), 0u);
+  EXPECT_EQ(explain_blockscaled_choice(pair, false, 4096, 7168, 132).rfind("bn=256,cluster=2 (cost", 0), 0u);
+  EXPECT_EQ(explain_blockscaled_choice(pair, true, 0, 0, 132).rfind("bn=256,cluster=2 (grouped", 0), 0u);
   BlockScaledConfig forced;
   forced.block_n = 128;
   EXPECT_EQ(explain_blockscaled_choice(forced, false, 4096, 7168, 132), "bn=128,cluster=1 (forced)");

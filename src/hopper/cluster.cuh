@@ -1,6 +1,6 @@
 // Thread-block clusters (sm_90): the single home for cluster ranks, the cluster-wide barrier and
 // addressing a peer CTA's shared memory. Kernels that multicast TMA loads to a peer use these to
-// hand stages back across the cluster (see StageBarriers::consumer_release_cluster).
+// hand stages back across the cluster (StageBarriers::producer_acquire_cluster).
 #pragma once
 
 #include <cuda/ptx>
@@ -25,9 +25,13 @@ __device__ __forceinline__ T* peer_shared(T* local, uint32_t rank) {
 }
 
 // Arrives on an mbarrier in a peer CTA's shared memory, relaxed: it orders none of this thread's
-// earlier memory accesses. Enough for handing back a stage whose only readers were this
-// warpgroup's wgmma instructions, already retired by wgmma.wait_group; the release form compiles
-// to a GPU-wide MEMBAR per arrival.
+// earlier memory accesses. Enough for handing back a stage whose readers (wgmma instructions,
+// retired by wgmma.wait_group; ordinary loads, fenced by the producer's proxy fence) the local
+// empty barrier already ordered before it; the release form compiles to a GPU-wide MEMBAR per
+// arrival.
+// Only a relay thread arrives remotely (StageBarriers::relay_to_peers). From the consumers (each
+// warp, after each retired stage) the remote arrivals cost ~9% even with no loads at all, and
+// from the producer thread they delayed its loads (docs/perf.md W1 v9).
 __device__ __forceinline__ void mbarrier_arrive_peer_relaxed(uint64_t* local_bar, uint32_t rank) {
   cuda::ptx::mbarrier_arrive(cuda::ptx::sem_relaxed, cuda::ptx::scope_cluster, cuda::ptx::space_cluster,
                              peer_shared(local_bar, rank));

@@ -6,6 +6,8 @@
 #include <cuda/ptx>
 #include <cstdint>
 
+#include "hopper/cluster.cuh"
+
 namespace lowbit::hopper {
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
@@ -63,17 +65,23 @@ struct RingPosition {
 // lead_released: how many stage groups the leading consumer warpgroup has handed back so far,
 // for a follower that starts each tile a few groups behind it (fp8::Consumer::lead). Only a
 // pacing hint: the stages' data is ordered by full/empty alone.
+// peers_free[s] (CTA clusters whose producers multicast into each other's stages): every peer's
+// relay thread arrives once that peer's consumers have released stage s, so this producer may
+// write into the peer's copy (relay_to_peers, wait_peers).
 template <int kStages>
 struct StageBarriers {
   uint64_t full[kStages];
   uint64_t empty[kStages];
+  uint64_t peers_free[kStages];
   uint32_t lead_released;
 
-  __device__ __forceinline__ void init(uint32_t consumer_arrivals) {
+  // `peers`: the other CTAs of the cluster that multicast into this CTA's stages (0: none).
+  __device__ __forceinline__ void init(uint32_t consumer_arrivals, uint32_t peers = 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], consumer_arrivals);
+      if (peers > 0) mbarrier_init(&peers_free[s], peers);
     }
     lead_released = 0;
   }
@@ -81,6 +89,25 @@ struct StageBarriers {
   // pass over the ring does not wait.
   __device__ __forceinline__ void producer_acquire(const RingPosition<kStages>& p) {
     mbarrier_wait(&empty[p.stage], p.phase ^ 1u);
+  }
+  // CTA clusters whose producers multicast into each other's stages. The relay (one thread of
+  // each CTA, apart from the producer and the consumers, so no remote round trip sits in their
+  // paths) walks the same fills as the producer: for the n-th fill of a stage it waits until
+  // this CTA's consumers have released the stage's (n-1)-th use, then tells every peer. The
+  // first fill's arrival says nothing (the stage is fresh).
+  template <int kCluster>
+  __device__ __forceinline__ void relay_to_peers(const RingPosition<kStages>& p, uint32_t rank) {
+    mbarrier_wait(&empty[p.stage], p.phase ^ 1u);
+#pragma unroll
+    for (uint32_t peer = 1; peer < kCluster; ++peer)
+      mbarrier_arrive_peer_relaxed(&peers_free[p.stage], (rank + peer) % kCluster);
+  }
+  // The producer, after producer_acquire, before it multicasts the n-th fill: every peer's n-th
+  // arrival, phase n of peers_free -- parity `phase`, not the preceding phase the empty wait
+  // takes. A peer cannot send its (n+1)-th before this producer has seen the n-th: that needs
+  // this CTA's consumers to have read the n-th fill, multicast only after this wait.
+  __device__ __forceinline__ void wait_peers(const RingPosition<kStages>& p) {
+    mbarrier_wait(&peers_free[p.stage], p.phase);
   }
   __device__ __forceinline__ void consumer_wait(const RingPosition<kStages>& p) {
     mbarrier_wait(&full[p.stage], p.phase);

@@ -42,11 +42,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                   : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
 
-  // Barrier init: each of the 8 consumer warps of every CTA in the cluster releases a stage once
-  // per phase (peers multicast into it). Grouped: the tile offsets come into shared memory for
+  // Barrier init: each of the 8 consumer warps of this CTA releases a stage once per phase; in a
+  // cluster each peer's producer then says its copy is free too (peers multicast into it). Grouped: the tile offsets come into shared memory for
   // the per-unit group lookup.
   if (threadIdx.x == 0) {
-    ss.bars.init(8 * T::kClusterM);
+    ss.bars.init(8, T::kClusterM - 1);
     hopper::mbarrier_init_fence();
     if constexpr (!kGrouped) {
       hopper::tma_prefetch_descriptor(&tm_a);
@@ -89,6 +89,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         fp8::produce_unit<T>(ss, v.tm_a, v.tm_b, v.w, static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes, pos,
                              ScaleStageLoad<T>{&ss, v.sfa, v.sfa_ld, scale_bytes});
       }
+    } else if (T::kClusterM > 1 && threadIdx.x == 96) {
+      // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).
+      auto problems = make_problems(false);
+      const int num_units = problems.num_units();
+      hopper::RingPosition<T::kStages> pos;
+      const uint32_t rank = hopper::cluster_rank();
+      for (int u = cluster_id(); u < num_units; u += clusters()) fp8::relay_unit<T>(ss, problems.resolve(u).w, pos, rank);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();

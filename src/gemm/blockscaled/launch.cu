@@ -33,11 +33,12 @@ using Traits = blockscaled::BlockScaledTraits<
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Multicast pairs (cluster = 2) cut L2 traffic by a fifth yet ran 6-22% slower on every measured
-// shape (docs/perf.md, block-scaled v2), so single CTAs are the default until that is understood.
+// Multicast pairs (cluster = 2) cut L2 traffic by a fifth. Since the relay thread took the remote
+// arrivals off the consumers' path they run as fast as single CTAs on the grouped sets and 8%
+// slower dense (docs/perf.md block-scaled, session 20), so single CTAs stay the default.
 constexpr int kDefaultCluster = 1;
 
-// The compiled tiles: (block_n, cluster) = (128, 1), (128, 2) and (256, 1).
+// The compiled tiles: (block_n, cluster) = (128, 1), (128, 2), (256, 1) and (256, 2).
 struct Variant {
   int block_n, cluster;
 };
@@ -68,7 +69,9 @@ struct Launcher {
 template <bool kGrouped, bool kOutFp32>
 cudaError_t launch_variant(Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
                            const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  if (v.block_n == 256) return Launcher<kOutFp32, kGrouped, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
+  if (v.block_n == 256)
+    return v.cluster == 2 ? Launcher<kOutFp32, kGrouped, 2, 256>::launch(grid, max_units, s, a, b, d, p, device)
+                          : Launcher<kOutFp32, kGrouped, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
   if (v.cluster == 2) return Launcher<kOutFp32, kGrouped, 2, 128>::launch(grid, max_units, s, a, b, d, p, device);
   return Launcher<kOutFp32, kGrouped, 1, 128>::launch(grid, max_units, s, a, b, d, p, device);
 }
@@ -82,7 +85,7 @@ cudaError_t launch_for(OutType out, Variant v, int grid, int max_units, cudaStre
 
 template <bool kOutFp32>
 int smem_bytes(Variant v) {
-  if (v.block_n == 256) return Traits<kOutFp32, 1, 256>::kSmemBytes;
+  if (v.block_n == 256) return v.cluster == 2 ? Traits<kOutFp32, 2, 256>::kSmemBytes : Traits<kOutFp32, 1, 256>::kSmemBytes;
   return v.cluster == 2 ? Traits<kOutFp32, 2>::kSmemBytes : Traits<kOutFp32, 1>::kSmemBytes;
 }
 
@@ -104,9 +107,6 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
     return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 128 or 256 (got " +
                            std::to_string(c.block_n) + ")");
-  if (c.block_n == 256 && c.cluster == 2)
-    return Status::Invalid(std::string(who) + ": cluster=2 (multicast pairs) runs 128-column tiles only; "
-                           "force bn=128 with it");
   return Status::Ok();
 }
 
@@ -130,10 +130,7 @@ Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int6
   Variant v{c.block_n, c.cluster > 0 ? c.cluster : kDefaultCluster};
   std::string reason = "forced";
   if (v.block_n == 0) {
-    if (v.cluster == 2) {
-      v.block_n = 128;
-      reason = "cluster=2 runs 128-column tiles only";
-    } else if (grouped) {
+    if (grouped) {
       v.block_n = 256;
       reason = "grouped: group sizes are on the device; the wide tile by default";
     } else {
@@ -186,10 +183,10 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
 // type; the device patches base, sizes and pitch per group. Encoded once per process (the
 // base address is a placeholder the device always replaces).
 Status grouped_templates(OutType out, Variant v, const CUtensorMap** maps3) {
-  static CUtensorMap cache[6][3];
-  static Status cache_status[6];
-  static std::once_flag once[6];
-  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * (v.block_n == 256 ? 2 : v.cluster - 1);
+  static CUtensorMap cache[8][3];
+  static Status cache_status[8];
+  static std::once_flag once[8];
+  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * ((v.block_n == 256 ? 2 : 0) + v.cluster - 1);
   std::call_once(once[i], [i, out, v] {
     void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
     const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, v);

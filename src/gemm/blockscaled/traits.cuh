@@ -37,7 +37,6 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
-  static_assert(kClusterM == 1 || kBlockN == 128, "multicast pairs: 128-column tiles only");
   static constexpr int kSmemA = kBlockM * kBlockK;
   static constexpr int kSmemB = kBlockN * kBlockK;
   static constexpr int kScaleBytes = kBlockM * 4;

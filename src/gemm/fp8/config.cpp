@@ -102,7 +102,8 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
     if (v.block_m == c.block_m && v.block_n == c.block_n) {
       if (v.block_m != 128 && c.cluster != 1) return false;
       if (c.promote_every == 2)
-        return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && c.cluster == 1;
+        return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && (c.cluster == 1 || v.block_n == 256);
+      if (c.cluster == 2 && v.block_n != 128 && v.block_n != 192) return false;
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
     }
   return false;

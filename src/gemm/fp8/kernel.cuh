@@ -57,14 +57,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // One consumer warpgroup per 64 rows of the A box (two, or one for 64-row tiles and M <= 64).
   const int consumer_wgs = p.a_box_rows / 64;
 
-  // Barrier init: every working consumer warp of every CTA in the cluster releases a stage once
-  // per phase (peers multicast into it); the staged epilogue operands are this CTA's alone.
+  // Barrier init: every working consumer warp of this CTA releases a stage once per phase; in a
+  // cluster each peer's producer then says its copy is free too (peers multicast into it). The
+  // staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
   using Fused = FusedEpilogue<T>;
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
-    ss.bars.init(consumer_wgs * 4 * T::kClusterM);
+    ss.bars.init(consumer_wgs * 4, T::kClusterM - 1);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
@@ -92,8 +93,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Role split.
   if (warpgroup == 0) {
     // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
-    // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); the rest of the
-    // warpgroup idles on few registers.
+    // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); in a cluster, warp 3
+    // relays released stages to the peers; the rest of the warpgroup idles on few registers.
     if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
@@ -102,6 +103,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
       }
+    } else if (T::kClusterM > 1 && threadIdx.x == 96) {
+      // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).
+      hopper::RingPosition<T::kStages> pos;
+      const uint32_t rank = hopper::cluster_rank();
+      for (int u = first_unit; u < num_units; u += unit_step) relay_unit<T, Operands>(ss, unit_at(u), pos, rank);
     } else if constexpr (T::kFused) {
       const int feeder = static_cast<int>(threadIdx.x) / 32 - 1;
       if (feeder >= 0 && feeder < consumer_wgs)

@@ -89,7 +89,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            "a bias; config " + c.to_string());
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
-                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, no cluster; "
+                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -143,7 +143,8 @@ constexpr VariantEntry entries_for(int which) {
 }
 
 // Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
-// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles), then the
+// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles; 256 promotes every two K
+// blocks), then the
 // large-M tiles that promote every two K blocks (plain epilogue without a bias).
 const VariantEntry kEntries[] = {
     entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
@@ -165,11 +166,12 @@ const VariantEntry kEntries[] = {
     entry<192, false, false, false, 1, 2>(), entry<192, true, false, false, 1, 2>(),
     entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
     entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
+    entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
 };
 constexpr int expected_entries() {
-  int n = 4 + 2;  // the cluster pairs, the resident-rows fused kernels
+  int n = 4 + 2 + 2;  // the cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }

@@ -38,6 +38,7 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
   constexpr bool kReadByLoads = Operands::kReadsStage || !std::is_same_v<StageExtra, NoStageExtra>;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
+    if constexpr (T::kClusterM > 1) ss.bars.wait_peers(pos);
     if constexpr (kReadByLoads) hopper::fence_async_shared();
     uint64_t* full = &ss.bars.full[pos.stage];
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
@@ -65,6 +66,18 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
   constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
   produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN,
                                         w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
+}
+
+// The relay thread of a CTA cluster (StageBarriers::relay_to_peers): the same stage fills as
+// produce_unit, each handed to the peers once this CTA's consumers have released the stage.
+template <class T, class Operands = DenseOperands>
+__device__ __forceinline__ void relay_unit(typename T::SharedStorage& ss, const gemm::WorkUnit& w,
+                                           hopper::RingPosition<T::kStages>& pos, uint32_t rank) {
+  constexpr int kGroup = Operands::kBlocksPerPromotion;
+  for (int kb = w.kb_begin * kGroup; kb < w.kb_end * kGroup; ++kb) {
+    ss.bars.template relay_to_peers<T::kClusterM>(pos, rank);
+    pos.advance();
+  }
 }
 
 // How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
@@ -180,9 +193,8 @@ struct Consumer {
 
   // Waits until at most kInFlight committed groups remain and promotes the retired part into its
   // columns of acc; after the last part, hands its stages back (their bytes are no longer read).
-  // In a cluster a stage is handed back to every CTA whose producer multicasts into it (peers
-  // only write the B rows, which only this warpgroup's retired wgmmas read, so the remote arrival
-  // can be relaxed).
+  // Only to this CTA's barrier, also in a cluster: the relay thread hands it on to the peers
+  // that multicast into the stage (StageBarriers::relay_to_peers).
   template <int kInFlight>
   __device__ __forceinline__ void retire(Partial& part, float (&acc)[kRegs], int part_n = 0) {
     hopper::wgmma_wait_group<kInFlight>();
@@ -267,15 +279,7 @@ struct Consumer {
     ++released;
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        ss.bars.consumer_release(stages[i]);
-        if constexpr (T::kClusterM > 1) {
-          const uint32_t rank = hopper::cluster_rank();
-#pragma unroll
-          for (uint32_t peer = 1; peer < T::kClusterM; ++peer)
-            hopper::mbarrier_arrive_peer_relaxed(&ss.bars.empty[stages[i]], (rank + peer) % T::kClusterM);
-        }
-      }
+      for (int i = 0; i < kGroup; ++i) ss.bars.consumer_release(stages[i]);
       // The leader's first thread publishes its count for the follower (see `lead`).
       if (lead > 0 && threadIdx.x % 128 == 0 && consumer_wg == 0) hopper::publish_progress(&ss.bars.lead_released, released);
     }

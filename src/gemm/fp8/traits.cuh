@@ -70,8 +70,8 @@ struct RegisterSplit {
 
 // kClusterM_: CTAs per cluster along M. With 2, a CTA pair computes vertically adjacent tiles of
 // the same B tile and each CTA loads half of B, multicast to both: L2 serves each B tile once per
-// pair. It cut L2 throughput from 82% to 59% yet ran slower, as did the same pairs without
-// multicast (docs/perf.md W1 v4), so the launcher never picks it by itself.
+// pair. Still 2-7% slower than single CTAs (down from 9-15% before the relay thread took the
+// remote arrivals off the consumers' path, docs/perf.md W1 v9), so the launcher never picks it.
 // kPromoteEvery_: K blocks the tensor cores accumulate before each FP32 promotion (DenseOperandsT).
 // kBlockM_: tile rows, 64 per consumer warpgroup (128: two, 64: one; variants.h).
 // kResidentRows_ (fused only): > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many,
