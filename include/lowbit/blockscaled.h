@@ -40,11 +40,11 @@ struct BlockScaledConfig {
   int grid = 0;          // persistent CTAs; 0 = the device's SM count (dense: at most one per tile)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
   // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1: the
-  // multicast pairs measured slower so far, docs/perf.md).
+  // multicast pairs measured no faster so far, docs/perf.md).
   int cluster = 0;
   // Tile columns: 128 or 256 (one or two B scale blocks per tile); 0 = auto (dense: by a cost
-  // model over the tiles' waves; grouped: 256, since the host does not see the group sizes).
-  // cluster=2 runs 128 only.
+  // model over the tiles' waves; grouped: 256, since the host does not see the group sizes),
+  // single CTAs or pairs alike.
   int block_n = 0;
   std::string to_string() const;
 };

@@ -62,7 +62,7 @@ struct Fp8GemmConfig {
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
-  // or 2 (bn=128/176/192/256, plain epilogue without a bias, no cluster): half the promotion adds and
+  // or 2 (bn=128/176/192/256, plain epilogue without a bias; pairs: bn=256): half the promotion adds and
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
   // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;

@@ -1,6 +1,6 @@
 // Thread-block clusters (sm_90): the single home for cluster ranks, the cluster-wide barrier and
 // addressing a peer CTA's shared memory. Kernels that multicast TMA loads to a peer use these to
-// hand stages back across the cluster (StageBarriers::producer_acquire_cluster).
+// hand stages back across the cluster (StageBarriers::relay_to_peers, wait_peers).
 #pragma once
 
 #include <cuda/ptx>
@@ -24,15 +24,17 @@ __device__ __forceinline__ T* peer_shared(T* local, uint32_t rank) {
   return static_cast<T*>(__cluster_map_shared_rank(static_cast<void*>(local), rank));
 }
 
-// Arrives on an mbarrier in a peer CTA's shared memory, relaxed: it orders none of this thread's
-// earlier memory accesses. Enough for handing back a stage whose readers (wgmma instructions,
-// retired by wgmma.wait_group; ordinary loads, fenced by the producer's proxy fence) the local
-// empty barrier already ordered before it; the release form compiles to a GPU-wide MEMBAR per
-// arrival.
-// Only a relay thread arrives remotely (StageBarriers::relay_to_peers). From the consumers (each
-// warp, after each retired stage) the remote arrivals cost ~9% even with no loads at all, and
-// from the producer thread they delayed its loads (docs/perf.md W1 v9).
-__device__ __forceinline__ void mbarrier_arrive_peer_relaxed(uint64_t* local_bar, uint32_t rank) {
+// Arrives on an mbarrier in a peer CTA's shared memory, relaxed. The stage it hands back was read
+// only by wgmma instructions (the peer multicasts B, never the operands read by ordinary loads),
+// retired by wgmma.wait_group before the local release the relay waited for; CUTLASS's cluster
+// pipelines hand stages back the same way (a remote arrive with CTA-scope release). The
+// cluster-scope release form compiles to a GPU-wide MEMBAR per arrival: even on the relay
+// thread alone it made the pairs 12-46% slower (docs/perf.md W1 v9).
+// Only the relay thread arrives remotely (StageBarriers::relay_to_peers), off the consumers' and
+// the producer's path. From the consumers (each warp, after each retired stage) the remote
+// arrivals cost ~9% even with no loads at all, and from the producer thread they delayed its
+// loads (docs/perf.md W1 v9).
+__device__ __forceinline__ void mbarrier_arrive_peer(uint64_t* local_bar, uint32_t rank) {
   cuda::ptx::mbarrier_arrive(cuda::ptx::sem_relaxed, cuda::ptx::scope_cluster, cuda::ptx::space_cluster,
                              peer_shared(local_bar, rank));
 }

@@ -100,12 +100,13 @@ struct StageBarriers {
     mbarrier_wait(&empty[p.stage], p.phase ^ 1u);
 #pragma unroll
     for (uint32_t peer = 1; peer < kCluster; ++peer)
-      mbarrier_arrive_peer_relaxed(&peers_free[p.stage], (rank + peer) % kCluster);
+      mbarrier_arrive_peer(&peers_free[p.stage], (rank + peer) % kCluster);
   }
   // The producer, after producer_acquire, before it multicasts the n-th fill: every peer's n-th
   // arrival, phase n of peers_free -- parity `phase`, not the preceding phase the empty wait
   // takes. A peer cannot send its (n+1)-th before this producer has seen the n-th: that needs
-  // this CTA's consumers to have read the n-th fill, multicast only after this wait.
+  // the peer's consumers to have read the peer's n-th fill, which includes this producer's
+  // multicast, issued only after this wait.
   __device__ __forceinline__ void wait_peers(const RingPosition<kStages>& p) {
     mbarrier_wait(&peers_free[p.stage], p.phase);
   }

@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
 
   // Barrier init: each of the 8 consumer warps of this CTA releases a stage once per phase; in a
-  // cluster each peer's producer then says its copy is free too (peers multicast into it). Grouped: the tile offsets come into shared memory for
-  // the per-unit group lookup.
+  // cluster each peer's relay thread then says its copy is free too (peers multicast into it).
+  // Grouped: the tile offsets come into shared memory for the per-unit group lookup.
   if (threadIdx.x == 0) {
     ss.bars.init(8, T::kClusterM - 1);
     hopper::mbarrier_init_fence();
@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const int num_units = problems.num_units();
       hopper::RingPosition<T::kStages> pos;
       const uint32_t rank = hopper::cluster_rank();
-      for (int u = cluster_id(); u < num_units; u += clusters()) fp8::relay_unit<T>(ss, problems.resolve(u).w, pos, rank);
+      for (int u = cluster_id(); u < num_units; u += clusters())
+        fp8::relay_unit<T>(ss, problems.resolve(u).w, pos, rank);
     }
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();

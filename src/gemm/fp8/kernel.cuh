@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int consumer_wgs = p.a_box_rows / 64;
 
   // Barrier init: every working consumer warp of this CTA releases a stage once per phase; in a
-  // cluster each peer's producer then says its copy is free too (peers multicast into it). The
-  // staged epilogue operands are this CTA's alone.
+  // cluster each peer's relay thread then says its copy is free too (peers multicast into it).
+  // The staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
   using Fused = FusedEpilogue<T>;
   if constexpr (T::kFused) Fused::init(ss, p);

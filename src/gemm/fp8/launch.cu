@@ -143,9 +143,9 @@ constexpr VariantEntry entries_for(int which) {
 }
 
 // Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
-// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles; 256 promotes every two K
-// blocks), then the
-// large-M tiles that promote every two K blocks (plain epilogue without a bias).
+// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles), then the
+// large-M tiles that promote every two K blocks (plain epilogue without a bias; last, bn=256 also
+// as pairs).
 const VariantEntry kEntries[] = {
     entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
     entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
