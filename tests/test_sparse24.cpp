@@ -52,6 +52,27 @@ TEST(Sparse24, EmptyAndSingleNonzeroGroups) {
   EXPECT_EQ(decompress_2_4(c), x);
 }
 
+// A row length that is not a multiple of 4 ends in a short group, padded with zeros: the
+// checker looks at it (it ignored it once, so a dense tail passed as 2:4), the pruner prunes it,
+// and the compressor refuses the shape instead of dropping the tail.
+TEST(Sparse24, ShortTrailingGroupsAndRefusedCompression) {
+  std::vector<float> x = {0, 0, 0, 0, /**/ 1, 1, 1};
+  const auto v = check_2_4(x.data(), 1, 7);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.group, 1);
+  EXPECT_EQ(v.nonzeros, 3);
+  prune_2_4(x.data(), 1, 7);
+  EXPECT_EQ(x, (std::vector<float>{0, 0, 0, 0, 1, 1, 0}));
+  EXPECT_TRUE(check_2_4(x.data(), 1, 7).ok);
+  EXPECT_FALSE(compress_2_4(x.data(), 1, 7).ok);
+  std::vector<float> dense = {1, 1, 1, 0};  // three nonzeros: not 2:4
+  const auto c = compress_2_4(dense.data(), 1, 4);
+  EXPECT_FALSE(c.ok);
+  EXPECT_TRUE(c.values.empty());
+  std::vector<float> fine = {1, 0, 1, 0};
+  EXPECT_TRUE(compress_2_4(fine.data(), 1, 4).ok);
+}
+
 // ---- lowbit's prepacked format (formats/sparse24_layout.h) and the host compressor ----------
 
 #include "lowbit/sparse.h"
@@ -118,6 +139,35 @@ TEST(Sparse24Prepacked, HostPruneKeepsTheTwoLargestMagnitudes) {
   }
 }
 
+// NaN ranks above every number in both pruners (the float one never picked a NaN: comparisons
+// with NaN are false), so they keep the same elements.
+TEST(Sparse24Prepacked, HostPruneRanksNaNLikeTheFloatPruner) {
+  for (auto type : {lowbit::SparseType::kE4M3, lowbit::SparseType::kF16}) {
+    auto a = lowbit_test::random_matrix(type, 4, 64, false, 8.0f, false, lowbit_test::seed() + 11);
+    const int eb = lowbit_test::elem_bytes(type);
+    for (int64_t i : {2, 67, 129, 255}) {  // one NaN in four different groups and positions
+      if (eb == 1) a.bytes[i] = 0x7F;
+      else { a.bytes[2 * i] = 0x00; a.bytes[2 * i + 1] = 0x7E; }
+    }
+    Packed p;
+    ASSERT_TRUE(pack_host(a, true, &p).ok());
+    std::vector<float> want(a.rows * a.cols);
+    for (int64_t r = 0; r < a.rows; ++r)
+      for (int64_t c = 0; c < a.cols; ++c) want[r * a.cols + c] = a.at(r, c);
+    prune_2_4(want.data(), a.rows, a.cols);
+    std::vector<float> got;
+    std::string why;
+    ASSERT_TRUE(lowbit_test::decode_prepacked(type, a.rows, a.cols, p.values, p.meta, &got, &why)) << why;
+    ASSERT_EQ(got.size(), want.size());
+    int nans = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      nans += std::isnan(want[i]);
+      EXPECT_TRUE(std::isnan(got[i]) ? std::isnan(want[i]) : got[i] == want[i]) << "element " << i;
+    }
+    EXPECT_EQ(nans, 4) << "every NaN is among its group's two largest";
+  }
+}
+
 TEST(Sparse24Prepacked, BadInputsAreErrors) {
   std::vector<uint8_t> buf(1 << 16);
   auto* p = buf.data();
@@ -127,6 +177,22 @@ TEST(Sparse24Prepacked, BadInputsAreErrors) {
   EXPECT_FALSE(lowbit::sparse24_compress_host(nullptr, 4, 64, SparseType::kE4M3, false, p, p).ok());
   // An unknown type must not be read as one of the known ones.
   EXPECT_FALSE(lowbit::sparse24_compress_host(p, 4, 64, static_cast<SparseType>(7), false, p, p).ok());
+  EXPECT_EQ(lowbit::sparse24_meta_bytes(128, 256, static_cast<SparseType>(7)), 0u);
+  EXPECT_GT(lowbit::sparse24_meta_bytes(128, 256, SparseType::kE4M3), 0u);
+  lowbit::Sparse24GemmConfig pick;
+  EXPECT_EQ(lowbit::choose_sparse24_config(0, 256, 256, SparseType::kE4M3, &pick).code(),
+            lowbit::StatusCode::kInvalidArgument);
+  EXPECT_EQ(lowbit::choose_sparse24_config(128, 256, 256, static_cast<SparseType>(7), &pick).code(),
+            lowbit::StatusCode::kInvalidArgument);
+  // A config no launch would take sizes no workspace (block_n = 0 once divided by zero).
+  lowbit::Sparse24GemmConfig ws_cfg;
+  ws_cfg.block_n = 0;
+  EXPECT_EQ(lowbit::sparse24_gemm_workspace_size(4096, 4096, 4096, SparseType::kE4M3, ws_cfg), 0u);
+  ws_cfg.block_n = 128;
+  ws_cfg.splits = -5;
+  EXPECT_EQ(lowbit::sparse24_gemm_workspace_size(4096, 4096, 4096, SparseType::kE4M3, ws_cfg), 0u);
+  ws_cfg.splits = 2;
+  EXPECT_GT(lowbit::sparse24_gemm_workspace_size(4096, 4096, 4096, SparseType::kE4M3, ws_cfg), 0u);
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 64, static_cast<SparseType>(7), true, p, p, nullptr, nullptr).ok());
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 48, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
   // Not pruning needs somewhere to report a violation.

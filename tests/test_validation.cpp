@@ -126,7 +126,11 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   };
   auto b = a;
   b.pos_rows = 0;
-  expect(b, "pos_rows (P) must be >= 1");
+  expect(b, "pos_rows (P) must be in [1, 2^31)");
+  b = a;
+  b.whole_images = false;
+  b.pos_rows = int64_t(1) << 31;
+  expect(b, "pos_rows (P) must be in [1, 2^31)");
   b = a;
   b.m = 196 * 4 + 1;
   expect(b, "not a multiple of P");
@@ -141,10 +145,14 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   expect(b, "pos is required");
   b = a;
   b.bias = reinterpret_cast<const void*>(0x40004);
-  expect(b, "bias must be 16-byte aligned");
+  expect(b, "patch_embed_fp8: bias and pos must be 16-byte aligned");
   b = a;
   b.pos = reinterpret_cast<const void*>(0x50002);
-  expect(b, "row_bcast must be 16-byte aligned");
+  expect(b, "patch_embed_fp8: bias and pos must be 16-byte aligned");
+  // The GEMM's own checks come back under this entry point's name.
+  b = a;
+  b.k = 24;
+  expect(b, "patch_embed_fp8: fp8_gemm: K must be");
   b = a;
   b.whole_images = false;
   b.m = 196 * 4 + 1;  // allowed when the caller does not require whole images: fails later only for the device

@@ -19,9 +19,9 @@ struct PatchEmbedArgs {
   int64_t k = 0;  // patch size x channels, multiple of 16
   const void* patches = nullptr;  // E4M3 [m, k]
   const void* weight = nullptr;   // E4M3 [n, k]
-  const void* bias = nullptr;     // BF16 [bias_len], bias_len == n
+  const void* bias = nullptr;     // BF16 [bias_len], bias_len == n, 16-byte aligned
   int64_t bias_len = 0;
-  const void* pos = nullptr;      // BF16 [pos_rows, pos_cols], pos_cols == n
+  const void* pos = nullptr;      // BF16 [pos_rows, pos_cols], pos_cols == n, 16-byte aligned
   int64_t pos_rows = 0;           // P: patches per image
   int64_t pos_cols = 0;
   bool whole_images = true;       // require m % pos_rows == 0

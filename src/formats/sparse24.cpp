@@ -4,12 +4,15 @@
 
 namespace lowbit::formats {
 
+// Elements of group g of a row of `cols` (a trailing group may be short: cols % 4 != 0).
+static int group_len(int64_t g, int64_t cols) { return static_cast<int>(cols - 4 * g < 4 ? cols - 4 * g : 4); }
+
 Sparse24Violation check_2_4(const float* x, int64_t rows, int64_t cols) {
   Sparse24Violation v;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < cols / 4; ++g) {
+    for (int64_t g = 0; g < (cols + 3) / 4; ++g) {
       int nz = 0;
-      for (int i = 0; i < 4; ++i) nz += x[r * cols + 4 * g + i] != 0.0f;
+      for (int i = 0; i < group_len(g, cols); ++i) nz += x[r * cols + 4 * g + i] != 0.0f;
       if (nz > 2) {
         v.ok = false;
         v.row = r;
@@ -21,18 +24,24 @@ Sparse24Violation check_2_4(const float* x, int64_t rows, int64_t cols) {
   return v;
 }
 
+// Magnitude for ranking: a NaN ranks above every number, as its code does in the E4M3 pruner
+// (sparse24_layout.h), so the two pruners keep the same elements.
+static float rank_of(float v) { return std::isnan(v) ? INFINITY : std::fabs(v); }
+
 void prune_2_4(float* x, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < cols / 4; ++g) {
+    for (int64_t g = 0; g < (cols + 3) / 4; ++g) {
       float* p = x + r * cols + 4 * g;
+      const int len = group_len(g, cols);
+      if (len <= 2) continue;
       // Rank by magnitude, lower index first on ties; keep the top two.
       int first = 0;
-      for (int i = 1; i < 4; ++i)
-        if (std::fabs(p[i]) > std::fabs(p[first])) first = i;
+      for (int i = 1; i < len; ++i)
+        if (rank_of(p[i]) > rank_of(p[first])) first = i;
       int second = first == 0 ? 1 : 0;
-      for (int i = 0; i < 4; ++i)
-        if (i != first && std::fabs(p[i]) > std::fabs(p[second])) second = i;
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < len; ++i)
+        if (i != first && rank_of(p[i]) > rank_of(p[second])) second = i;
+      for (int i = 0; i < len; ++i)
         if (i != first && i != second) p[i] = 0.0f;
     }
 }
@@ -41,6 +50,8 @@ Compressed24 compress_2_4(const float* x, int64_t rows, int64_t cols) {
   Compressed24 c;
   c.rows = rows;
   c.cols = cols;
+  c.ok = cols % 4 == 0 && check_2_4(x, rows, cols).ok;
+  if (!c.ok) return c;
   c.values.assign(static_cast<size_t>(rows * cols / 2), 0.0f);
   c.indices.assign(static_cast<size_t>(rows * cols / 4), 0);
   for (int64_t r = 0; r < rows; ++r)

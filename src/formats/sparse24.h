@@ -16,19 +16,23 @@ struct Sparse24Violation {
   int nonzeros = 0;
 };
 
-// The first group (row-major order) with more than 2 nonzeros, if any. cols % 4 == 0.
+// The first group (row-major order) with more than 2 nonzeros, if any. A trailing group of a row
+// whose length is not a multiple of 4 counts as padded with zeros.
 Sparse24Violation check_2_4(const float* x, int64_t rows, int64_t cols);
 
-// Keeps the 2 largest magnitudes of every group (ties go to the lower index), zeroes the rest.
+// Keeps the 2 largest magnitudes of every group (ties go to the lower index; a NaN ranks above
+// every number, as in the E4M3 pruner), zeroes the rest; a trailing short group likewise.
 void prune_2_4(float* x, int64_t rows, int64_t cols);
 
 struct Compressed24 {
+  bool ok = false;                // false: cols % 4 != 0 or a group with more than 2 nonzeros (nothing compressed)
   int64_t rows = 0, cols = 0;     // dense shape
   std::vector<float> values;      // [rows, cols / 2]: the 2 kept values of each group, in index order
   std::vector<uint8_t> indices;   // [rows, cols / 4]: bits 0-1 first kept index, bits 2-3 second
 };
 
-// Compresses a 2:4 matrix (check_2_4 must pass). A group with fewer than 2 nonzeros keeps its
+// Compresses a 2:4 matrix with cols % 4 == 0; anything else gives ok = false and no values. A
+// group with fewer than 2 nonzeros keeps its
 // nonzero (if any) and the lowest free index, so the two indices are always distinct and increasing.
 Compressed24 compress_2_4(const float* x, int64_t rows, int64_t cols);
 

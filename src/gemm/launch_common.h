@@ -27,7 +27,8 @@ inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t
     return Status::Invalid(w + ": K must be a positive multiple of " + std::to_string(k_multiple) + " (got " +
                            std::to_string(k) + ")");
   if (m > INT_MAX - 256 || n > INT_MAX - 256 || k > INT_MAX - 256)
-    return Status::Invalid(w + ": M, N and K must each be below 2^31");
+    return Status::Invalid(w + ": M, N and K must each be at most 2^31 - 257 (a tile of padding below 2^31; got " +
+                           std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) + ")");
   return Status::Ok();
 }
 

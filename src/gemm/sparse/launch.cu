@@ -120,9 +120,7 @@ const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promot
   return nullptr;
 }
 
-int tiles_for(int64_t m, int64_t n, int block_n) {
-  return static_cast<int>(((m + 127) / 128) * ((n + block_n - 1) / block_n));
-}
+int64_t tiles_for(int64_t m, int64_t n, int block_n) { return ((m + 127) / 128) * ((n + block_n - 1) / block_n); }
 
 // Cost model (same form as the dense chooser, gemm/fp8/config.cpp): waves of units at the sparse
 // tensor rate (twice the dense one) against the bytes streamed (half of A, its metadata, B, D).
@@ -144,7 +142,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
   for (const auto& v : kSparseVariants) {
     const double rate =
         2.0 * kDenseTflopsPerSm / eb * (promote ? v.efficiency_promoted : v.efficiency_direct);
-    const int tiles = tiles_for(m, n, v.block_n);
+    const int tiles = static_cast<int>(tiles_for(m, n, v.block_n));  // the shape was validated below 2^31
     for (int splits = 1; splits <= std::min(kb, 16); ++splits) {
       const int units = tiles * splits;
       if (splits > 1 && units > 2 * sm_count) break;
@@ -202,7 +200,7 @@ Status validate(const Sparse24GemmArgs& a) {
 }  // namespace
 
 size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type) {
-  if (m <= 0 || k <= 0) return 0;
+  if (m <= 0 || k <= 0 || (type != SparseType::kE4M3 && type != SparseType::kF16)) return 0;
   return static_cast<size_t>(formats::sparse24_meta_bytes(m, k, to_format(type)));
 }
 
@@ -234,12 +232,18 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
 
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseType /*type*/,
                                     const Sparse24GemmConfig& config) {
+  // A config no launch would take needs nothing (a zero block_n once divided by zero here).
+  if (m <= 0 || n <= 0 || !variant_exists(config.block_n) || config.splits < 1) return 0;
   return gemm::split_k_workspace_bytes(static_cast<size_t>(tiles_for(m, n, config.block_n)), config.splits, 128,
                                        config.block_n);
 }
 
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,
                               bool fast_accum) {
+  if (!out) return Status::Invalid("choose_sparse24_config: out must be non-null");
+  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_sparse24_config", m, n, k, 32));
+  if (type != SparseType::kE4M3 && type != SparseType::kF16)
+    return Status::Invalid("choose_sparse24_config: unknown sparse type");
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   const Sparse24Type t = to_format(type);
