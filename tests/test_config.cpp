@@ -183,13 +183,13 @@ TEST(Fp8Config, WorkspaceSize) {
   c.splits = 1;
   EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 0u);
   c.splits = 4;
-  // 32 tiles: 256 bytes of counters + 32 * 4 * 128 * 128 floats.
-  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 256u + 32u * 4 * 128 * 128 * 4);
-  // 64-row tiles: twice the tiles, half the partial each.
+  // 32 tiles: the fixed counter region (shared by every call on a workspace) + 32 * 4 * 128 * 128 floats.
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 16384u + 32u * 4 * 128 * 128 * 4);
+  // 64-row tiles: twice the tiles, half the partial each; the same counter region.
   c.block_m = 64;
   c.block_n = 64;
   c.splits = 2;
-  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 512u + 128u * 2 * 64 * 64 * 4);
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 16384u + 128u * 2 * 64 * 64 * 4);
 }
 
 // The raster walk covers every tile exactly once for every band height a caller may force,

@@ -40,6 +40,8 @@ struct Case {
   int64_t row_bcast_rows = 0;    // > 0: add a BF16 [P, n] row-broadcast tensor (positional embedding)
   bool residual = false;         // add a BF16 [m, n] residual
   Activation activation = Activation::kNone;
+  void* workspace = nullptr;  // a caller's workspace shared across cases (zero-filled once), or null: one per case
+  size_t workspace_bytes = 0;
 };
 
 std::string describe(const Case& c) {
@@ -106,9 +108,11 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
     ASSERT_TRUE(ps.ok()) << ps.to_string();
     forced = &cfg;
   }
-  const size_t wsb = forced ? fp8_gemm_workspace_size(c.m, c.n, c.k, cfg) : (size_t(64) << 20);
-  Buf ws(wsb);
-  ASSERT_TRUE(workspace_init(ws.p, wsb, nullptr).ok());
+  const size_t wsb = c.workspace ? c.workspace_bytes
+                                 : forced ? fp8_gemm_workspace_size(c.m, c.n, c.k, cfg) : (size_t(64) << 20);
+  Buf own_ws(c.workspace ? 0 : wsb);
+  void* ws_p = c.workspace ? c.workspace : own_ws.p;
+  if (!c.workspace) ASSERT_TRUE(workspace_init(ws_p, wsb, nullptr).ok());
 
   Fp8GemmArgs a;
   a.m = c.m;
@@ -126,7 +130,7 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.row_bcast_rows = P;
   a.residual = c.residual ? res.p : nullptr;
   a.activation = c.activation;
-  a.workspace = ws.p;
+  a.workspace = ws_p;
   a.workspace_bytes = wsb;
   const Status st = fp8_gemm(a, nullptr, forced);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -379,6 +383,39 @@ TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {
     run_case(c, &again);
     EXPECT_EQ(first.raw, again.raw) << "split-K result changed between identical runs (rep " << rep << ")";
   }
+}
+
+// One workspace, zero-filled once, shared by split calls of different tile counts: every call
+// must find its tile counters at zero. (They used to sit in front of partials sized per call, so
+// a call with more tiles read the previous call's partials as counters.)
+TEST_F(Fp8GemmGpu, SplitCallsShareOneWorkspace) {
+  const size_t bytes = size_t(64) << 20;
+  Buf ws(bytes);
+  ASSERT_TRUE(workspace_init(ws.p, bytes, nullptr).ok());
+  const Case cases[] = {
+      {200, 640, 4096, OutType::kFP32, false, Inputs::kSmallInts, "bn=64,splits=7"},    // 20 tiles
+      {600, 2048, 1024, OutType::kBF16, false, Inputs::kSmallInts, "bn=64,splits=2"},   // 160 tiles
+      {64, 4096, 2048, OutType::kBF16, false, Inputs::kSmallInts, "bm=64,bn=64,splits=4"},  // 64 tiles
+      {1000, 4096, 1024, OutType::kFP32, false, Inputs::kSmallInts, "bn=128,splits=2"},  // 256 tiles
+      {200, 640, 4096, OutType::kFP32, false, Inputs::kSmallInts, "bn=64,splits=7"},
+  };
+  for (Case c : cases) {
+    c.workspace = ws.p;
+    c.workspace_bytes = bytes;
+    expect_exact(c);
+  }
+  // A split call over more tiles than the counter region holds is refused, not miscounted.
+  Fp8GemmConfig cfg;
+  ASSERT_TRUE(parse_fp8_config("bm=64,bn=64,splits=2", &cfg).ok());
+  Fp8GemmArgs a;
+  a.m = 64 * 65;
+  a.n = 64 * 64;  // 4160 tiles
+  a.k = 256;
+  a.a = a.b = a.d = ws.p;
+  a.workspace = ws.p;
+  a.workspace_bytes = bytes;
+  const Status st = fp8_gemm(a, nullptr, &cfg);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
 }
 
 TEST_F(Fp8GemmGpu, RejectsBadInputOnDevice) {

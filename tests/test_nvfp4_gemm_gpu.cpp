@@ -176,6 +176,8 @@ struct Case {
   bool fp4_act;         // NVFP4 activations (else BF16)
   bool swizzled;        // weight scales handed to the prepack in the 128x4 swizzled layout
   const char* config;   // nullptr: the chooser
+  void* workspace = nullptr;  // shared across cases (zero-filled once by the caller), or null: one per case
+  size_t workspace_bytes = 0;
 };
 
 std::string name(const Case& c) {
@@ -196,9 +198,10 @@ void run_case(const Case& c) {
   const bool forced = c.config != nullptr;
   if (forced) ASSERT_TRUE(parse_nvfp4_config(c.config, &cfg).ok());
   else ASSERT_TRUE(choose_nvfp4_config(c.m, c.n, c.k, &cfg).ok());
-  const size_t ws_bytes = nvfp4_gemm_workspace_size(c.m, c.n, c.k, c.fp4_act, cfg);
-  Buf ws(ws_bytes);
-  ASSERT_TRUE(workspace_init(ws.p, ws_bytes, nullptr).ok());
+  const size_t ws_bytes = c.workspace ? c.workspace_bytes : nvfp4_gemm_workspace_size(c.m, c.n, c.k, c.fp4_act, cfg);
+  Buf own_ws(c.workspace ? 0 : ws_bytes);
+  void* ws_p = c.workspace ? c.workspace : own_ws.p;
+  if (!c.workspace) ASSERT_TRUE(workspace_init(ws_p, ws_bytes, nullptr).ok());
 
   Nvfp4GemmArgs ga;
   ga.m = c.m;
@@ -214,7 +217,7 @@ void run_case(const Case& c) {
   ga.b_prepacked = o.pre->p;
   ga.b_global_scale = o.w.global_scale;
   ga.d = o.d->p;
-  ga.workspace = ws.p;
+  ga.workspace = ws_p;
   ga.workspace_bytes = ws_bytes;
   const Status st = nvfp4_gemm(ga, nullptr, forced ? &cfg : nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -225,6 +228,26 @@ void run_case(const Case& c) {
 // The chooser's rule (docs/perf.md W4 v4): K is split only into one wave of units (units <= SMs,
 // >= 4 K blocks each), to the largest fill such a split reaches; tiles that alone exceed a
 // wave are not split.
+// One workspace, zero-filled once, shared by calls that stage NVFP4 activations and calls that
+// split K: the staged activations must never land on the split calls' tile counters (they used
+// to start at byte 0, where the next split call read them as counters).
+TEST_F(Nvfp4GemmGpu, CallsShareOneWorkspace) {
+  const size_t bytes = size_t(64) << 20;
+  Buf ws(bytes);
+  ASSERT_TRUE(workspace_init(ws.p, bytes, nullptr).ok());
+  const Case cases[] = {
+      {300, 512, 1024, true, true, false, "tokens=128,splits=1"},  // stages activations, no split
+      {16, 1024, 2048, true, false, false, "tokens=16,splits=4"},
+      {200, 768, 2048, true, true, false, "tokens=64,splits=3"},   // both
+      {16, 1024, 2048, true, false, false, "tokens=16,splits=4"},
+  };
+  for (Case c : cases) {
+    c.workspace = ws.p;
+    c.workspace_bytes = bytes;
+    run_case(c);
+  }
+}
+
 TEST_F(Nvfp4GemmGpu, ChooserSplitsIntoOneWave) {
   DeviceInfo dev;
   ASSERT_TRUE(require_hopper(&dev).ok());

@@ -79,7 +79,8 @@ struct Fp8GroupedProblem {
 // Workspace of a grouped call with up to `max_groups` groups: the per-group tensor maps (built
 // on the device from the descriptors by a preparation kernel in the same stream), the tile
 // offsets and a status word. Caller-owned; no initialization needed; calls that may run
-// concurrently need separate workspaces.
+// concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K
+// counters: zero-fill such a buffer again before a dense call uses it.)
 size_t fp8_grouped_workspace_size(int max_groups);
 
 // Grouped block-scaled GEMM: one persistent launch over the tiles of every group (after a small

@@ -42,8 +42,10 @@ struct Fp8GemmArgs {
   // chosen config splits K (fp8_gemm_workspace_size says how much); without a forced config,
   // lowbit picks the best candidate that fits workspace_bytes (splitting needs some, so 0 bytes
   // means no split-K). It must be zero-filled once before its first use (workspace_init); every
-  // call leaves its counters at zero again. Calls that may run concurrently (other streams)
-  // need separate workspaces.
+  // call leaves its counters at zero again. The counters sit in the workspace's first 16 KiB
+  // whatever the shape, so one workspace can serve FP8, 2:4-sparse and NVFP4 GEMM calls of any
+  // shape in turn; a grouped call writes its status word there, so zero-fill again after lending
+  // the buffer to one. Calls that may run concurrently (other streams) need separate workspaces.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

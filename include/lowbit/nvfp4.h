@@ -64,8 +64,10 @@ struct Nvfp4GemmArgs {
   float b_global_scale = 1.0f;        // finite, > 0
   void* d = nullptr;                  // BF16 [m, n], 16-byte aligned
   // Caller-owned scratch: split-K partials and tile counters, and the BF16 copy of NVFP4
-  // activations (nvfp4_gemm_workspace_size). Zero-fill once before first use (workspace_init);
-  // every call leaves the counters at zero again. Concurrent calls need separate workspaces.
+  // activations (nvfp4_gemm_workspace_size), laid out as Fp8GemmArgs::workspace (counters in the
+  // first 16 KiB, shareable with the other dense GEMMs). Zero-fill once before first use
+  // (workspace_init); every call leaves the counters at zero again. Concurrent calls need
+  // separate workspaces.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -107,7 +109,8 @@ struct Nvfp4GroupedArgs {
   int64_t expected_m = 0;
   // Caller-owned: status word, tile offsets, per-group tensor maps, staged activations
   // (nvfp4_grouped_workspace_size). No initialization needed; calls that may run concurrently
-  // need separate workspaces.
+  // need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:
+  // zero-fill such a buffer again before a dense call uses it.)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

@@ -32,20 +32,34 @@ inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t
   return Status::Ok();
 }
 
-inline size_t split_k_counter_bytes(size_t tiles) { return (tiles * sizeof(int) + 255) / 256 * 256; }
+// Split-K tile counters live in a fixed region at the start of a workspace (one int per tile, up
+// to kSplitKMaxTiles tiles) that nothing else ever writes. Every split call leaves its counters at
+// zero, so calls of any shape and kind can share one workspace after a single zero-fill; partials
+// (and NVFP4's staged activations) start after the region. When the counters sat in front of
+// partials sized per call, a split call with more tiles read an earlier call's partials (or
+// staged activations) as its counters, and its fix-up skipped or raced tiles.
+constexpr size_t kSplitKCounterBytes = 16384;
+constexpr int64_t kSplitKMaxTiles = static_cast<int64_t>(kSplitKCounterBytes / sizeof(int));
 
 inline size_t split_k_workspace_bytes(size_t tiles, int splits, int block_m, int block_n) {
   if (splits <= 1) return 0;
-  return split_k_counter_bytes(tiles) + tiles * static_cast<size_t>(splits) * block_m * block_n * sizeof(float);
+  return kSplitKCounterBytes + tiles * static_cast<size_t>(splits) * block_m * block_n * sizeof(float);
+}
+
+// A split call's tiles must fit the counter region.
+inline Status check_split_tiles(const char* who, int64_t tiles, int splits) {
+  if (splits > 1 && tiles > kSplitKMaxTiles)
+    return Status::Invalid(std::string(who) + ": split K covers at most " + std::to_string(kSplitKMaxTiles) +
+                           " output tiles (got " + std::to_string(tiles) + "); use splits=1 or a wider tile");
+  return Status::Ok();
 }
 
 // Points the kernel parameters' split-K buffers into the workspace (nothing without a split).
 template <class Params>
 void bind_split_k_workspace(Params& p, void* workspace) {
   if (p.sched.splits <= 1) return;
-  const size_t tiles = static_cast<size_t>(p.sched.num_tiles());
   p.tile_counters = static_cast<int*>(workspace);
-  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + split_k_counter_bytes(tiles));
+  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + kSplitKCounterBytes);
 }
 
 // After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)") and the Status.

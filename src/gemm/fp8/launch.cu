@@ -77,6 +77,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: raster_group must be in [0, " + std::to_string(gemm::kMaxRasterGroup) +
                            "] (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
+  LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
   const int max_lead = stages / c.promote_every - 1;
   if (c.lead < 0 || c.lead > max_lead || (c.lead > 0 && c.block_m != 128))

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "formats/nvfp4_device.cuh"
+#include "gemm/launch_common.h"
 #include "gemm/nvfp4/activations.cuh"
 #include "gemm/nvfp4/kernel.cuh"
 #include "gemm/nvfp4/variants.h"
@@ -135,7 +136,6 @@ const nvfp4::Nvfp4Variant kVariants[] = {
 
 const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }
 
-size_t counters_bytes(int64_t tiles) { return static_cast<size_t>(ceil_div(tiles * 4, 256) * 256); }
 
 }  // namespace
 
@@ -249,10 +249,13 @@ size_t nvfp4_prepacked_bytes(int64_t n, int64_t k) {
 size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
                                  const Nvfp4GemmConfig& c) {
   if (m <= 0 || n <= 0 || k <= 0 || c.block_tokens <= 0) return 0;
-  size_t bytes = 0;
+  // The split-K counter region comes first whenever a workspace is used, so nothing this call
+  // stages lands on another call's counters (gemm::kSplitKCounterBytes).
+  if (c.splits <= 1 && !nvfp4_activations) return 0;
+  size_t bytes = gemm::kSplitKCounterBytes;
   if (c.splits > 1) {
     const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
-    bytes += counters_bytes(tiles) + static_cast<size_t>(tiles) * c.splits * 256 * (c.block_tokens / 2) * 4;
+    bytes += static_cast<size_t>(tiles) * c.splits * 256 * (c.block_tokens / 2) * 4;
   }
   if (nvfp4_activations) bytes += static_cast<size_t>(ceil_div(static_cast<int64_t>(m) * k * 2, 256) * 256);
   return bytes;
@@ -316,6 +319,8 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   if (cfg.splits < 1 || cfg.splits > k_blocks)
     return Status::Invalid("nvfp4_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(k_blocks) + "]");
+  LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles(
+      "nvfp4_gemm", ceil_div(a.n, kTileRows) * ceil_div(a.m, static_cast<int64_t>(cfg.block_tokens)), cfg.splits));
   const size_t need = nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg);
   if (need > a.workspace_bytes)
     return Status::Error(StatusCode::kWorkspaceTooSmall, "nvfp4_gemm: config " + cfg.to_string() + " needs " +
@@ -339,10 +344,11 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   p.d = static_cast<__nv_bfloat16*>(a.d);
   char* ws = static_cast<char*>(a.workspace);
   const int64_t tiles = static_cast<int64_t>(p.tiles_n) * p.tiles_m;
+  if (cfg.splits > 1) p.tile_counters = reinterpret_cast<int*>(ws);
+  if (cfg.splits > 1 || fp4_act) ws += gemm::kSplitKCounterBytes;  // the counter region (nvfp4_gemm_workspace_size)
   if (cfg.splits > 1) {
-    p.tile_counters = reinterpret_cast<int*>(ws);
-    p.partials = reinterpret_cast<float*>(ws + counters_bytes(tiles));
-    ws += counters_bytes(tiles) + static_cast<size_t>(tiles) * cfg.splits * 256 * (cfg.block_tokens / 2) * 4;
+    p.partials = reinterpret_cast<float*>(ws);
+    ws += static_cast<size_t>(tiles) * cfg.splits * 256 * (cfg.block_tokens / 2) * 4;
   }
   // NVFP4 activations are dequantized into the workspace, launched only once every check below
   // has passed (a refused call leaves the workspace as it was).

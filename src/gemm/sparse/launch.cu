@@ -269,6 +269,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       return Status::Invalid("sparse24_gemm: no compiled variant with block_n=" + std::to_string(cfg.block_n));
     if (cfg.splits < 1 || cfg.splits > kb)
       return Status::Invalid("sparse24_gemm: splits must be in [1, " + std::to_string(kb) + "] (groups of K blocks)");
+    LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("sparse24_gemm", tiles_for(args.m, args.n, cfg.block_n), cfg.splits));
     if (cfg.raster_group < 0 || cfg.raster_group > gemm::kMaxRasterGroup || cfg.grid < 0)
       return Status::Invalid("sparse24_gemm: raster_group must be in [0, " + std::to_string(gemm::kMaxRasterGroup) +
                              "] and grid >= 0 (0 = auto)");
