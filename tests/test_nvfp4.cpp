@@ -160,3 +160,53 @@ TEST(Nvfp4Quantizer, TinyAmaxKeepsZerosAndIsFinite) {
   }
   EXPECT_NE(t.scales[1], 0x7F) << "the all-zero block's scale must not be NaN";
 }
+
+// Rows of whole 16-element blocks only: a partial block has no scale (it was left unquantized,
+// and the dequantizer read past the scales); a malformed tensor dequantizes to nothing.
+TEST(Nvfp4Quantizer, PartialBlocksAreRefused) {
+  std::vector<float> x(2 * 20, 1.0f);
+  const Nvfp4Tensor t = quantize_nvfp4(x.data(), 2, 20);
+  EXPECT_EQ(t.rows, 0);
+  EXPECT_TRUE(t.packed.empty());
+  EXPECT_TRUE(dequantize_nvfp4(t).empty());
+  Nvfp4Tensor bad = quantize_nvfp4(x.data(), 2, 16);
+  ASSERT_EQ(bad.rows, 2);
+  EXPECT_EQ(dequantize_nvfp4(bad).size(), 32u);
+  bad.cols = 20;  // claims more columns than it holds
+  EXPECT_TRUE(dequantize_nvfp4(bad).empty());
+}
+
+// Configs nvfp4_gemm refuses size no workspace; a valid split config sizes the counter region,
+// the partials and (with NVFP4 activations) the staged copy.
+TEST(Nvfp4GemmWorkspace, InvalidConfigsSizeNothing) {
+  lowbit::Nvfp4GemmConfig c;
+  c.block_tokens = 48;
+  c.splits = 2;
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(128, 4096, 4096, false, c), 0u);
+  c.block_tokens = 16;
+  c.splits = 64;  // 32 K blocks of 128
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, false, c), 0u);
+  c.splits = 0;
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, false, c), 0u);
+  c.splits = 1;
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, false, c), 0u);  // no split, BF16 activations
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, true, c), 16384u + 16u * 4096 * 2);
+  c.splits = 4;
+  EXPECT_GT(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, false, c), 16384u);
+}
+
+// NVFP4 activations with no room to stage them: refused on the host (every group used to be
+// refused on the device instead, D left untouched).
+TEST(Nvfp4GroupedValidation, ActivationsNeedStagingRoom) {
+  alignas(256) static char ws[1 << 16];
+  lowbit::Nvfp4GroupedArgs a;
+  a.problems = reinterpret_cast<const lowbit::Nvfp4GroupedProblem*>(ws);
+  a.groups = 1;
+  a.nvfp4_activations = true;
+  a.max_activation_elements = 0;
+  a.workspace = ws;
+  a.workspace_bytes = sizeof(ws);
+  const lowbit::Status st = lowbit::nvfp4_grouped_gemm(a, nullptr);
+  EXPECT_EQ(st.code(), lowbit::StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("max_activation_elements >= 32"), std::string::npos) << st.to_string();
+}

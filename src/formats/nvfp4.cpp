@@ -33,6 +33,9 @@ uint8_t float_to_e2m1(float x) {
 
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols) {
   Nvfp4Tensor t;
+  // Whole 16-element blocks only: a partial block has no scale to go with it (and was left
+  // unquantized, then read past the scales by the dequantizer).
+  if (rows < 0 || cols < 0 || cols % kNvfp4Block != 0) return t;
   t.rows = rows;
   t.cols = cols;
   t.packed.assign(static_cast<size_t>(rows * cols / 2), 0);
@@ -65,8 +68,11 @@ Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols) {
 }
 
 std::vector<float> dequantize_nvfp4(const Nvfp4Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
   const int64_t kb = t.cols / kNvfp4Block;
+  if (t.rows < 0 || t.cols < 0 || t.cols % kNvfp4Block != 0 ||
+      t.packed.size() != static_cast<size_t>(t.rows * t.cols / 2) || t.scales.size() != static_cast<size_t>(t.rows * kb))
+    return {};  // not a tensor quantize_nvfp4 makes
+  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t c = 0; c < t.cols; ++c) {
       const int64_t e = r * t.cols + c;

@@ -34,9 +34,10 @@ struct Nvfp4Tensor {
 // per block of 16 along a row:
 //   sf = e4m3_rne_sat(block_amax / 6 * enc);  s = e4m3_to_float(sf)
 //   q  = s > 0 ? e2m1_rne_sat(x * (enc / s)) : 0      (enc / s computed once per block, in FP32)
+// cols must be a multiple of 16 (whole blocks); otherwise the result is an empty tensor.
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols);
 
-// x_hat[r, c] = e2m1(q) * e4m3(sf) * g, in FP32.
+// x_hat[r, c] = e2m1(q) * e4m3(sf) * g, in FP32; empty for a tensor quantize_nvfp4 would not make.
 std::vector<float> dequantize_nvfp4(const Nvfp4Tensor& t);
 
 // Byte offset of the scale of (row, k-block) in the 128x4-atom swizzled layout that cuBLASLt and

@@ -98,6 +98,11 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
                            std::to_string(a.max_activation_elements) + ")");
   if (!a.workspace) return Status::Invalid(who + ": null workspace");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return Status::Invalid(who + ": workspace must be 256-byte aligned");
+  // The smallest non-empty group (M = 1, K = 32) stages 32 elements: a smaller capacity would
+  // pass here and then refuse every group on the device.
+  if (a.nvfp4_activations && a.max_activation_elements < 32)
+    return Status::Invalid(who + ": nvfp4_activations needs max_activation_elements >= 32 (the staged BF16 copy; got " +
+                           std::to_string(a.max_activation_elements) + ")");
   const int64_t capacity = a.nvfp4_activations ? a.max_activation_elements : 0;
   const size_t need = nvfp4_grouped_workspace_size(a.groups, capacity);
   if (a.workspace_bytes < need)

@@ -248,7 +248,9 @@ size_t nvfp4_prepacked_bytes(int64_t n, int64_t k) {
 
 size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
                                  const Nvfp4GemmConfig& c) {
-  if (m <= 0 || n <= 0 || k <= 0 || c.block_tokens <= 0) return 0;
+  // A config no launch takes needs nothing (nvfp4_gemm refuses it).
+  if (m <= 0 || n <= 0 || k <= 0 || !find_variant(c.block_tokens) || c.splits < 1 || c.splits > ceil_div(k, kBlockK))
+    return 0;
   // The split-K counter region comes first whenever a workspace is used, so nothing this call
   // stages lands on another call's counters (gemm::kSplitKCounterBytes).
   if (c.splits <= 1 && !nvfp4_activations) return 0;
@@ -293,7 +295,9 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   const bool fp4_act = a.a_packed != nullptr || a.a_scales != nullptr;
   if (fp4_act == (a.a_bf16 != nullptr))
     return Status::Invalid("nvfp4_gemm: give either a_bf16, or a_packed with a_scales");
-  if (fp4_act && (!a.a_packed || !a.a_scales)) return Status::Invalid("nvfp4_gemm: a_packed needs a_scales");
+  if (fp4_act && (!a.a_packed || !a.a_scales))
+    return Status::Invalid(std::string("nvfp4_gemm: NVFP4 activations need both a_packed and a_scales (") +
+                           (a.a_packed ? "a_scales" : "a_packed") + " is null)");
   if (!a.b_prepacked || !a.d) return Status::Invalid("nvfp4_gemm: b_prepacked and d must be non-null");
   if (!aligned16(a.b_prepacked) || !aligned16(a.d) || (a.a_bf16 && !aligned16(a.a_bf16)) ||
       (a.a_packed && !aligned16(a.a_packed)))
