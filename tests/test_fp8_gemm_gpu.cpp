@@ -112,7 +112,9 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
                                  : forced ? fp8_gemm_workspace_size(c.m, c.n, c.k, cfg) : (size_t(64) << 20);
   Buf own_ws(c.workspace ? 0 : wsb);
   void* ws_p = c.workspace ? c.workspace : own_ws.p;
-  if (!c.workspace) ASSERT_TRUE(workspace_init(ws_p, wsb, nullptr).ok());
+  if (!c.workspace) {
+    ASSERT_TRUE(workspace_init(ws_p, wsb, nullptr).ok());
+  }
 
   Fp8GemmArgs a;
   a.m = c.m;

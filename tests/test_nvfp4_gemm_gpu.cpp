@@ -201,7 +201,9 @@ void run_case(const Case& c) {
   const size_t ws_bytes = c.workspace ? c.workspace_bytes : nvfp4_gemm_workspace_size(c.m, c.n, c.k, c.fp4_act, cfg);
   Buf own_ws(c.workspace ? 0 : ws_bytes);
   void* ws_p = c.workspace ? c.workspace : own_ws.p;
-  if (!c.workspace) ASSERT_TRUE(workspace_init(ws_p, ws_bytes, nullptr).ok());
+  if (!c.workspace) {
+    ASSERT_TRUE(workspace_init(ws_p, ws_bytes, nullptr).ok());
+  }
 
   Nvfp4GemmArgs ga;
   ga.m = c.m;
