@@ -210,3 +210,14 @@ TEST(Nvfp4GroupedValidation, ActivationsNeedStagingRoom) {
   EXPECT_EQ(st.code(), lowbit::StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("max_activation_elements >= 32"), std::string::npos) << st.to_string();
 }
+
+// Config text: whole integers only (atoi once read "splits=4x" as 4 and wrapped 2^32 + 1 to 1).
+TEST(Nvfp4Config, ParsesWholeIntegersOnly) {
+  lowbit::Nvfp4GemmConfig c;
+  ASSERT_TRUE(lowbit::parse_nvfp4_config("tokens=32,splits=2", &c).ok());
+  EXPECT_EQ(c.block_tokens, 32);
+  EXPECT_EQ(c.splits, 2);
+  for (const char* bad : {"tokens=16junk", "tokens=16,splits=4x", "splits=4294967297", "splits=99999999999",
+                          "tokens", "tokens=24", "splits=0", "stages=3"})
+    EXPECT_FALSE(lowbit::parse_nvfp4_config(bad, &c).ok()) << bad;
+}

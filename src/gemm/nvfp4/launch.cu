@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/key_value.h"
 #include "formats/nvfp4_device.cuh"
 #include "gemm/launch_common.h"
 #include "gemm/nvfp4/activations.cuh"
@@ -155,17 +156,14 @@ std::string Nvfp4GemmConfig::to_string() const {
 
 Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out) {
   Nvfp4GemmConfig c;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) return Status::Invalid("nvfp4 config: expected key=value, got '" + item + "'");
-    const std::string key = item.substr(0, eq);
-    const int value = std::atoi(item.substr(eq + 1).c_str());
+  // Whole integers only, as every config parser (atoi read "splits=4x" as 4 and wrapped values
+  // past 2^31).
+  LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "tokens") c.block_tokens = value;
     else if (key == "splits") c.splits = value;
     else return Status::Invalid("nvfp4 config: unknown key '" + key + "' (tokens, splits)");
-  }
+    return Status::Ok();
+  }));
   if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be 16, 32, 64, 128 or 256");
   if (c.splits < 1) return Status::Invalid("nvfp4 config: splits must be >= 1");
   c.reason = "forced";
