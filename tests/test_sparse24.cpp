@@ -197,6 +197,11 @@ TEST(Sparse24Prepacked, BadInputsAreErrors) {
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 48, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
   // Not pruning needs somewhere to report a violation.
   EXPECT_FALSE(lowbit::sparse24_compress(p, 4, 64, SparseType::kF16, false, p, p, nullptr, nullptr).ok());
+  // The checked form reports under its own name (it never prunes).
+  const lowbit::Status checked = lowbit::sparse24_compress_checked(p, 4, 64, SparseType::kF16, p, p, nullptr, nullptr);
+  EXPECT_EQ(checked.message().rfind("sparse24_compress_checked: violation", 0), 0u) << checked.to_string();
+  const lowbit::Status checked_k = lowbit::sparse24_compress_checked(p, 4, 48, SparseType::kF16, p, p, nullptr, nullptr);
+  EXPECT_EQ(checked_k.message().rfind("sparse24_compress_checked: K", 0), 0u) << checked_k.to_string();
 
   lowbit::Sparse24GemmArgs g;
   g.m = 128;

@@ -157,6 +157,10 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
 
 Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, SparseType type, void* values, void* meta,
                                  int64_t* violation, cudaStream_t stream) {
+  // Its own checks first, so a refusal names this entry point (it never prunes).
+  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress_checked", /*device=*/true));
+  if (!violation || reinterpret_cast<uintptr_t>(violation) % 8)
+    return Status::Invalid("sparse24_compress_checked: violation must be a non-null, 8-byte aligned device int64");
   LOWBIT_RETURN_IF_ERROR(sparse24_compress(dense, m, k, type, false, values, meta, violation, stream));
   int64_t host = -1;
   cudaError_t e = cudaMemcpyAsync(&host, violation, sizeof(host), cudaMemcpyDeviceToHost, stream);
