@@ -84,8 +84,8 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   return s;
 }
 
-int fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
-  return static_cast<int>(((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n));
+int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
+  return ((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n);
 }
 
 bool fp8_variant_exists(int block_m, int block_n, int* stages) {
@@ -141,7 +141,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;
-    const int tiles = fp8_tiles(m, n, v.block_m, v.block_n);
+    const int tiles = static_cast<int>(std::min<int64_t>(fp8_tiles(m, n, v.block_m, v.block_n), INT_MAX / 32));
     const int groups = fp8_promotion_groups(k, promote);
     for (int splits = 1; splits <= std::min(groups, 16); ++splits) {
       const int units = tiles * splits;

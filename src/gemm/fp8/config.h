@@ -35,7 +35,8 @@ int fp8_promotion_groups(int64_t k, int promote_every);
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
                                 int splits, int raster_group, int sm_count);
 int raster_group_for(int sm_count, int block_m, int block_n);
-int fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
+// Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
+int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
 bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
 // one; promotion every two K blocks only has the plain epilogue without a bias, single CTAs).
