@@ -32,8 +32,8 @@ struct Compressed24 {
 };
 
 // Compresses a 2:4 matrix with cols % 4 == 0; anything else gives ok = false and no values. A
-// group with fewer than 2 nonzeros keeps its
-// nonzero (if any) and the lowest free index, so the two indices are always distinct and increasing.
+// group with fewer than 2 nonzeros keeps its nonzero (if any) and the lowest free index, so the
+// two indices are always distinct and increasing.
 Compressed24 compress_2_4(const float* x, int64_t rows, int64_t cols);
 
 std::vector<float> decompress_2_4(const Compressed24& c);

@@ -141,6 +141,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;
+    // Capped so tiles x splits (at most 16) stays an int; no real shape comes near it.
     const int tiles = static_cast<int>(std::min<int64_t>(fp8_tiles(m, n, v.block_m, v.block_n), INT_MAX / 32));
     const int groups = fp8_promotion_groups(k, promote);
     for (int splits = 1; splits <= std::min(groups, 16); ++splits) {

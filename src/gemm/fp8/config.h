@@ -39,7 +39,8 @@ int raster_group_for(int sm_count, int block_m, int block_n);
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
 bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
-// one; promotion every two K blocks only has the plain epilogue without a bias, single CTAs).
+// one; promotion every two K blocks only has the plain epilogue without a bias, and pairs only at
+// bn=256).
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue);
 
 // Resident row-broadcast rows (variants.h): the fused kernel with rows [0, P) of the CTA's N block

@@ -137,6 +137,10 @@ const nvfp4::Nvfp4Variant kVariants[] = {
 
 const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }
 
+// FP32 split-K partials: each split of each 128-row x `tokens` tile.
+size_t partials_bytes(int64_t tiles, int splits, int tokens) {
+  return static_cast<size_t>(tiles) * splits * 256 * (tokens / 2) * 4;
+}
 
 }  // namespace
 
@@ -255,7 +259,7 @@ size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_act
   size_t bytes = gemm::kSplitKCounterBytes;
   if (c.splits > 1) {
     const int64_t tiles = ceil_div(n, kTileRows) * ceil_div(m, c.block_tokens);
-    bytes += static_cast<size_t>(tiles) * c.splits * 256 * (c.block_tokens / 2) * 4;
+    bytes += partials_bytes(tiles, c.splits, c.block_tokens);
   }
   if (nvfp4_activations) bytes += static_cast<size_t>(ceil_div(static_cast<int64_t>(m) * k * 2, 256) * 256);
   return bytes;
@@ -350,7 +354,7 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   if (cfg.splits > 1 || fp4_act) ws += gemm::kSplitKCounterBytes;  // the counter region (nvfp4_gemm_workspace_size)
   if (cfg.splits > 1) {
     p.partials = reinterpret_cast<float*>(ws);
-    ws += static_cast<size_t>(tiles) * cfg.splits * 256 * (cfg.block_tokens / 2) * 4;
+    ws += partials_bytes(tiles, cfg.splits, cfg.block_tokens);
   }
   // NVFP4 activations are dequantized into the workspace, launched only once every check below
   // has passed (a refused call leaves the workspace as it was).
