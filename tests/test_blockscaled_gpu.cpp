@@ -391,4 +391,78 @@ TEST_F(BlockScaledGpu, GroupedBadDescriptorReported) {
   EXPECT_EQ(written, 0) << "the invalid group's output was written";
 }
 
+// Host memory where the device copy belongs (fp8_grouped_validate takes the host array, so the
+// mix-up is easy): refused with a message, instead of an illegal address that ends the context.
+TEST_F(BlockScaledGpu, GroupedRefusesPageableHostMemory) {
+  int dev = 0, pageable = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, dev));
+  if (pageable) {
+    GTEST_SKIP() << "this device reads pageable host memory (HMM): host descriptors are legal here";
+  }
+  Problem p;
+  p.make(64, 128, 256, OutType::kBF16, Inputs::kSmallInts, seed_for(1800));
+  std::vector<Fp8GroupedProblem> host(1, p.descriptor());
+  ASSERT_TRUE(fp8_grouped_validate(host.data(), 1).ok());
+  const size_t wsb = fp8_grouped_workspace_size(1);
+  bench::DeviceBuffer dp, ws;
+  ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem)).ok());
+  ASSERT_TRUE(ws.alloc(wsb).ok());
+  CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem), cudaMemcpyHostToDevice));
+  std::vector<uint8_t> host_ws(wsb + 128);
+  void* host_ws_aligned = host_ws.data() + (128 - reinterpret_cast<uintptr_t>(host_ws.data()) % 128) % 128;
+  Status st = fp8_grouped_gemm(host.data(), 1, OutType::kBF16, ws.p, wsb, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("problem array"), std::string::npos) << st.message();
+  st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, OutType::kBF16, host_ws_aligned, wsb, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  // The context is intact: the device copies run.
+  st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, OutType::kBF16, ws.p, wsb, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+  expect_exact(p, p.read(p.d.p), "after the refused calls");
+}
+
+// The status check synchronizes, which a capturing stream forbids: it refuses instead of
+// invalidating the caller's capture, and works once the stream is no longer capturing.
+TEST_F(BlockScaledGpu, CheckStatusRefusesACapturingStream) {
+  bench::DeviceBuffer ws;
+  ASSERT_TRUE(ws.alloc(fp8_grouped_workspace_size(1)).ok());
+  CUDA_OK(cudaMemset(ws.p, 0, fp8_grouped_workspace_size(1)));
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_grouped_check_status(ws.p, s.s);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s.s, &graph), cudaSuccess) << "the check invalidated the capture";
+  if (graph) cudaGraphDestroy(graph);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("capturing"), std::string::npos) << st.message();
+  const Status after = fp8_grouped_check_status(ws.p, s.s);
+  EXPECT_TRUE(after.ok()) << after.to_string();
+}
+
+// The kernels' shared-memory opt-in belongs to the CUDA context. Cached per device, it was not
+// set again in the context cudaDeviceReset creates, and every later launch failed. ctest runs
+// each test in its own process; the sanitizer filters leave this one out (the reset frees every
+// allocation of the process).
+TEST_F(BlockScaledGpu, DeviceResetKeepsKernelsLaunchable) {
+  for (int round = 0; round < 2; ++round) {
+    {
+      Problem p;
+      p.make(129, 272, 512, OutType::kBF16, Inputs::kSmallInts, seed_for(1900 + round));
+      const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr);
+      ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.to_string();
+      CUDA_OK(cudaDeviceSynchronize());
+      expect_exact(p, p.read(p.d.p), "dense, round " + std::to_string(round));
+    }
+    if (round == 0) {
+      CUDA_OK(cudaDeviceReset());
+    }
+  }
+}
+
 }  // namespace

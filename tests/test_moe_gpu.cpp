@@ -340,6 +340,74 @@ TEST_F(MoeGpu, RoutingTiesGoToTheLowerId) {
   }
 }
 
+// Infinite logits, softcap 0, on the split and the tiny path: a +inf logit takes all the weight
+// (shared among the +inf ones) and a row with no finite logit weighs every expert alike. The
+// softmax's inf - inf once made every weight of such a row NaN, and so its whole Y row.
+TEST_F(MoeGpu, RoutingInfiniteLogits) {
+  const uint64_t seed = lowbit_test::seed();
+  const int E = 40;
+  for (bool renorm : {true, false}) {
+    MoeData d = make_case(MoeShape{4, 256, 256, E, 3}, OutType::kFP32, MoeReduce::kAtomic, Fill::kExact,
+                          seed + (renorm ? 1 : 2), false, /*softcap=*/0.0f);
+    d.renormalize = renorm;
+    d.logits[0 * E + 17] = INFINITY;
+    d.logits[1 * E + 5] = d.logits[1 * E + 30] = INFINITY;
+    for (int e = 0; e < E; ++e) d.logits[2 * E + e] = -INFINITY;
+    for (int e = 0; e < E; ++e) d.logits[3 * E + e] = e % 3 ? NAN : -INFINITY;
+    upload_all(d);
+    const reference::Routing r = reference::route(d.logits, d.s.m, E, d.s.top_k, 0.0, renorm);
+    for (int tiny : {0, 1}) {
+      MoeConfig c;
+      c.tiny = tiny;
+      c.token_tile = 16;
+      poison_y(d);
+      run_fused(d, &c);
+      const std::string what = std::string(tiny ? "tiny" : "split") + (renorm ? " renormalized" : "");
+      std::vector<int32_t> ids;
+      std::vector<float> w;
+      used_routing(d, &ids, &w);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(ids[i], r.ids[i]) << what << " pair " << i;
+        ASSERT_TRUE(std::isfinite(w[i])) << what << " pair " << i;
+        ASSERT_NEAR(w[i], r.weights[i], 1e-6) << what << " pair " << i;
+      }
+      EXPECT_EQ(r.weights[0], 1.0) << "token 0: the +inf expert takes all the weight";
+      expect_close(d, reference_y(d), read_y(d), what);
+    }
+  }
+}
+
+// An empty batch (an expert-parallel rank with no tokens this step) launches nothing and
+// reports Ok: with the tiny path forced, every stage alone, and a workspace of stale bytes whose
+// status word no stage wrote.
+TEST_F(MoeGpu, EmptyBatch) {
+  const MoeShape s{0, 256, 256, 8, 2};
+  for (MoeReduce reduce : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
+    const size_t wsb = fused_moe_workspace_size(s, reduce, OutType::kFP32);
+    bench::DeviceBuffer ws;
+    ASSERT_TRUE(ws.alloc(wsb).ok());
+    CUDA_OK(cudaMemset(ws.p, 0xFF, wsb ? wsb : 16));
+    FusedMoeArgs a;
+    a.shape = s;
+    a.reduce = reduce;
+    for (int tiny : {-1, 0, 1}) {
+      MoeConfig c;
+      c.tiny = tiny;
+      if (tiny == 1) c.token_tile = 16;
+      Status st = fused_moe_fp8(a, ws.p, wsb, nullptr, &c);
+      EXPECT_TRUE(st.ok()) << "tiny=" << tiny << ": " << st.to_string();
+      for (MoeStage stage : {MoeStage::kRoute, MoeStage::kLayout, MoeStage::kQuantizeGather, MoeStage::kExpertGemm,
+                             MoeStage::kFinish}) {
+        st = moe_run_stage(stage, a, ws.p, wsb, nullptr, &c);
+        EXPECT_TRUE(st.ok()) << "stage " << static_cast<int>(stage) << ": " << st.to_string();
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      st = moe_check_status(s, reduce, OutType::kFP32, ws.p, wsb, nullptr);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
+  }
+}
+
 // Layout and quantize+gather: counts, offsets and the tile schedule exact; every expert segment
 // holds exactly its (token, slot) pairs; every sorted row's bytes and scales equal the host
 // quantizer's for its token.

@@ -604,7 +604,21 @@ TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {
   h = g.descriptors();
   h[0].m = -1;
   EXPECT_FALSE(nvfp4_grouped_validate(h.data(), 1, false).ok());
+  // The host descriptors where the device copy belongs: refused (the preparation kernel's read
+  // of them was an illegal address, ending the context), unless the device reads pageable memory.
+  int dev = 0, pageable = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, dev));
+  if (!pageable) {
+    h = g.descriptors();
+    a = ok;
+    a.problems = h.data();
+    const Status st = nvfp4_grouped_gemm(a, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("problem array"), std::string::npos) << st.message();
+  }
   CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
 }
 
 }  // namespace

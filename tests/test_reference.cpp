@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "reference/reference_gemm.h"
+#include "reference/reference_moe.h"
 
 using namespace lowbit::reference;
 
@@ -57,4 +59,27 @@ TEST(Reference, EpilogueOrder) {
   EXPECT_DOUBLE_EQ(gemm_element(p, 1, 0), -1.0 / (1.0 + std::exp(1.0)) + 10.0);
   p.activation = 1;
   EXPECT_NEAR(gemm_element(p, 1, 0), -0.15865525393145707 + 10.0, 1e-15);
+}
+
+// Infinite logits (softcap 0): exp(x - max) is NaN for x = max = +inf, and for every x of a row
+// without a finite logit. A +inf logit takes all the weight (shared among the +inf ones); a row
+// with no finite logit weighs every expert alike; NaN ranks as -inf.
+TEST(Reference, RouteInfiniteLogits) {
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> logits = {
+      inf,  0,    1,    2,     // one +inf: ids 0, 3; weights 1, 0
+      1,    inf,  -2,   inf,   // two +inf: ids 1, 3; 1/2 each
+      -inf, -inf, -inf, -inf,  // fully masked: ids 0, 1; 1/4 each, renormalized 1/2
+      nan,  -inf, nan,  nan,   // NaN ranks as -inf: the same as masked
+  };
+  for (bool renorm : {false, true}) {
+    const Routing r = route(logits, 4, 4, 2, 0.0, renorm);
+    const std::vector<int> ids = {0, 3, 1, 3, 0, 1, 0, 1};
+    const double masked = renorm ? 0.5 : 0.25;
+    const std::vector<double> w = {1, 0, 0.5, 0.5, masked, masked, masked, masked};
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(r.ids[i], ids[i]) << "pair " << i << (renorm ? " renormalized" : "");
+      EXPECT_DOUBLE_EQ(r.weights[i], w[i]) << "pair " << i << (renorm ? " renormalized" : "");
+    }
+  }
 }

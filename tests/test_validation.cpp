@@ -54,6 +54,11 @@ TEST(Fp8Validation, RejectsBadShapes) {
   a = valid_args();
   a.m = int64_t(1) << 32;
   expect_invalid(a, "below 2^31");
+  // Each dimension fits, the tile count would not (2^30 units at most per launch).
+  a = valid_args();
+  a.m = int64_t(1) << 26;
+  a.n = int64_t(1) << 26;
+  expect_invalid(a, "2^40");
 }
 
 TEST(Fp8Validation, RejectsBadPointers) {
@@ -353,7 +358,8 @@ TEST(MoeValidation, RejectsBadShapesAndArguments) {
   a = valid_moe();
   a.shape.m = -1;
   expect_moe_invalid(a, "m must be");
-  for (float cap : {std::nanf(""), INFINITY, -1.0f}) {
+  // 1e-40 is subnormal: its reciprocal, which the router multiplies by, is inf.
+  for (float cap : {std::nanf(""), INFINITY, -1.0f, 1e-40f}) {
     a = valid_moe();
     a.softcap = cap;
     expect_moe_invalid(a, "softcap");
@@ -378,6 +384,12 @@ TEST(MoeValidation, RejectsBadShapesAndArguments) {
   EXPECT_EQ(fused_moe_fp8(a, reinterpret_cast<void*>(0x1000000), size_t{1} << 30, nullptr, &bad_tile).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(fused_moe_workspace_size(MoeShape{1, 16, 100, 4, 2}, MoeReduce::kAtomic, OutType::kFP32), 0u);
+  // A stage value outside the enum ran nothing and returned Ok.
+  a = valid_moe();
+  const Status stage = moe_run_stage(static_cast<MoeStage>(7), a, reinterpret_cast<void*>(0x1000000),
+                                     size_t{1} << 30, nullptr);
+  EXPECT_EQ(stage.code(), StatusCode::kInvalidArgument) << stage.to_string();
+  EXPECT_NE(stage.message().find("unknown stage"), std::string::npos) << stage.message();
 }
 
 TEST(MoeValidation, ConfigChoiceAndParsing) {

@@ -6,8 +6,9 @@
 // Stages, all on the caller's stream, no host synchronization, no allocation -- the whole call
 // can be captured in a CUDA graph and replayed with new inputs in the same buffers:
 //   1. route:     softcap c * tanh(x / c) (c = 0: none) -> softmax over E -> top-k ids and
-//                 weights (ties broken by the lower id; -0 ties +0; a NaN logit ranks as -inf),
-//                 optionally renormalized to sum to 1.
+//                 weights (ties broken by the lower id; -0 ties +0; a NaN logit ranks as -inf;
+//                 +inf logits share all the weight; a row with no finite logit weighs every
+//                 expert alike), optionally renormalized to sum to 1.
 //   2. layout:    tokens per expert, expert segment offsets and the GEMM's tile schedule
 //                 (a parallel count and block scan).
 //   3. quantize + gather: each token quantized once and its rows written into its experts'
@@ -49,7 +50,7 @@ struct FusedMoeArgs {
   // Routing from gating logits [m, experts] (FP32 or BF16)...
   const void* logits = nullptr;
   OutType logits_type = OutType::kFP32;
-  float softcap = 0.0f;      // finite, >= 0; 0 = no softcap
+  float softcap = 0.0f;      // 0 = no softcap, else a finite normal float > 0
   bool renormalize = true;   // top-k weights divided by their sum
   // ...or the caller's routing (both device arrays [m, top_k]); when given, the route stage is
   // skipped and logits may be null. Ids are checked on the device: a pair whose id is out of

@@ -1,6 +1,6 @@
-// Host pieces the persistent GEMM launchers share: the shape rules every one of them checks, the
-// split-K workspace layout (gemm/split_k.cuh is the device fix-up) -- one arrival counter per tile
-// (padded to 256 bytes), then `splits` FP32 partial tiles per tile -- and the launch tail.
+// Host pieces the launchers share: the shape rules every GEMM checks, the split-K workspace
+// layout (gemm/split_k.cuh is the device fix-up) -- a fixed region of arrival counters, then
+// `splits` FP32 partial tiles per tile -- the launch tail, and the checked read-backs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +29,11 @@ inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t
   if (m > INT_MAX - 256 || n > INT_MAX - 256 || k > INT_MAX - 256)
     return Status::Invalid(w + ": M, N and K must each be at most 2^31 - 257 (a tile of padding below 2^31; got " +
                            std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) + ")");
+  // The tile count (at least 64 x 64 per tile) then stays below the 2^30 units a launch walks
+  // (kMaxUnits); no memory holds an output this large anyway.
+  if (m * n > (int64_t{1} << 40))
+    return Status::Invalid(w + ": M x N must be at most 2^40 (got " + std::to_string(m) + " x " + std::to_string(n) +
+                           ")");
   return Status::Ok();
 }
 
@@ -79,6 +84,38 @@ inline Status cuda_error(const std::string& what, cudaError_t e) {
   return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
 }
 
+// Copies `bytes` of device memory at `src` to the host and waits for `stream`: the checking
+// helpers' read-back. Refused while `stream` is capturing a graph, where the synchronous copy
+// would invalidate the caller's capture. `who` prefixes the errors.
+inline Status read_back(const char* who, const void* src, void* dst, size_t bytes, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(stream, &capture);
+  if (e != cudaSuccess) return cuda_error(who, e);
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status::Invalid(std::string(who) + ": the stream is capturing a graph; check after the graph has run");
+  e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(who, e);
+}
+
+// Refuses a pointer the device cannot dereference: pageable host memory, e.g. a host array of
+// grouped problem descriptors passed where the device copy belongs. The kernel's read of it
+// would be an illegal address, which ends the caller's CUDA context. Device, managed and pinned
+// host memory pass, as does anything on a system whose GPUs read pageable memory.
+inline Status require_device_accessible(const std::string& who, const void* p, const char* what) {
+  cudaPointerAttributes at{};
+  cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) return cuda_error(who + ": cudaPointerGetAttributes(" + what + ")", e);
+  if (at.type != cudaMemoryTypeUnregistered) return Status::Ok();
+  int device = 0, pageable = 0;
+  e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device);
+  if (e != cudaSuccess) return cuda_error(who, e);
+  if (pageable) return Status::Ok();
+  return Status::Invalid(who + ": " + what + " is pageable host memory, which this device cannot read (pass device, " +
+                         "managed or pinned memory)");
+}
+
 // A grouped call's status word -- {error code, first bad group or -1} at the start of its
 // workspace, written by its preparation kernel -- read back as a Status: Ok when the code is 0,
 // else "<call>: group g: <text(code)>". `reader` names the checking function in its own errors.
@@ -88,9 +125,7 @@ Status read_grouped_status(const void* workspace, cudaStream_t stream, const cha
                            const Text& text) {
   if (!workspace) return Status::Invalid(std::string(reader) + ": null workspace");
   int host[2] = {0, -1};
-  cudaError_t e = cudaMemcpyAsync(host, workspace, sizeof(host), cudaMemcpyDeviceToHost, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return cuda_error(reader, e);
+  LOWBIT_RETURN_IF_ERROR(read_back(reader, workspace, host, sizeof(host), stream));
   if (host[0] == 0) return Status::Ok();
   return Status::Invalid(std::string(call) + ": " +
                          (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) + text(host[0]));

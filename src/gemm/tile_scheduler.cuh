@@ -20,6 +20,11 @@ struct WorkUnit {
   int kb_end;    // one past the last
 };
 
+// The most work units one launch walks. Persistent loops step `u += grid` in an int, and a grid
+// is at most a few thousand CTAs: below 2^30 units the step can never wrap past INT_MAX (with
+// up to 2^31 - 1 units, u wrapped negative and resolved to negative tiles).
+constexpr long long kMaxUnits = (1ll << 30) - 1;
+
 // The tallest band a caller may force. group_m * tiles_n must fit an int: with at most 2^25 tile
 // columns (N < 2^31, 64-wide tiles) that holds up to 63, and launchers clamp the band to the
 // grid's height as well (a forced group of 2^30 once overflowed it and left tiles unwritten).

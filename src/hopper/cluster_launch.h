@@ -5,8 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <mutex>
 #include <utility>
+
+#include "common/context.h"
+#include "hopper/grid_dependency.cuh"
 
 namespace lowbit::hopper {
 
@@ -28,21 +32,25 @@ inline cudaLaunchConfig_t cluster_launch_config(int ctas, int threads, int smem_
   return cfg;
 }
 
-// Opts kKernel into `smem_bytes` of dynamic shared memory on the current device. The attribute is
-// per device, so it is set once per device (not once per process: a second GPU would refuse
-// the launch).
+// Opts kKernel into `smem_bytes` of dynamic shared memory in the current context. The attribute
+// belongs to the context, so it is remembered per device together with the context it was set
+// in: a second GPU, or the fresh context after cudaDeviceReset, gets it set again.
 template <auto kKernel>
 cudaError_t opt_in_dynamic_smem(int smem_bytes) {
   static std::mutex mu;
-  static bool done[64] = {};
+  static uint64_t done_in[64] = {};  // context id in which the attribute was set, per device
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
+  const uint64_t ctx = current_context_id();
   std::lock_guard<std::mutex> lock(mu);
-  const bool cached = device >= 0 && device < 64;
-  if (cached && done[device]) return cudaSuccess;
+  const bool cached = device >= 0 && device < 64 && ctx != 0;
+  if (cached && done_in[device] == ctx) return cudaSuccess;
   e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e == cudaSuccess && cached) done[device] = true;
+  if (e != cudaSuccess) return e;
+  // Setting it creates the context if none was current: remember the one it landed in.
+  const uint64_t now = current_context_id();
+  if (device >= 0 && device < 64 && now != 0) done_in[device] = now;
   return e;
 }
 
@@ -54,13 +62,15 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
   constexpr auto kernel = kKernel;
   static std::mutex mu;
   static int cached[64] = {};
+  // The opt-in first, every call (it is per context and caches itself); the resident count is a
+  // property of the device and kernel.
+  cudaError_t e = opt_in_dynamic_smem<kKernel>(smem_bytes);
+  if (e != cudaSuccess) return e;
   std::lock_guard<std::mutex> lock(mu);
   if (device >= 0 && device < 64 && cached[device] > 0) {
     *max_ctas = cached[device];
     return cudaSuccess;
   }
-  cudaError_t e = opt_in_dynamic_smem<kKernel>(smem_bytes);
-  if (e != cudaSuccess) return e;
   int ctas = 0;
   if (cluster > 1) {
     cudaLaunchAttribute attr;
@@ -98,7 +108,7 @@ cudaError_t launch_clustered(void (*kernel)(KernelArgs...), int ctas, int thread
 }
 
 // Launches kKernel as a persistent grid (see persistent_grid) on `stream`; *launched gets the CTA
-// count. Single CTAs use the plain launch, clusters cudaLaunchKernelEx.
+// count.
 template <auto kKernel, class... Args>
 cudaError_t launch_persistent(int grid, int max_units, int threads, int smem_bytes, int cluster, int device,
                               cudaStream_t stream, int* launched, Args&&... args) {
@@ -107,10 +117,10 @@ cudaError_t launch_persistent(int grid, int max_units, int threads, int smem_byt
   if (e != cudaSuccess) return e;
   const int ctas = persistent_grid(grid, max_ctas, max_units, cluster, /*oversubscribe=*/cluster == 1);
   *launched = ctas;
-  if (cluster == 1) {
-    kKernel<<<ctas, threads, smem_bytes, stream>>>(std::forward<Args>(args)...);
-    return cudaGetLastError();
-  }
+  // The launch's own error, never an earlier one of the caller's left in cudaGetLastError.
+  if (cluster == 1)
+    return launch_kernel(kKernel, dim3(ctas), dim3(threads), smem_bytes, stream, /*pdl=*/false,
+                         std::forward<Args>(args)...);
   return launch_clustered(kKernel, ctas, threads, smem_bytes, cluster, stream, std::forward<Args>(args)...);
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -127,8 +128,9 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   const std::string w(who);
   LOWBIT_RETURN_IF_ERROR(check_shape(who, a.shape));
   if (forced) LOWBIT_RETURN_IF_ERROR(check_config(who, *forced));
-  if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
-    return Status::Invalid(w + ": softcap must be finite and >= 0 (0 = none)");
+  // A subnormal softcap's reciprocal is inf in the router (x * inf = NaN for x = 0).
+  if (!std::isfinite(a.softcap) || a.softcap < 0.0f || (a.softcap > 0.0f && a.softcap < FLT_MIN))
+    return Status::Invalid(w + ": softcap must be 0 (none) or a finite normal float > 0");
   if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
     return Status::Invalid(w + ": pass both topk_ids and topk_weights, or neither (route from logits)");
   if (a.logits_type != OutType::kFP32 && a.logits_type != OutType::kBF16)
@@ -156,6 +158,8 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
   r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  // m = 0 launches nothing on any path: a forced tiny path has nothing to refuse.
+  if (a.shape.m == 0) r.cfg.tiny = 0;
   if (r.cfg.tiny == 1 && (!tiny_applies(a.shape, a.reduce) || r.cfg.token_tile != moe::kTinyTokenTile))
     return Status::Invalid(w + ": the tiny-batch path needs atomic mode, m <= " + std::to_string(moe::kTinyMaxTokens) +
                            ", m * top_k <= " + std::to_string(moe::kTinyMaxPairs) + ", experts <= " +
@@ -457,6 +461,9 @@ Status moe_workspace_view(const MoeShape& s, MoeReduce reduce, OutType y_type, v
 
 Status moe_run_stage(MoeStage stage, const FusedMoeArgs& args, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream, const MoeConfig* config) {
+  if (static_cast<int>(stage) < static_cast<int>(MoeStage::kRoute) ||
+      static_cast<int>(stage) > static_cast<int>(MoeStage::kFinish))
+    return Status::Invalid("moe_run_stage: unknown stage " + std::to_string(static_cast<int>(stage)));
   Prepared r;
   LOWBIT_RETURN_IF_ERROR(prepare("moe_run_stage", args, workspace, workspace_bytes, config, &r));
   return run_stage(stage, args, r, workspace, stream, false);
@@ -498,11 +505,11 @@ Status moe_check_status(const MoeShape& s, MoeReduce reduce, OutType y_type, con
   if (!workspace) return Status::Invalid("moe_check_status: null workspace");
   const moe::Layout l = moe::workspace_layout(s, reduce, y_type);
   if (workspace_bytes < l.total) return Status::Error(StatusCode::kWorkspaceTooSmall, "moe_check_status: workspace too small");
+  // No token, no routing pair: nothing can be wrong, and no stage wrote the status word.
+  if (s.m == 0) return Status::Ok();
   int host[2] = {0, -1};
-  cudaError_t e = cudaMemcpyAsync(host, static_cast<const uint8_t*>(workspace) + l.status, sizeof(host),
-                                  cudaMemcpyDeviceToHost, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return gemm::cuda_error("moe_check_status", e);
+  LOWBIT_RETURN_IF_ERROR(gemm::read_back("moe_check_status", static_cast<const uint8_t*>(workspace) + l.status, host,
+                                         sizeof(host), stream));
   if (host[0] == moe::kMoeOk) return Status::Ok();
   return Status::Invalid("fused_moe_fp8: routing pair " + std::to_string(host[1]) + " (token " +
                          std::to_string(host[1] / s.top_k) + ", slot " + std::to_string(host[1] % s.top_k) +

@@ -62,6 +62,14 @@ __device__ __forceinline__ void sort_desc(uint64_t (&key)[kN]) {
       }
 }
 
+// exp(x - mx), the softmax numerator, where the row's largest logit mx is infinite too: inf - inf
+// is NaN, so a row with a +inf logit would weigh every pick NaN. A +inf logit instead takes all
+// the weight (shared among the +inf logits), and a row with no finite logit at all (all -inf or
+// NaN, e.g. fully masked) weighs every expert alike. reference::route does the same.
+__device__ __forceinline__ float softmax_term(float x, float mx) {
+  return isinf(mx) ? (x == mx ? 1.0f : 0.0f) : expf(x - mx);
+}
+
 // Routes one token's logits `row` with one warp; lane j < top_k writes pick j. Lane l holds
 // experts l, l + 32, ... as 64-bit keys (order code of the softcapped logit, then the complement
 // of the expert id, so that a larger key is a larger logit or, on a tie, a lower id), sorted per
@@ -99,7 +107,7 @@ __device__ __forceinline__ void route_token(const LogitT* __restrict__ row, int 
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < experts) sum += expf(xv[i] - mx);
+    if (lane + 32 * i < experts) sum += softmax_term(xv[i], mx);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
@@ -123,7 +131,7 @@ __device__ __forceinline__ void route_token(const LogitT* __restrict__ row, int 
   }
   float p = 0.0f;
   if (lane < top_k) {
-    p = expf(code_value(my_code) - mx) / sum;
+    p = softmax_term(code_value(my_code), mx) / sum;
   }
   if (renormalize) {
     float s = p;

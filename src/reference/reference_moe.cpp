@@ -24,14 +24,17 @@ Routing route(const std::vector<float>& logits, int m, int experts, int top_k, d
       v[e] = x;
       mx = std::max(mx, x);
     }
+    // exp(x - mx), with an infinite mx as the device takes it (moe::softmax_term): +inf logits
+    // share all the weight; a row with no finite logit weighs every expert alike.
+    const auto term = [mx](double x) { return std::isinf(mx) ? (x == mx ? 1.0 : 0.0) : std::exp(x - mx); };
     double sum = 0.0;
-    for (int e = 0; e < experts; ++e) sum += std::exp(v[e] - mx);
+    for (int e = 0; e < experts; ++e) sum += term(v[e]);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return v[a] > v[b]; });  // ties keep id order
     double picked = 0.0;
-    for (int j = 0; j < top_k; ++j) picked += std::exp(v[order[j]] - mx) / sum;
+    for (int j = 0; j < top_k; ++j) picked += term(v[order[j]]) / sum;
     for (int j = 0; j < top_k; ++j) {
-      const double p = std::exp(v[order[j]] - mx) / sum;
+      const double p = term(v[order[j]]) / sum;
       r.ids[static_cast<size_t>(t) * top_k + j] = order[j];
       r.weights[static_cast<size_t>(t) * top_k + j] = renormalize ? p / picked : p;
     }

@@ -12,6 +12,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gemm/blockscaled/grouped_workspace.h"
+#include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
 
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(kPrepareThreads)
       bad = first_bad;
       status = check_group(problems[bad]);
     }
-    // More tiles than an int counts: compute nothing rather than part of the problem.
-    const bool overflow = carry > INT_MAX;
+    // More tiles than a launch walks (gemm::kMaxUnits): compute nothing rather than part of
+    // the problem.
+    const bool overflow = carry > gemm::kMaxUnits;
     if (overflow && status == kGroupOk) status = kGroupTooManyTiles;
     ws.tile_start[groups] = overflow ? 0 : static_cast<int>(carry);
     if (overflow)

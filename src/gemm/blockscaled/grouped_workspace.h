@@ -17,7 +17,7 @@ enum GroupError : int {
   kGroupNullPointer = 3,  // a, b, d, sfa or sfb null in a non-empty group
   kGroupMisaligned = 4,   // a, b, d, sfa not 16-byte aligned, or sfb not 4-byte aligned
   kGroupBadScaleLd = 5,   // sfa_ld < m or not a multiple of 4
-  kGroupTooManyTiles = 6, // all groups together exceed 2^31 - 1 tiles: nothing is computed
+  kGroupTooManyTiles = 6, // all groups together have 2^30 tiles or more: nothing is computed
   kGroupTooLarge = 7,     // m, n or k above 2^30 (tile and K-block counts are ints)
 };
 constexpr int kGroupMaxDim = 1 << 30;
@@ -30,7 +30,7 @@ inline const char* group_error_text(int code) {
     case kGroupNullPointer: return "a, b, d, sfa and sfb must be non-null in a non-empty group";
     case kGroupMisaligned: return "a, b, d and sfa must be 16-byte aligned, sfb 4-byte aligned";
     case kGroupBadScaleLd: return "sfa_ld must be >= m and a multiple of 4";
-    case kGroupTooManyTiles: return "the groups together have more than 2^31 - 1 tiles";
+    case kGroupTooManyTiles: return "the groups together have 2^30 tiles or more";
     case kGroupTooLarge: return "m, n and k must be at most 2^30";
   }
   return "unknown";

@@ -277,7 +277,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.sfa_ld = x.sfa_ld;
   p.sfb = x.sfb;
   const int64_t units = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
-  if (units > INT_MAX / 2) return Status::Invalid(std::string(who) + ": more than 2^30 output tiles");
+  if (units > gemm::kMaxUnits) return Status::Invalid(std::string(who) + ": 2^30 output tiles or more");
   const cudaError_t e = launch_for<false>(x.out_type, v, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
                                           tm_d, p, dev.device);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_blockscaled_gemm launch", e);
@@ -322,6 +322,8 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, problems, "the problem array"));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, workspace, "the workspace"));
   const Variant v = choose_variant(cfg, /*grouped=*/true, 0, 0, dev.sm_count);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
   const int cluster = v.cluster;
@@ -330,9 +332,9 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
 
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
-  blockscaled::grouped_prepare_kernel<<<1, blockscaled::kPrepareThreads, 0, stream>>>(
-      problems, groups, ws, out_bytes, cluster, v.block_n, tmpl[0], tmpl[1], tmpl[2]);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = hopper::launch_kernel(blockscaled::grouped_prepare_kernel, dim3(1), dim3(blockscaled::kPrepareThreads),
+                                        0, stream, /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n,
+                                        tmpl[0], tmpl[1], tmpl[2]);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};

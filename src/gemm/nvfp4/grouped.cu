@@ -115,6 +115,8 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
                                                              std::to_string(a.workspace_bytes));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, a.problems, "the problem array"));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, a.workspace, "the workspace"));
   Nvfp4GemmConfig cfg;
   if (forced) cfg = *forced;
   else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));
@@ -137,7 +139,6 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   cudaError_t e = hopper::launch_kernel(nvfp4::grouped_prepare_kernel, dim3(prepare_grid),
                                         dim3(nvfp4::kPrepareThreads), 0, stream, /*pdl=*/true, a.problems, a.groups,
                                         a.nvfp4_activations, cfg.block_tokens, ws, *tmpl);
-  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return gemm::cuda_error(who + " prepare launch", e);
 
   nvfp4::Nvfp4KernelParams p{};
@@ -153,7 +154,7 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
     std::fprintf(stderr, "[lowbit] nvfp4_grouped_gemm G=%d %s: grid %d\n", a.groups, cfg.to_string().c_str(),
                  dev.sm_count);
   // Persistent: one CTA per SM walks the groups' tiles (their count is known on the device only).
-  e = v->launch_grouped(dev.sm_count, stream, *tmpl, p, dev.device);
+  e = v->launch_grouped(dev.sm_count, stream, *tmpl, p);
   if (e != cudaSuccess) return gemm::cuda_error(who + " launch", e);
   return Status::Ok();
 }

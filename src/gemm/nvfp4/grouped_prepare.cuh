@@ -16,6 +16,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gemm/nvfp4/activations.cuh"
+#include "gemm/tile_scheduler.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/nvfp4.h"
@@ -44,7 +45,7 @@ inline const char* group_error_text(int code) {
     case kGroupNullPointer: return "a, b_prepacked, d (and a_scales for NVFP4 activations) must be non-null in a non-empty group";
     case kGroupMisaligned: return "a, b_prepacked and d must be 16-byte aligned";
     case kGroupBadGlobalScale: return "global scales must be finite and > 0";
-    case kGroupTooManyTiles: return "the groups together have more than 2^31 - 1 tiles";
+    case kGroupTooManyTiles: return "the groups together have 2^30 tiles or more";
     case kGroupActivationsTooLarge: return "the groups' activations (sum of m * k) exceed max_activation_elements";
   }
   return "unknown";
@@ -195,10 +196,10 @@ __global__ void __launch_bounds__(kPrepareThreads)
       bad = first_bad;
       status = check_group(problems[bad], nvfp4_act);
     }
-    // More tiles than an int counts, or more activations than the staging holds: compute
+    // More tiles than a launch walks (gemm::kMaxUnits), or more activations than the staging holds: compute
     // nothing rather than part of the problem.
     int nothing = kGroupOk;
-    if (tile_carry > INT_MAX) nothing = kGroupTooManyTiles;
+    if (tile_carry > gemm::kMaxUnits) nothing = kGroupTooManyTiles;
     else if (act_carry * 16 > ws.capacity) nothing = kGroupActivationsTooLarge;
     if (nothing != kGroupOk) {
       status = nothing;

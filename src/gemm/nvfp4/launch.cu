@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "gemm/nvfp4/activations.cuh"
 #include "gemm/nvfp4/kernel.cuh"
 #include "gemm/nvfp4/variants.h"
+#include "hopper/cluster_launch.h"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
@@ -101,22 +101,14 @@ __global__ void nvfp4_activations_to_bf16(const uint8_t* __restrict__ packed, co
 // ---- variants and config -------------------------------------------------------------------
 
 template <int kTokens, bool kGrouped>
-cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p,
-                           int device) {
+cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p) {
   using T = nvfp4::Nvfp4Traits<kTokens>;
-  static std::atomic<uint64_t> configured{0};
-  const uint64_t bit = device < 64 ? (1ull << device) : 0;
-  if (!bit || !(configured.load() & bit)) {
-    const cudaError_t e = cudaFuncSetAttribute(nvfp4::nvfp4_gemm_kernel<T, kGrouped>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    configured.fetch_or(bit);
-  }
+  cudaError_t e = hopper::opt_in_dynamic_smem<nvfp4::nvfp4_gemm_kernel<T, kGrouped>>(T::kSmemBytes);
+  if (e != cudaSuccess) return e;
   // Grouped: launched with PDL behind the preparation (or activation) kernel, so its launch and
   // prologue hide under that kernel's tail; it waits before reading what they wrote.
-  const cudaError_t e = hopper::launch_kernel(nvfp4::nvfp4_gemm_kernel<T, kGrouped>, dim3(grid), dim3(T::kThreads),
-                                              T::kSmemBytes, stream, kGrouped, act, p);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return hopper::launch_kernel(nvfp4::nvfp4_gemm_kernel<T, kGrouped>, dim3(grid), dim3(T::kThreads), T::kSmemBytes,
+                               stream, kGrouped, act, p);
 }
 
 template <int kTokens>
@@ -278,11 +270,11 @@ Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& a, cudaStream_t stream) {
                            std::to_string(need));
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   const int64_t total = ceil_div(a.n, kTileRows) * k_blocks * 256;
-  nvfp4_prepack_kernel<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, stream>>>(
+  const cudaError_t e = hopper::launch_kernel(
+      nvfp4_prepack_kernel, dim3(static_cast<unsigned>(ceil_div(total, 256))), dim3(256), 0, stream, /*pdl=*/false,
       static_cast<const uint8_t*>(a.packed), static_cast<const uint8_t*>(a.scales), a.scales_swizzled, a.n, a.k,
       k_blocks, total, static_cast<uint8_t*>(a.out));
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4 prepack launch: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess) return gemm::cuda_error("nvfp4_prepack_weights launch", e);
   return Status::Ok();
 }
 
@@ -376,9 +368,11 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   if (units > INT_MAX) return Status::Invalid("nvfp4_gemm: too many work units");
   if (fp4_act) {
     const int64_t blocks = a.m * a.k / 16;
-    nvfp4_activations_to_bf16<<<static_cast<unsigned>(ceil_div(blocks, 256)), 256, 0, stream>>>(
-        static_cast<const uint8_t*>(a.a_packed), static_cast<const uint8_t*>(a.a_scales), blocks,
+    const cudaError_t e = hopper::launch_kernel(
+        nvfp4_activations_to_bf16, dim3(static_cast<unsigned>(ceil_div(blocks, 256))), dim3(256), 0, stream,
+        /*pdl=*/false, static_cast<const uint8_t*>(a.a_packed), static_cast<const uint8_t*>(a.a_scales), blocks,
         reinterpret_cast<__nv_bfloat16*>(ws));
+    if (e != cudaSuccess) return gemm::cuda_error("nvfp4_gemm activation staging launch", e);
   }
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
@@ -386,8 +380,8 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
                  static_cast<long long>(a.n), static_cast<long long>(a.k), cfg.to_string().c_str(),
                  static_cast<long long>(units));
   // One CTA per unit (the dense kernel computes unit blockIdx.x).
-  const cudaError_t e = v->launch_dense(static_cast<int>(units), stream, tm_act, p, dev.device);
-  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("nvfp4_gemm launch: ") + cudaGetErrorString(e));
+  const cudaError_t e = v->launch_dense(static_cast<int>(units), stream, tm_act, p);
+  if (e != cudaSuccess) return gemm::cuda_error("nvfp4_gemm launch", e);
   return Status::Ok();
 }
 

@@ -10,8 +10,7 @@
 
 namespace lowbit::nvfp4 {
 
-using Nvfp4LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap& act, const Nvfp4KernelParams&,
-                                      int device);
+using Nvfp4LaunchFn = cudaError_t (*)(int grid, cudaStream_t, const CUtensorMap& act, const Nvfp4KernelParams&);
 
 struct Nvfp4Variant {
   int tokens;

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "formats/sparse24_layout.h"
+#include "gemm/launch_common.h"
+#include "hopper/grid_dependency.cuh"
 #include "lowbit/sparse.h"
 
 namespace lowbit {
@@ -142,13 +144,10 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
   cudaError_t e = cudaSuccess;
   if (v) e = cudaMemsetAsync(v, 0xFF, sizeof(*v), stream);  // -1: no violation
   if (e == cudaSuccess) {
-    if (ft == Sparse24Type::kE4M3)
-      sparse24_compress_kernel<Sparse24Type::kE4M3><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(
-          dense, m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
-    else
-      sparse24_compress_kernel<Sparse24Type::kF16><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(
-          dense, m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
-    e = cudaGetLastError();
+    auto* kernel = ft == Sparse24Type::kE4M3 ? &sparse24_compress_kernel<Sparse24Type::kE4M3>
+                                             : &sparse24_compress_kernel<Sparse24Type::kF16>;
+    e = hopper::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(128), 0, stream, /*pdl=*/false, dense,
+                              m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
   }
   if (e != cudaSuccess)
     return Status::Error(StatusCode::kCudaError, std::string("sparse24_compress: ") + cudaGetErrorString(e));
@@ -163,10 +162,7 @@ Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, Sparse
     return Status::Invalid("sparse24_compress_checked: violation must be a non-null, 8-byte aligned device int64");
   LOWBIT_RETURN_IF_ERROR(sparse24_compress(dense, m, k, type, false, values, meta, violation, stream));
   int64_t host = -1;
-  cudaError_t e = cudaMemcpyAsync(&host, violation, sizeof(host), cudaMemcpyDeviceToHost, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError, std::string("sparse24_compress_checked: ") + cudaGetErrorString(e));
+  LOWBIT_RETURN_IF_ERROR(gemm::read_back("sparse24_compress_checked", violation, &host, sizeof(host), stream));
   if (host >= 0) return violation_error("sparse24_compress_checked", host, k);
   return Status::Ok();
 }
