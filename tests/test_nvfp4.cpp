@@ -221,3 +221,37 @@ TEST(Nvfp4Config, ParsesWholeIntegersOnly) {
                           "tokens", "tokens=24", "splits=0", "stages=3"})
     EXPECT_FALSE(lowbit::parse_nvfp4_config(bad, &c).ok()) << bad;
 }
+
+// Non-finite input has no NVFP4 encoding under the standard recipe: an infinite amax zeroed
+// every block scale and made the global scale infinite (every value then dequantized to NaN).
+TEST(Nvfp4Quantizer, NonFiniteInputIsRefused) {
+  std::vector<float> x(64, 1.0f);
+  EXPECT_EQ(quantize_nvfp4(x.data(), 2, 32).rows, 2);
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    x[37] = bad;
+    const Nvfp4Tensor t = quantize_nvfp4(x.data(), 2, 32);
+    EXPECT_EQ(t.rows, 0) << bad;
+    EXPECT_TRUE(t.packed.empty() && t.scales.empty()) << bad;
+  }
+}
+
+// Scale bytes are unsigned magnitudes, 0x7F reading as 480 (what the GEMM's bit-placement decode
+// of the weights gives, and now the activations' too).
+TEST(Nvfp4Scales, BytesAreUnsignedMagnitudes) {
+  EXPECT_EQ(nvfp4_scale_to_float(0x38), 1.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0xB8), 1.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0x7E), 448.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0x7F), 480.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0xFF), 480.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0x80), 0.0f);
+  EXPECT_EQ(nvfp4_scale_to_float(0x01), std::ldexp(1.0f, -9));
+  Nvfp4Tensor t;
+  t.rows = 1;
+  t.cols = 16;
+  t.packed.assign(8, 0x22);  // 1.0 everywhere
+  t.scales = {0xFF};
+  t.global_scale = 0.5f;
+  const std::vector<float> v = dequantize_nvfp4(t);
+  ASSERT_EQ(v.size(), 16u);
+  for (float e : v) EXPECT_EQ(e, 240.0f);
+}

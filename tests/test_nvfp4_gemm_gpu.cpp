@@ -53,6 +53,16 @@ formats::Nvfp4Tensor make_nvfp4(int64_t rows, int64_t cols, bool ints, std::mt19
   return t;
 }
 
+// Scale bytes no quantizer writes, as a checkpoint could still hold them: a set sign bit (0x80
+// alone is -0), and 0x7F / 0xFF, E4M3's NaN. NVFP4 scale bytes are unsigned magnitudes and 0x7F
+// reads as 480 (formats::nvfp4_scale_to_float): one block per row gets one of them. Few enough
+// that the small-integer sums stay exact in FP32.
+void use_odd_scales(formats::Nvfp4Tensor& t) {
+  const uint8_t odd[] = {0xB8, 0xC0, 0x7F, 0xFF, 0x80, 0xB0};
+  const int64_t kb = t.cols / 16;
+  for (int64_t r = 0; r < t.rows; ++r) t.scales[static_cast<size_t>(r * kb + r % kb)] = odd[r % 6];
+}
+
 // One problem's operands on the host (the reference's dequantized values) and on the device
 // (raw NVFP4 weights prepacked, activations in BF16 or NVFP4, D poisoned with NaN).
 struct Operands {
@@ -64,16 +74,19 @@ struct Operands {
   std::vector<uint16_t> a_bf16;
   std::unique_ptr<Buf> pre, abuf, ascales, d;
 
-  void make(int64_t m_, int64_t n_, int64_t k_, bool ints_, bool fp4_act_, bool swizzled, uint64_t seed_) {
+  void make(int64_t m_, int64_t n_, int64_t k_, bool ints_, bool fp4_act_, bool swizzled, uint64_t seed_,
+            bool odd_scales = false) {
     m = m_, n = n_, k = k_, ints = ints_, fp4_act = fp4_act_, seed = seed_;
     std::mt19937_64 rng(seed);
     w = make_nvfp4(n, k, ints, rng);
+    if (odd_scales) use_odd_scales(w);
     wd = formats::dequantize_nvfp4(w);  // includes the global scale
     // Activations: BF16, or NVFP4 whose dequantized values the reference uses.
     ad.assign(static_cast<size_t>(m * k), 0.0f);
     if (fp4_act) {
       if (m > 0) {
         a4 = make_nvfp4(m, k, ints, rng);
+        if (odd_scales) use_odd_scales(a4);
         ad = formats::dequantize_nvfp4(a4);
       }
     } else {
@@ -178,6 +191,7 @@ struct Case {
   const char* config;   // nullptr: the chooser
   void* workspace = nullptr;  // shared across cases (zero-filled once by the caller), or null: one per case
   size_t workspace_bytes = 0;
+  bool odd_scales = false;    // use_odd_scales on both operands
 };
 
 std::string name(const Case& c) {
@@ -191,7 +205,7 @@ void run_case(const Case& c) {
   SCOPED_TRACE(name(c));
   Operands o;
   o.make(c.m, c.n, c.k, c.ints, c.fp4_act, c.swizzled,
-         lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k));
+         lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k), c.odd_scales);
   if (::testing::Test::HasFatalFailure()) return;
 
   Nvfp4GemmConfig cfg;
@@ -367,6 +381,18 @@ TEST_F(Nvfp4GemmGpu, EdgeShapesExact) {
 TEST_F(Nvfp4GemmGpu, Nvfp4ActivationsExact) {
   run_case({16, 256, 512, true, true, false, nullptr});
   run_case({130, 128, 384, true, true, true, "tokens=64,splits=2"});
+}
+
+// The weights (decoded by bit placement in the GEMM's registers) and the activations (staged
+// to BF16 by a separate kernel) read every scale byte alike, sign bit and 0x7F included: the
+// activations once decoded 0x7F as NaN and a set sign bit as negative, the weights did not.
+TEST_F(Nvfp4GemmGpu, ScaleBytesDecodeAlikeInBothOperands) {
+  Case c{48, 128, 512, true, true, false, nullptr};
+  c.odd_scales = true;
+  run_case(c);
+  c.swizzled = true;
+  c.config = "tokens=16,splits=2";
+  run_case(c);
 }
 
 TEST_F(Nvfp4GemmGpu, RandomWithinBound) {

@@ -31,11 +31,18 @@ uint8_t float_to_e2m1(float x) {
   return sign | code;
 }
 
+float nvfp4_scale_to_float(uint8_t sf) {
+  const uint8_t magnitude = sf & 0x7F;
+  return magnitude == 0x7F ? 480.0f : e4m3_to_float(magnitude);
+}
+
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols) {
   Nvfp4Tensor t;
   // Whole 16-element blocks only: a partial block has no scale to go with it (and was left
   // unquantized, then read past the scales by the dequantizer).
   if (rows < 0 || cols < 0 || cols % kNvfp4Block != 0) return t;
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (!std::isfinite(x[i])) return t;
   t.rows = rows;
   t.cols = cols;
   t.packed.assign(static_cast<size_t>(rows * cols / 2), 0);
@@ -78,7 +85,7 @@ std::vector<float> dequantize_nvfp4(const Nvfp4Tensor& t) {
       const int64_t e = r * t.cols + c;
       const uint8_t byte = t.packed[static_cast<size_t>(e / 2)];
       const uint8_t q = (e % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
-      const float s = e4m3_to_float(t.scales[static_cast<size_t>(r * kb + c / kNvfp4Block)]);
+      const float s = nvfp4_scale_to_float(t.scales[static_cast<size_t>(r * kb + c / kNvfp4Block)]);
       out[static_cast<size_t>(e)] = e2m1_to_float(q) * s * t.global_scale;
     }
   return out;

@@ -21,6 +21,12 @@ float e2m1_to_float(uint8_t code);
 // NaN encodes as +6, like the hardware conversion.
 uint8_t float_to_e2m1(float x);
 
+// An NVFP4 scale byte's value. Scales are unsigned E4M3 magnitudes: the sign bit is ignored and
+// 0x7F (E4M3's NaN) reads as 480, the value of its bits, as the GEMM's bit-placement decode
+// reads it. quantize_nvfp4 writes neither; a checkpoint might, and both GEMM operands (weights
+// and NVFP4 activations) then decode it alike.
+float nvfp4_scale_to_float(uint8_t sf);
+
 struct Nvfp4Tensor {
   int64_t rows = 0;
   int64_t cols = 0;                 // a multiple of 16
@@ -34,10 +40,11 @@ struct Nvfp4Tensor {
 // per block of 16 along a row:
 //   sf = e4m3_rne_sat(block_amax / 6 * enc);  s = e4m3_to_float(sf)
 //   q  = s > 0 ? e2m1_rne_sat(x * (enc / s)) : 0      (enc / s computed once per block, in FP32)
-// cols must be a multiple of 16 (whole blocks); otherwise the result is an empty tensor.
+// cols must be a multiple of 16 (whole blocks) and every value finite; otherwise the result is
+// an empty tensor (an infinite amax zeroed every scale and made g infinite; NaN is no value).
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols);
 
-// x_hat[r, c] = e2m1(q) * e4m3(sf) * g, in FP32; empty for a tensor quantize_nvfp4 would not make.
+// x_hat[r, c] = e2m1(q) * nvfp4_scale_to_float(sf) * g, in FP32; empty for a tensor quantize_nvfp4 would not make.
 std::vector<float> dequantize_nvfp4(const Nvfp4Tensor& t);
 
 // Byte offset of the scale of (row, k-block) in the 128x4-atom swizzled layout that cuBLASLt and

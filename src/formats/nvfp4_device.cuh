@@ -41,6 +41,13 @@ __device__ __forceinline__ __nv_bfloat162 e4m3x2_to_bf16x2_times_2pow118(uint32_
   return __hmul2(v, p119);
 }
 
+// One E4M3 scale byte -> FP32, exactly as the weights' decode above reads it (and as
+// formats::nvfp4_scale_to_float): the 7 magnitude bits at FP32 bits 20..26 read as scale *
+// 2^-120 (subnormals included), so 0x7F is 480 and the sign bit is dropped.
+__device__ __forceinline__ float nvfp4_scale_to_float(uint32_t byte) {
+  return __uint_as_float((byte & 0x7Fu) << 20) * 0x1p120f;  // * 2^120
+}
+
 // E2M1 value * scale * 2^-8 in BF16: (value * 2^-126) * (scale * 2^118). The GEMM folds the
 // 2^8 back into its FP32 output scale.
 constexpr float kNvfp4DequantCompensation = 256.0f;

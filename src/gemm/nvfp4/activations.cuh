@@ -4,9 +4,10 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "formats/nvfp4_device.cuh"
 
 namespace lowbit::nvfp4 {
 
@@ -20,9 +21,7 @@ __device__ __forceinline__ float e2m1_value(uint32_t code) {
 // Block i of 16 values: 8 packed bytes and one E4M3 scale in, 32 bytes out (16-byte aligned).
 __device__ __forceinline__ void act_block_to_bf16(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                                                   int64_t i, __nv_bfloat16* __restrict__ out) {
-  __nv_fp8_e4m3 sf;
-  sf.__x = scales[i];
-  const float s = static_cast<float>(sf);
+  const float s = formats::nvfp4_scale_to_float(scales[i]);
   const uint2 v = *reinterpret_cast<const uint2*>(packed + i * 8);
   const uint32_t w[2] = {v.x, v.y};
   uint32_t o[8];
