@@ -8,6 +8,9 @@
 // with w = e2m1 * scale the dequantized weight and a either BF16 (W4A16) or NVFP4 (then a is
 // dequantized to BF16 in a first pass, exactly, into the caller's workspace).
 //
+// Scale bytes are unsigned E4M3 magnitudes, in the weights and the activations alike: the sign
+// bit is ignored and 0x7F (E4M3's NaN, which no NVFP4 quantizer writes) reads as 480.
+//
 // The weights are prepacked once (nvfp4_prepack_weights, on the device) into the kernel's layout:
 // per 128-row tile and 128-wide K block, each consumer thread's fragment bytes contiguous, so the
 // mainloop loads them with two 16-byte shared-memory reads and does no index arithmetic.
