@@ -190,6 +190,21 @@ TEST(Fp8Config, WorkspaceSize) {
   c.block_n = 64;
   c.splits = 2;
   EXPECT_EQ(fp8_gemm_workspace_size(128, 4096, 7168, c), 16384u + 128u * 2 * 64 * 64 * 4);
+  // What no launch takes sizes nothing: block_n = 0 divided by zero, a negative M wrapped.
+  c.block_n = 0;
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 256, 512, c), 0u);
+  c.block_m = 128;
+  c.block_n = 128;
+  EXPECT_EQ(fp8_gemm_workspace_size(-300, 256, 512, c), 0u);
+  c.splits = 0;
+  EXPECT_EQ(fp8_gemm_workspace_size(128, 256, 512, c), 0u);
+  // The chooser and parser refuse a null out, and the chooser a shape fp8_gemm refuses, with
+  // or without a GPU (the shape check comes first).
+  EXPECT_EQ(parse_fp8_config("bn=128", nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(choose_fp8_config(128, 256, 512, nullptr).code(), StatusCode::kInvalidArgument);
+  Fp8GemmConfig out;
+  EXPECT_EQ(choose_fp8_config(128, 40, 512, &out).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(choose_fp8_config(int64_t(1) << 40, int64_t(1) << 40, 512, &out).code(), StatusCode::kInvalidArgument);
 }
 
 // The raster walk covers every tile exactly once for every band height a caller may force,

@@ -82,6 +82,13 @@ TEST(Fp8Validation, RejectsBadPointers) {
   expect_invalid(a, "null workspace");
 }
 
+// An out_type outside the enum picked the BF16 kernel and returned Ok.
+TEST(Fp8Validation, RejectsUnknownOutType) {
+  auto a = valid_args();
+  a.out_type = static_cast<OutType>(5);
+  expect_invalid(a, "out_type");
+}
+
 TEST(Fp8Validation, NoHopperGivesUnsupportedDevice) {
   DeviceInfo d;
   if (require_hopper(&d).ok()) GTEST_SKIP() << "a Hopper GPU is present: this test covers machines without one";

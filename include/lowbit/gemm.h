@@ -92,7 +92,9 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
 // The configuration lowbit would pick for this shape and epilogue on this device, with its reason
-// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one).
+// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one). It assumes the
+// workspace its splits need (fp8_gemm_workspace_size); fp8_gemm without a forced config and
+// with less workspace takes the best candidate that fits instead. Refuses shapes fp8_gemm refuses.
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
                          Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0);
 

@@ -236,6 +236,7 @@ std::string Fp8GemmConfig::to_string() const {
 }
 
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
+  if (!out) return Status::Invalid("parse_fp8_config: null out");
   Fp8GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "bn") c.block_n = value;
@@ -268,6 +269,9 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
 
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue,
                          int64_t row_bcast_rows) {
+  if (!out) return Status::Invalid("choose_fp8_config: null out");
+  // The shapes fp8_gemm takes (the scorer's tile counts assume them).
+  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_fp8_config", m, n, k, 16));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
@@ -307,6 +311,9 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
 }
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
+  // 0 for what no launch takes (block_n = 0 divided by zero; a negative M wrapped the size).
+  if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
+    return 0;
   return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
                                        config.splits, config.block_m, config.block_n);
 }

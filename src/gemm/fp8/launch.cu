@@ -42,6 +42,9 @@ Status validate(const Fp8GemmArgs& a) {
   if (a.residual && !aligned16(a.residual)) return Status::Invalid("fp8_gemm: residual must be 16-byte aligned");
   if (a.activation != Activation::kNone && a.activation != Activation::kGelu && a.activation != Activation::kSilu)
     return Status::Invalid("fp8_gemm: unknown activation");
+  // Any other value picked the BF16 kernel and wrote half-width values into the caller's buffer.
+  if (a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32)
+    return Status::Invalid("fp8_gemm: unknown out_type");
   if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
       (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
     return Status::Invalid("fp8_gemm: scale pointers must be 4-byte aligned");
