@@ -62,8 +62,11 @@ struct Result {
   double us_loop = 0, x_loop = 0;
   // W3 only: cuSPARSELt on the same sparse A (0: not built or failed), and its sampled error.
   double us_cusparselt = 0, err_cusparselt = 0;
-  // W3 E4M3 only: our kernel with fast accumulation (Sparse24GemmArgs::fast_accum), its config.
+  // W3 E4M3 only: our kernel with fast accumulation (Sparse24GemmArgs::fast_accum), its config,
+  // and dense cuBLASLt with fast accumulation too (CUBLASLT_MATMUL_DESC_FAST_ACCUM): fast is
+  // compared with fast, promoted with promoted.
   double us_fast = 0, err_fast = 0;
+  double us_base_fast = 0, err_base_fast = 0;
   std::string config_fast;
   double similarity = 0;  // DeepGEMM's 1 - 2 sum(xy) / (sum x^2 + sum y^2) on the sampled outputs
   // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).

@@ -50,8 +50,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   const size_t ob = out == OutType::kFP32 ? 4 : 2;
   int64_t total_m = 0;
   for (int64_t m : ms) total_m += m;
-  const size_t set_bytes = static_cast<size_t>(total_m * k + G * n * k);
-  const int sets = std::max(1, static_cast<int>(std::min<size_t>(8, (2 * dev.l2_bytes + set_bytes - 1) / set_bytes)));
+  // Ours and cuBLASLt read the same operands.
+  const int sets = rotation_sets(dev.l2_bytes, static_cast<size_t>(total_m * k + G * n * k), 8);
 
   OwnedStream stream;
   LOWBIT_RETURN_IF_ERROR(stream.create());

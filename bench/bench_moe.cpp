@@ -88,9 +88,10 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   std::vector<DeviceBuffer> logits(sets);
   std::mt19937_64 g(opt.seed * 1000 + 601);
   std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> hl(static_cast<size_t>(s.m) * s.experts);
+  std::vector<float> hl(static_cast<size_t>(s.m) * s.experts), hl0;  // hl0: set 0, for the routing check
   for (auto& b : logits) {
     for (auto& v : hl) v = normal(g);
+    if (hl0.empty()) hl0 = hl;
     LOWBIT_RETURN_IF_ERROR(b.alloc(hl.size() * 4));
     LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(b.p, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice), "copy"));
   }
@@ -154,8 +155,11 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
     };
   };
 
-  // Correctness on input set 0: ours (both modes) and the baseline against the FP64 reference
-  // on sampled tokens.
+  // Correctness on input set 0: the routing against the CPU router, then ours (both modes)
+  // and the baseline against the FP64 reference on sampled tokens. Outputs poisoned first:
+  // every pipeline must write (or zero) all of Y itself.
+  for (DeviceBuffer* out : {&y, &y_det, &y_base})
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out->p, 0xFF, y_bytes, st), "poison"));
   LOWBIT_RETURN_IF_ERROR(ours(st, 0));
   LOWBIT_RETURN_IF_ERROR(det(st, 0));
   LOWBIT_RETURN_IF_ERROR(base(st, 0));
@@ -168,6 +172,23 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   std::vector<float> wt(pairs);
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(ids.data(), v.topk_ids, pairs * 4, cudaMemcpyDeviceToHost), "copy"));
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(wt.data(), v.topk_weights, pairs * 4, cudaMemcpyDeviceToHost), "copy"));
+  {
+    // Ids exact but where the CPU's FP64 softcap puts two logits closer than FP32 resolves
+    // (the tests' rule), weights to 1e-5.
+    const reference::Routing rr = reference::route(hl0, s.m, s.experts, s.top_k, 30.0, true);
+    for (int t = 0; t < s.m && r->status.empty(); ++t) {
+      if (rr.margin[t] < 1e-5) continue;
+      for (int j = 0; j < s.top_k; ++j) {
+        const size_t i = static_cast<size_t>(t) * s.top_k + j;
+        if (ids[i] != rr.ids[i] || !(std::fabs(wt[i] - rr.weights[i]) <= 1e-5)) {
+          r->status = "WRONG ROUTING (token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert " +
+                      std::to_string(ids[i]) + " weight " + std::to_string(wt[i]) + ", CPU " +
+                      std::to_string(rr.ids[i]) + " " + std::to_string(rr.weights[i]) + ")";
+          break;
+        }
+      }
+    }
+  }
   {
     LOWBIT_RETURN_IF_ERROR(decode_host(*wts, nw, ns));
     const int samples = std::min(s.m, 48);
@@ -217,8 +238,11 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
     r->err_base = eb.rel_fro;
     r->max_err_base = eb.max_rel;
     r->similarity = reference::similarity_diff(ref, got);
-    if (e.nonfinite || ed.nonfinite || r->similarity > 1e-3 || reference::similarity_diff(ref, got_det) > 1e-3)
+    if (r->status.empty() &&
+        (e.nonfinite || ed.nonfinite || r->similarity > 1e-3 || reference::similarity_diff(ref, got_det) > 1e-3))
       r->status = "WRONG RESULT (similarity diff " + std::to_string(r->similarity) + ")";
+    if (r->status.empty() && (eb.nonfinite || reference::similarity_diff(ref, got_base) > 1e-3))
+      r->status = "baseline unavailable: the unfused pipeline's output is wrong";
   }
 
   double rough = 0.0;

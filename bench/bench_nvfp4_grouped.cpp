@@ -53,8 +53,8 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& sh, Result* r) {
   for (int64_t m : ms) total_m += m;
   const size_t w_bytes = static_cast<size_t>(n * k / 2), ws_scale = static_cast<size_t>(n * k / 16);
   const size_t pre_bytes = nvfp4_prepacked_bytes(n, k);
-  const size_t set_bytes = G * (pre_bytes) + static_cast<size_t>(total_m * k * 3);
-  const int sets = std::max(1, static_cast<int>(std::min<size_t>(16, (2 * dev.l2_bytes + set_bytes - 1) / set_bytes)));
+  // Counted for the smallest reader: ours with NVFP4 activations (4.5 bits per element).
+  const int sets = rotation_sets(dev.l2_bytes, G * pre_bytes + static_cast<size_t>(total_m * k * 9 / 16), 16);
 
   OwnedStream stream;
   LOWBIT_RETURN_IF_ERROR(stream.create());

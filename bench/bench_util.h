@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -82,6 +83,32 @@ inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t 
   for (const auto& c : *cfgs) *workspace_bytes = std::max(*workspace_bytes, fp8_gemm_workspace_size(m, n, k, c));
   return Status::Ok();
 }
+
+// Input sets to rotate so that two L2s' worth of operands pass between reuses of one set.
+// `footprint` is the smallest per-launch footprint among the launchers timed together (the
+// one that would otherwise hit in L2 first); `cap` bounds the memory spent on copies.
+inline int rotation_sets(size_t l2_bytes, size_t footprint, int cap = 32) {
+  if (footprint == 0) return cap;
+  const size_t want = (2 * l2_bytes + footprint - 1) / footprint;
+  return static_cast<int>(std::clamp<size_t>(want, 1, static_cast<size_t>(cap)));
+}
+
+// The project's accuracy bar on the sampled outputs: at most twice the error of the
+// same-precision baseline on the same inputs (`err_base` > 0), else `fallback` (no baseline
+// ran). A row already failed keeps its first reason. NaN errors fail.
+inline void gate_error(Result* r, const char* what, double err, double err_base, double fallback) {
+  if (!r->status.empty()) return;
+  const double bound = err_base > 0 ? 2.0 * err_base : fallback;
+  if (err <= bound) return;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "FAIL: %s error %.3g above %.3g (%s)", what, err, bound,
+                err_base > 0 ? "2x the baseline's" : "the no-baseline bound");
+  r->status = buf;
+}
+
+// Whether a row passed its checks: "ok", or "ok (...)" with a note on a missing secondary
+// baseline. Only such rows count in a suite's geomean; any other row fails the run.
+inline bool row_passed(const Result& r) { return r.status == "ok" || r.status.rfind("ok (", 0) == 0; }
 
 // A baseline's first (correctness) run: on failure the baseline is dropped from timing and
 // `note` says why.

@@ -4,8 +4,8 @@ namespace lowbit::bench {
 
 // Our a_scale / b_scale are cuBLASLt's B / A scale pointers (cublaslt_plan.h: the TN mapping).
 Status CublasLtFp8::plan(int64_t m, int64_t n, int64_t k, OutType out, bool with_bias, const float* a_scale,
-                         const float* b_scale) {
-  LOWBIT_RETURN_IF_ERROR(lt_.create());
+                         const float* b_scale, bool fast_accum) {
+  LOWBIT_RETURN_IF_ERROR(lt_.create(fast_accum));
   cublasLtMatmulDesc_t op = lt_.desc();
   if (b_scale)
     LOWBIT_LT_CHECK("a_scale", cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
@@ -20,7 +20,7 @@ Status CublasLtFp8::plan(int64_t m, int64_t n, int64_t k, OutType out, bool with
     LOWBIT_LT_CHECK("bias type",
                     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
-  return lt_.finish(m, n, k, out, "cuBLASLt FP8");
+  return lt_.finish(m, n, k, out, fast_accum ? "cuBLASLt FP8 fast-accum" : "cuBLASLt FP8");
 }
 
 Status CublasLtFp8::run(const void* a, const void* b, void* d, const void* bias, float alpha, cudaStream_t s) {

@@ -1,5 +1,6 @@
 // The cuBLASLt FP8 baseline: the same D = alpha * a_scale * b_scale * A . B^T (+ bias) with
-// cuBLASLt's default (non-fast) accumulation, used by the bench and by the accuracy tests.
+// cuBLASLt's default (non-fast) accumulation unless asked, used by the bench and by the accuracy
+// tests.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +18,7 @@ class CublasLtFp8 {
  public:
   // Creates the handle, the plan for this shape and the workspace (setup, never timed).
   Status plan(int64_t m, int64_t n, int64_t k, OutType out, bool with_bias, const float* a_scale,
-              const float* b_scale);
+              const float* b_scale, bool fast_accum = false);
   // Enqueues one matmul on the stream.
   Status run(const void* a, const void* b, void* d, const void* bias, float alpha, cudaStream_t s);
   const std::string& algo_note() const { return lt_.note(); }

@@ -26,14 +26,14 @@ void LtTnPlan::release() {
   note_.clear();
 }
 
-Status LtTnPlan::create() {
+Status LtTnPlan::create(bool fast_accum) {
   release();
   LOWBIT_LT_CHECK("create", cublasLtCreate(&handle_));
   LOWBIT_LT_CHECK("desc", cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LOWBIT_LT_CHECK("transa", cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   LOWBIT_LT_CHECK("transb", cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const int8_t fast = 0;  // FP32 promotion, as lowbit does (and block scaling requires)
+  const int8_t fast = fast_accum ? 1 : 0;  // 0: FP32 promotion, as lowbit does (and block scaling requires)
   LOWBIT_LT_CHECK("fast_accum",
                   cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   return Status::Ok();

@@ -1,5 +1,5 @@
 // What every cuBLASLt FP8 baseline shares: the handle, a "TN" matmul descriptor with FP32
-// compute and non-fast accumulation, the layouts of our row-major D[M,N] = A[M,K] . B[N,K]^T,
+// compute (non-fast accumulation unless asked), the layouts of our row-major D[M,N] = A[M,K] . B[N,K]^T,
 // the workspace, the heuristic's answers and a run that falls back past NOT_SUPPORTED answers.
 //
 // Row-major D = A . B^T is, column-major, D^T[N,M] = B . A^T: cuBLASLt's "A" is our B
@@ -35,8 +35,10 @@ class LtTnPlan {
   LtTnPlan& operator=(const LtTnPlan&) = delete;
 
   void release();
-  // Handle and descriptor; the caller then sets its own attributes on desc().
-  Status create();
+  // Handle and descriptor; the caller then sets its own attributes on desc(). `fast_accum`:
+  // FP8 products accumulate in the tensor cores' reduced precision across all of K (the
+  // default is FP32 promotion, as lowbit's dense and promoted kernels do).
+  Status create(bool fast_accum = false);
   cublasLtMatmulDesc_t desc() const { return op_; }
   // Layouts, workspace and the heuristic's answers (none: a kCudaError Status naming `label`).
   Status finish(int64_t m, int64_t n, int64_t k, OutType out, const char* label);

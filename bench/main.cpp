@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "lowbit/device.h"
 
 using namespace lowbit;
@@ -102,6 +103,18 @@ bool parse_shape(const std::string& s, Shape* out) {
   if (std::sscanf(s.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return false;
   *out = {"custom", m, n, k};
   return true;
+}
+
+// What a suite's "x base" divides by (shared/workloads.md names each suite's baseline).
+const char* baseline_name(const std::string& suite) {
+  if (suite == "W2") return "cuBLASLt GEMM+bias";
+  if (suite == "W4") return "cuBLASLt FP8";
+  if (suite == "W5") return "per-group loop";
+  if (suite == "W6") return "unfused pipeline";
+  if (suite.rfind("BS-", 0) == 0) return "cuBLASLt block-scaled";
+  if (suite == "W3-f16") return "dense cuBLAS FP16";
+  if (suite.rfind("W3", 0) == 0) return "dense cuBLASLt FP8";
+  return "cuBLASLt FP8";
 }
 
 void usage() {
@@ -201,27 +214,35 @@ int main(int argc, char** argv) {
       r.shape = sh;
       r.status = "ERROR: " + st.to_string();
     }
-    if (r.status != "ok") any_fail = true;
+    if (!row_passed(r)) any_fail = true;
     results.push_back(r);
     std::fflush(stdout);
   }
 
   std::printf("\n%-9s %5s %6s %6s | %9s %8s %8s %7s | %9s %7s | %8s %8s | %s\n", "suite", "M", "N", "K", "us", "TFLOPS",
-              "GB/s", "%floor", "cuBLASLt", "x base", "err", "err_base", "config / status");
+              "GB/s", "%floor", "baseline", "x base", "err", "err_base", "config / status");
   std::string last_suite;
   double log_sum = 0.0;
-  int log_n = 0;
+  int log_n = 0, log_excluded = 0;
   auto flush_geomean = [&](const std::string& suite) {
     if (log_n > 0)
-      std::printf("%-9s geomean x %s over %d shapes: %.3f\n", suite.c_str(),
-                  suite == "W5" ? "per-group loop" : "cuBLASLt", log_n, std::exp(log_sum / log_n));
+      std::printf("%-9s geomean x %s over %d shapes: %.3f%s\n", suite.c_str(), baseline_name(suite), log_n,
+                  std::exp(log_sum / log_n),
+                  log_excluded ? (" (" + std::to_string(log_excluded) + " failed rows left out)").c_str() : "");
     log_sum = 0.0;
-    log_n = 0;
+    log_n = log_excluded = 0;
   };
   for (const auto& r : results) {
     if (r.shape.suite != last_suite) {
       flush_geomean(last_suite);
       last_suite = r.shape.suite;
+    }
+    // A row that failed a check stays out of the geomean, however fast it ran.
+    if (row_passed(r) && r.speedup > 0) {
+      log_sum += std::log(r.speedup);
+      ++log_n;
+    } else if (r.speedup > 0) {
+      ++log_excluded;
     }
     if (r.status.rfind("ERROR", 0) == 0) {
       std::printf("%-9s %5lld %6lld %6lld | %s\n", r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n,
@@ -234,10 +255,6 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k,
                   (long long)r.shape.period, r.us, r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_unfused,
                   r.x_unfused, r.err, r.err_unfused, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
       continue;
     }
     if (r.shape.suite.rfind("BS-", 0) == 0) {
@@ -247,10 +264,6 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), groups, (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_loop, r.x_loop, r.err, r.similarity,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
       continue;
     }
     if (r.shape.suite == "W5") {
@@ -261,10 +274,6 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), r.shape.group_m.size(), (long long)(total_m / std::max<size_t>(1, r.shape.group_m.size())),
                   (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops, r.gbs, r.pct_floor, r.us_loop, r.x_loop,
                   r.us_w4a16, r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
       continue;
     }
     if (r.shape.suite == "W6") {
@@ -275,10 +284,6 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.shape.experts, r.shape.top_k, r.us_det,
                   stages.c_str(), r.err, r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
       continue;
     }
     if (r.shape.suite.rfind("W3", 0) == 0) {
@@ -288,15 +293,13 @@ int main(int argc, char** argv) {
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_fp8_ours, r.us_cusparselt,
                   r.us_cusparselt > 0 ? r.us_cusparselt / r.us : 0.0, r.err, r.err_base, r.err_cusparselt,
                   r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+      // Fast accumulation against cuBLASLt with fast accumulation (like with like).
       if (r.us_fast > 0)
-        std::printf("  fast_accum %30s | %9.1f %8.1f %17s | %9s %7.3f | %20s | cuSPARSELt %8s %6.3f x | %8.2e %17s | %s\n",
-                    "", r.us_fast, 2.0 * r.shape.m * r.shape.n * r.shape.k / (r.us_fast * 1e6), "", "",
-                    r.us_base > 0 ? r.us_base / r.us_fast : 0.0, "", "",
-                    r.us_cusparselt > 0 ? r.us_cusparselt / r.us_fast : 0.0, r.err_fast, "", r.config_fast.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
+        std::printf("  fast_accum %30s | %9.1f %8.1f %17s | %9.1f %7.3f | %20s | cuSPARSELt %8s %6.3f x | %8.2e %8.2e %8s | %s\n",
+                    "", r.us_fast, 2.0 * r.shape.m * r.shape.n * r.shape.k / (r.us_fast * 1e6), "", r.us_base_fast,
+                    r.us_base_fast > 0 ? r.us_base_fast / r.us_fast : 0.0, "", "",
+                    r.us_cusparselt > 0 ? r.us_cusparselt / r.us_fast : 0.0, r.err_fast, r.err_base_fast, "",
+                    r.config_fast.c_str());
       continue;
     }
     if (r.shape.suite == "W4") {
@@ -305,20 +308,12 @@ int main(int argc, char** argv) {
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.us_bf16, r.x_bf16, r.us_w4a16, r.us_fp8_ours,
                   r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
-      if (r.speedup > 0) {
-        log_sum += std::log(r.speedup);
-        ++log_n;
-      }
       continue;
     }
     std::printf("%-9s %5lld %6lld %6lld | %9.1f %8.1f %8.0f %6.1f%% | %9.1f %7.3f | %8.2e %8.2e | %s %s\n",
                 r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops,
                 r.gbs, r.pct_floor, r.us_base, r.speedup, r.err, r.err_base, r.config.c_str(),
                 r.status == "ok" ? "" : r.status.c_str());
-    if (r.speedup > 0) {
-      log_sum += std::log(r.speedup);
-      ++log_n;
-    }
   }
   flush_geomean(last_suite);
 
@@ -328,13 +323,15 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
-        << ",\"k\":" << r.shape.k << ",\"us\":" << r.us << ",\"us_cublaslt\":" << r.us_base << ",\"tflops\":" << r.tflops
+        << ",\"k\":" << r.shape.k << ",\"baseline\":\"" << baseline_name(r.shape.suite) << "\",\"us\":" << r.us
+        << ",\"us_base\":" << r.us_base << ",\"tflops\":" << r.tflops
         << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
-        << ",\"x_cublaslt\":" << r.speedup << ",\"err\":" << r.err << ",\"err_cublaslt\":" << r.err_base
+        << ",\"x_base\":" << r.speedup << ",\"err\":" << r.err << ",\"err_base\":" << r.err_base
         << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
         << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
         << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"us_cusparselt\":" << r.us_cusparselt
         << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
+        << ",\"us_base_fast_accum\":" << r.us_base_fast << ",\"err_base_fast_accum\":" << r.err_base_fast
         << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts

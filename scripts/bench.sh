@@ -8,6 +8,10 @@ BUILD=${BUILD_DIR:-build-bench}
 JOBS=${JOBS:-$(nproc)}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=OFF
+EXTRA=()
+# PyTorch's cuSPARSELt (W3's sparse baseline), when present; without it W3 rows say so.
+CSLT=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+[ -n "$CSLT" ] && EXTRA+=(-DLOWBIT_CUSPARSELT_ROOT="$CSLT")
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=OFF "${EXTRA[@]}"
 cmake --build "$BUILD" -j "$JOBS" --target lowbit-bench
 exec "$BUILD/lowbit-bench" "$@"

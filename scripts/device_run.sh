@@ -39,6 +39,8 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   timeout 400 build-dev/lowbit-bench --json "$OUT/bench.json" "$@" > "$OUT/bench.log" 2>&1 || rc=1
   sed -n '/^suite/,$p' "$OUT/bench.log"
-  grep -E "ERROR|FAIL" "$OUT/bench.log" | head
+  grep -E "ERROR|FAIL|WRONG" "$OUT/bench.log" | head
+  # A failed run (no GPU, a timeout, a crash) may print no table: show how it ended.
+  [ $rc -ne 0 ] && tail -5 "$OUT/bench.log"
 fi
 exit $rc
