@@ -117,7 +117,10 @@ struct PlainPromotion {
 // tile (256 columns: a 128-register acc) issues each K block in two 128-column parts through one
 // 64-register partial, so acc + partial still fit; its 128 x 256 tile reads a quarter fewer
 // operand bytes per FLOP from L2 than 128 x 128.
-template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands>
+// kLead: the staggered-consumer bookkeeping (`lead`) is compiled in. Only the FP8 kernel's
+// copy for a call with lead > 0 has it: as a run-time switch in every consumer it cost the
+// small-M shapes 2-7% (docs/perf.md W1, session 21), though it was off.
+template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands, bool kLead = false>
 struct Consumer {
   static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial
   static constexpr int kParts = T::kBlockN / kPartN;
@@ -159,8 +162,9 @@ struct Consumer {
   // the lead: L <= kMaxLead keeps the groups warpgroup 0 must finish within the stages the
   // producer can fill while warpgroup 1 still holds the previous ones.
   static constexpr int kMaxLead = T::kStages / kGroup - 1;
-  int lead = 0;
-  uint32_t released = 0;  // groups this warpgroup handed back, over all units
+  static_assert(!kLead || T::kConsumerWarpgroups == 2, "a lead needs a second consumer warpgroup to follow");
+  int lead = 0;           // read only when kLead
+  uint32_t released = 0;  // groups this warpgroup handed back, over all units (kLead)
 
   // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
   // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
@@ -276,12 +280,13 @@ struct Consumer {
   // before its next bulk copy into the stage, produce_rows).
   __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
     if constexpr (kReadsStage) __syncwarp();
-    ++released;
+    if constexpr (kLead) ++released;
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) ss.bars.consumer_release(stages[i]);
       // The leader's first thread publishes its count for the follower (see `lead`).
-      if (lead > 0 && threadIdx.x % 128 == 0 && consumer_wg == 0) hopper::publish_progress(&ss.bars.lead_released, released);
+      if constexpr (kLead)
+        if (threadIdx.x % 128 == 0 && consumer_wg == 0) hopper::publish_progress(&ss.bars.lead_released, released);
     }
   }
 
@@ -289,6 +294,7 @@ struct Consumer {
   // of the unit's groups (all of them for a shorter unit). Both walk the same units, so the
   // leader's count at this unit's start equals the follower's own.
   __device__ __forceinline__ void follow(int unit_groups) {
+    if constexpr (!kLead) return;
     if (lead <= 0 || consumer_wg != 1) return;
     const int ahead_groups = min(min(lead, kMaxLead), unit_groups);
     hopper::wait_progress(&ss.bars.lead_released, released + static_cast<uint32_t>(ahead_groups));
