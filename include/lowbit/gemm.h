@@ -77,8 +77,9 @@ struct Fp8GemmConfig {
   // Staggered consumer warpgroups: warpgroup 1 starts each tile once warpgroup 0 has finished
   // this many of its promotion groups, so one warpgroup's epilogue runs while the other still
   // issues MMAs (instead of both storing while the tensor cores idle). 0 = they start together;
-  // at most stages / promote - 1 (the ring must hold the lead). Ignored where one consumer
-  // warpgroup works (bm=64, M <= 64).
+  // at most stages / promote - 1 (the ring must hold the lead). Compiled for bn=256,promote=2
+  // with the plain epilogue (no bias) only, where the chooser uses it; ignored where one
+  // consumer warpgroup works (M <= 64).
   int lead = 0;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;

@@ -98,6 +98,11 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
 }
 
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
+  // Staggered consumers are compiled into one variant only, the one the chooser staggers
+  // (Fp8Traits::kLead: as a run-time switch everywhere it slowed the calls without a lead).
+  if (c.lead > 0 && !(c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
+                      !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain))
+    return false;
   for (const auto& v : kFp8Variants)
     if (v.block_m == c.block_m && v.block_n == c.block_n) {
       if (v.block_m != 128 && c.cluster != 1) return false;

@@ -129,11 +129,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    // Staggered consumers (Consumer::lead) need a second warpgroup: the one-warpgroup variants
-    // are compiled without the bookkeeping (it cost them 2-7%, docs/perf.md W1 session 21).
-    constexpr bool kLead = T::kConsumerWarpgroups == 2;
-    Consumer<T, PlainPromotion, Operands, kLead> consumer{ss, consumer_wg, pos};
-    if constexpr (kLead) consumer.lead = consumer_wgs == 2 ? p.lead_groups : 0;
+    // Staggered consumers (Consumer::lead) only in the variants compiled for them (Fp8Traits).
+    Consumer<T, PlainPromotion, Operands, T::kLead> consumer{ss, consumer_wg, pos};
+    if constexpr (T::kLead) consumer.lead = consumer_wgs == 2 ? p.lead_groups : 0;
     float acc[T::kBlockN / 2];
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {

@@ -94,6 +94,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
+                           "lead: bn=256,promote=2 plain without a bias; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -106,10 +107,10 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows>
+          int kResidentRows, bool kLead>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows>;
+                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kLead>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -130,14 +131,17 @@ struct VariantEntry {
   int cluster;
   int promote_every;
   bool resident;  // fused with the row-broadcast rows resident (variants.h)
+  bool lead;      // compiled with staggered consumers (Fp8GemmConfig::lead > 0)
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
-template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0>
+template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
+          bool Lead = false>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident>;
-  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, &V::launch, &V::smem_bytes};
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Lead>;
+  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Lead, &V::launch,
+                      &V::smem_bytes};
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -173,9 +177,12 @@ const VariantEntry kEntries[] = {
     entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
+    // Staggered consumers (fp8_lead_compiled): the chooser's one use, bn=256 promote=2.
+    entry<256, false, false, false, 1, 2, 128, 0, true>(), entry<256, true, false, false, 1, 2, 128, 0, true>(),
 };
 constexpr int expected_entries() {
-  int n = 4 + 2 + 2;  // the cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels
+  // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead twins.
+  int n = 4 + 2 + 2 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -183,10 +190,11 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
-                               int promote_every, bool resident) {
+                               int promote_every, bool resident, bool lead) {
   for (const auto& e : kEntries)
     if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
-        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident)
+        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&
+        e.lead == lead)
       return &e;
   return nullptr;
 }
@@ -251,7 +259,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   }
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
-                                         cfg.cluster, cfg.promote_every, cfg.resident_rows);
+                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.lead > 0);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,

@@ -77,8 +77,11 @@ struct RegisterSplit {
 // kResidentRows_ (fused only): > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many,
 // for the CTA's N block in shared memory for the whole kernel, loaded once; the launcher walks
 // each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
+// kLead_: compiled with the staggered-consumer bookkeeping (fp8::Consumer, `lead`). Only the
+// variant the chooser staggers has it: as a run-time switch in every kernel it cost the
+// small-M shapes 2-7% while off (docs/perf.md W1 session 21).
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kLead_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -93,6 +96,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
                 "64-row tiles: plain or bias epilogue, single CTAs");
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kResidentRows = kResidentRows_;
+  static constexpr bool kLead = kLead_;
+  static_assert(!kLead || (kBlockM == 128 && !kFused_ && kClusterM_ == 1), "a lead needs two consumer warpgroups");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
