@@ -117,9 +117,9 @@ struct PlainPromotion {
 // tile (256 columns: a 128-register acc) issues each K block in two 128-column parts through one
 // 64-register partial, so acc + partial still fit; its 128 x 256 tile reads a quarter fewer
 // operand bytes per FLOP from L2 than 128 x 128.
-// kLead: the staggered-consumer bookkeeping (`lead`) is compiled in. Only the FP8 kernel's
-// copy for a call with lead > 0 has it: as a run-time switch in every consumer it cost the
-// small-M shapes 2-7% (docs/perf.md W1, session 21), though it was off.
+// kLead: the staggered-consumer bookkeeping (`lead`) is compiled in. Only the FP8 variant
+// compiled for a lead has it (Fp8Traits::kLead): as a run-time switch in every consumer it cost
+// the small-M shapes 2-7% (docs/perf.md W1 v10), though it was off.
 template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands, bool kLead = false>
 struct Consumer {
   static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial

@@ -79,7 +79,7 @@ struct RegisterSplit {
 // each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
 // kLead_: compiled with the staggered-consumer bookkeeping (fp8::Consumer, `lead`). Only the
 // variant the chooser staggers has it: as a run-time switch in every kernel it cost the
-// small-M shapes 2-7% while off (docs/perf.md W1 session 21).
+// small-M shapes 2-7% while off (docs/perf.md W1 v10).
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kLead_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
