@@ -119,9 +119,9 @@ const char* baseline_name(const std::string& suite) {
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk]]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
-      "             [--no-baseline] [--list] [--alt CONFIG]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
+      "             [--no-baseline] [--list] [--alt CONFIG (not W6)]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
       "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n");
 }
 

@@ -78,7 +78,7 @@ struct Fp8GroupedProblem {
 
 // Workspace of a grouped call with up to `max_groups` groups: the per-group tensor maps (built
 // on the device from the descriptors by a preparation kernel in the same stream), the tile
-// offsets and a status word. Caller-owned; no initialization needed; calls that may run
+// offsets and a status word. Caller-owned, 128-byte aligned; no initialization needed; calls that may run
 // concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K
 // counters: zero-fill such a buffer again before a dense call uses it.)
 size_t fp8_grouped_workspace_size(int max_groups);
@@ -90,7 +90,9 @@ size_t fp8_grouped_workspace_size(int max_groups);
 // 2^30, a null or misaligned pointer in a non-empty group, sfa_ld too small) is skipped -- its D
 // is not written -- and recorded in the workspace's status word (fp8_grouped_check_status reads
 // it).
-// Host-side checks: groups >= 1, problems and workspace non-null, workspace large enough.
+// Host-side checks: groups >= 1; problems and workspace non-null, aligned (the descriptor's
+// alignment; 128 bytes) and readable by the device (pageable host memory is refused); workspace
+// large enough.
 Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType out_type, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream, const BlockScaledConfig* config = nullptr);
 

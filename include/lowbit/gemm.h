@@ -3,8 +3,9 @@
 //   v += bias[col];  v += row_bcast[row % row_bcast_rows][col];  v = activation(v);  v += residual[row][col]
 //   D[row][col] = v  (each step only when its argument is given)
 // A and B are row-major and K-major (each row holds K contiguous E4M3 bytes); D is row-major
-// BF16 or FP32. Accumulation is FP32 (each 128-wide K block is promoted from the tensor
-// cores' accumulator into FP32 registers, as cuBLASLt does without fast accumulation).
+// BF16 or FP32. Accumulation is FP32: every 128-wide K block (as cuBLASLt does without fast
+// accumulation) or every two (Fp8GemmConfig::promote_every = 2, chosen where the cost model
+// gains over 3%) is promoted from the tensor cores' accumulator into FP32 registers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,7 +63,10 @@ struct Fp8GemmConfig {
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
-  int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (M > 64, splits = 1, no bias)
+  // 2: CTA pairs along M share each B tile by TMA multicast: M > 64, splits = 1, the plain
+  // epilogue only (no bias, row broadcast, activation or residual); bn=128/192, or bn=256 with
+  // promote=2.
+  int cluster = 1;
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
   // or 2 (bn=128/176/192/256, plain epilogue without a bias; pairs: bn=256): half the promotion adds and
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
@@ -85,7 +89,9 @@ struct Fp8GemmConfig {
   std::string to_string() const;
 };
 
-// Parses "bn=128,bm=128,splits=2,group=8,grid=132,cluster=2,promote=2,lead=2" (any subset); unknown keys are an error.
+// Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,lead=1" (any subset; also
+// stages= and resident=); unknown keys are an error. Whether a config is compiled is checked by
+// fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
@@ -99,7 +105,8 @@ enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
                          Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0);
 
-// A printable table of every candidate the chooser scored for this shape (the cost model).
+// A printable table of the 12 best candidates the chooser scored for this shape (the cost model,
+// for the plain epilogue).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);
 
 // Bytes of workspace a config needs for this shape (0 when it does not split K).

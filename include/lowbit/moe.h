@@ -69,7 +69,7 @@ struct FusedMoeArgs {
 // the shape by moe_choose_config (a table with a reason per row: moe_config_table()).
 struct MoeConfig {
   int token_tile = 0;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
-  int splits = 0;      // K split into this many ranges, added by the atomics (atomic mode only)
+  int splits = 0;      // K split into 1, 2 or 4 ranges, added by the atomics (atomic mode only)
   int grid = 0;        // persistent CTAs; 0 = the device's SM count
   // MB of the first experts' weights the route stage asks L2 to fetch while routing, layout and
   // gather run: -1 = auto (0: measured no gain, docs/perf.md W6).
@@ -83,8 +83,9 @@ struct MoeConfig {
   int pdl = -1;
   // 1: the tiny-batch path (fused_moe_fp8 only): every GEMM CTA routes the tokens itself and
   // starts streaming its weights before the kernel that zeroes Y and quantizes X has finished;
-  // needs atomic mode, m <= 4, m * top_k <= 32, experts <= 256, token tile 16. -1 = auto (1
-  // wherever it applies).
+  // m <= 4, m * top_k <= 32, experts <= 256, token tile 16 (refused otherwise); in deterministic
+  // mode a forced 1 runs the split path (this path only adds atomically). -1 = auto (1 wherever
+  // it applies).
   int tiny = -1;
   std::string to_string() const;
 };
@@ -97,7 +98,8 @@ MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_coun
 std::string moe_config_table();
 
 // Bytes of caller-owned workspace one call with this shape needs (depends on reduce and
-// y_type). No initialization needed; calls that may run concurrently need separate workspaces.
+// y_type); the workspace must be 256-byte aligned. No initialization needed; calls that may run
+// concurrently need separate workspaces.
 size_t fused_moe_workspace_size(const MoeShape& shape, MoeReduce reduce, OutType y_type);
 
 // The whole pipeline.

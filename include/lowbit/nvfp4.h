@@ -110,8 +110,8 @@ struct Nvfp4GroupedArgs {
   // Typical tokens per group, for the chooser's token tile (the sizes live on the device);
   // 0 = unknown (128-token tiles).
   int64_t expected_m = 0;
-  // Caller-owned: status word, tile offsets, per-group tensor maps, staged activations
-  // (nvfp4_grouped_workspace_size). No initialization needed; calls that may run concurrently
+  // Caller-owned, 256-byte aligned: status word, tile offsets, per-group tensor maps, staged
+  // activations (nvfp4_grouped_workspace_size). No initialization needed; calls that may run concurrently
   // need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:
   // zero-fill such a buffer again before a dense call uses it.)
   void* workspace = nullptr;
@@ -136,7 +136,9 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig
 // a positive multiple of 16, or k of 32, below 2^30; a null or misaligned pointer in a non-empty
 // group; a global scale that is not finite and > 0) is skipped -- its D is not written -- and
 // recorded in the workspace's status word (nvfp4_grouped_check_status). Host-side checks:
-// groups >= 1, problems and workspace non-null, workspace large enough, config valid (splits = 1).
+// groups >= 1; problems and workspace non-null, aligned (the descriptor's alignment; 256 bytes)
+// and readable by the device (pageable host memory is refused); workspace large enough;
+// max_activation_elements >= 32 for NVFP4 activations; config valid (splits = 1).
 Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& args, cudaStream_t stream, const Nvfp4GemmConfig* config = nullptr);
 
 // The same rules, applied to descriptors the caller holds on the host; names the first bad group.
