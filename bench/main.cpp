@@ -199,6 +199,34 @@ int main(int argc, char** argv) {
               kPeakFp8Tflops, kCopyTBs, opt.samples);
 
   std::vector<Result> results;
+  // Rewritten after every shape, so a run cut short (a timeout, a crash) keeps what it measured.
+  auto write_json = [&]() {
+    if (opt.json.empty()) return;
+    std::ofstream f(opt.json);
+    f << "{\"device\":\"" << dev.name << "\",\"sms\":" << dev.sm_count << ",\"seed\":" << opt.seed << ",\"results\":[";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
+        << ",\"k\":" << r.shape.k << ",\"baseline\":\"" << baseline_name(r.shape.suite) << "\",\"us\":" << r.us
+        << ",\"us_base\":" << r.us_base << ",\"tflops\":" << r.tflops
+        << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
+        << ",\"x_base\":" << r.speedup << ",\"err\":" << r.err << ",\"err_base\":" << r.err_base
+        << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
+        << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
+        << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"us_cusparselt\":" << r.us_cusparselt
+        << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
+        << ",\"us_base_fast_accum\":" << r.us_base_fast << ",\"err_base_fast_accum\":" << r.err_base_fast
+        << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
+        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
+        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
+        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";
+      for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
+      f << "}"
+        << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
+        << "\",\"status\":\"" << r.status << "\"}";
+    }
+    f << "]}\n";
+  };
   bool any_fail = false;
   for (const auto& sh : shapes) {
     Result r;
@@ -216,6 +244,7 @@ int main(int argc, char** argv) {
     }
     if (!row_passed(r)) any_fail = true;
     results.push_back(r);
+    write_json();
     std::fflush(stdout);
   }
 
@@ -317,31 +346,6 @@ int main(int argc, char** argv) {
   }
   flush_geomean(last_suite);
 
-  if (!opt.json.empty()) {
-    std::ofstream f(opt.json);
-    f << "{\"device\":\"" << dev.name << "\",\"sms\":" << dev.sm_count << ",\"seed\":" << opt.seed << ",\"results\":[";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
-        << ",\"k\":" << r.shape.k << ",\"baseline\":\"" << baseline_name(r.shape.suite) << "\",\"us\":" << r.us
-        << ",\"us_base\":" << r.us_base << ",\"tflops\":" << r.tflops
-        << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
-        << ",\"x_base\":" << r.speedup << ",\"err\":" << r.err << ",\"err_base\":" << r.err_base
-        << ",\"period\":" << r.shape.period << ",\"us_unfused\":" << r.us_unfused << ",\"x_unfused\":" << r.x_unfused
-        << ",\"err_unfused\":" << r.err_unfused << ",\"us_bf16\":" << r.us_bf16 << ",\"us_w4a16\":" << r.us_w4a16
-        << ",\"us_fp8_ours\":" << r.us_fp8_ours << ",\"us_cusparselt\":" << r.us_cusparselt
-        << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
-        << ",\"us_base_fast_accum\":" << r.us_base_fast << ",\"err_base_fast_accum\":" << r.err_base_fast
-        << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
-        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
-        << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
-        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";
-      for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
-      f << "}"
-        << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
-        << "\",\"status\":\"" << r.status << "\"}";
-    }
-    f << "]}\n";
-  }
+  write_json();
   return any_fail ? 3 : 0;
 }
