@@ -88,6 +88,7 @@ void run_case(const Case& c, Outcome* o) {
   CUDA_OK(cudaMemcpy(scales.p, &hsc[0], 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(static_cast<float*>(scales.p) + 64, &hsc[1], 4, cudaMemcpyHostToDevice));
   ASSERT_EQ(bench::fill_u16(D.p, c.m * c.n, 0xFFFF, nullptr), cudaSuccess);  // poison: NaN
+  ASSERT_EQ(bench::fill_u16(Dl.p, c.m * c.n, 0xFFFF, nullptr), cudaSuccess);  // the baseline's too
 
   Sparse24GemmConfig cfg;
   const Sparse24GemmConfig* forced = nullptr;
@@ -199,6 +200,8 @@ void expect_close(const Case& c) {
   EXPECT_EQ(o.ours.nonfinite, 0) << describe(c) << ": unwritten (poisoned) or non-finite outputs";
   EXPECT_EQ(o.bound_misses, 0) << describe(c);
   if (o.cublas_ok) {
+    // A baseline that wrote nothing (or garbage) would make the 2x bar meaningless.
+    EXPECT_EQ(o.cublas.nonfinite, 0) << describe(c) << ": cuBLASLt left outputs unwritten";
     EXPECT_LE(o.ours.rel_fro, 2.0 * o.cublas.rel_fro)
         << describe(c) << ": lowbit " << o.ours.rel_fro << " vs cuBLASLt " << o.cublas.rel_fro;
   }
