@@ -25,7 +25,7 @@ inline double nvfp4_value(const std::vector<uint8_t>& packed, const std::vector<
                           int64_t col, int64_t k) {
   const uint8_t byte = packed[static_cast<size_t>(row * (k / 2) + col / 2)];
   return static_cast<double>(formats::e2m1_to_float(col % 2 ? byte >> 4 : byte & 0xF)) *
-         formats::e4m3_to_float(scales[static_cast<size_t>(row * (k / 16) + col / 16)]);
+         formats::nvfp4_scale_to_float(scales[static_cast<size_t>(row * (k / 16) + col / 16)]);
 }
 
 // Appends `samples` random (i, j) outputs of the BF16 D [m, n] and their references.

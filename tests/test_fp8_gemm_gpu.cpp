@@ -189,10 +189,13 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   o->ours = reference::compare(ref, got);
   o->cublas = reference::compare(ref, gotl);
   if (ints && c.activation != Activation::kNone) {
-    // GELU / SiLU are not exact: FP32 math then one rounding to the output type.
+    // GELU / SiLU are not exact: FP32 math then one rounding to the output type. For FP32 out
+    // the bound (1e-5 relative and absolute) is far under the 4e-4 by which the tanh form of
+    // GELU misses the erf form near |x| = 3 (a 1e-3 absolute slack let it pass).
     const double rel = c.out == OutType::kFP32 ? 1e-5 : 1.0 / 128;
+    const double abs_slack = c.out == OutType::kFP32 ? 1e-5 : 1e-3;
     for (size_t i = 0; i < ref.size(); ++i) {
-      if (!(std::fabs(got[i] - ref[i]) <= rel * std::fabs(ref[i]) + 1e-3)) {
+      if (!(std::fabs(got[i] - ref[i]) <= rel * std::fabs(ref[i]) + abs_slack)) {
         if (o->mismatches < 5)
           ADD_FAILURE() << describe(c) << ": element (" << i / c.n << ", " << i % c.n << ") = " << got[i]
                         << ", want " << ref[i];

@@ -90,8 +90,9 @@ uint8_t random_e4m3(std::mt19937_64& g) {
 }
 
 // kRandom: normal logits, uniform X, random E4M3 weights with scales in [2^-12, 2^-6].
-// kExact: every product and sum exact in FP32 -- X small integers with one 448 per 128-block
-// (scale exactly 1, codes exact), W integers in [-2, 2], power-of-two W scales.
+// kExact: every product and sum exact in FP32 -- X small integers times a power of two per
+// 128-block, with one +-448 times it (scale exactly that power of two, codes exact), W integers
+// in [-2, 2], power-of-two W scales.
 void make_inputs(MoeData& d, Fill fill, uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -104,9 +105,14 @@ void make_inputs(MoeData& d, Fill fill, uint64_t seed) {
   }
   d.x.resize(static_cast<size_t>(s.m) * s.k);
   d.x_bf16.resize(d.x.size());
+  // kExact: each 128-block of a row is small integers times 2^e, e in [-2, 2], with one +-448 * 2^e,
+  // so its quantization scale is exactly 2^e: a scale read for the wrong token, K block or split
+  // shows (with every scale 1 it could not).
+  float block_scale = 1.0f;
   for (size_t i = 0; i < d.x.size(); ++i) {
-    float v = fill == Fill::kExact ? static_cast<float>(static_cast<int>(g() % 17) - 8) : uni(g);
-    if (fill == Fill::kExact && i % 128 == 0) v = (g() & 1) ? 448.0f : -448.0f;
+    if (fill == Fill::kExact && i % 128 == 0) block_scale = std::ldexp(1.0f, static_cast<int>(g() % 5) - 2);
+    float v = fill == Fill::kExact ? static_cast<float>(static_cast<int>(g() % 17) - 8) * block_scale : uni(g);
+    if (fill == Fill::kExact && i % 128 == 0) v = ((g() & 1) ? 448.0f : -448.0f) * block_scale;
     d.x_bf16[i] = formats::float_to_bf16(v);
     d.x[i] = formats::bf16_to_float(d.x_bf16[i]);
   }
