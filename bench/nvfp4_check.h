@@ -13,7 +13,6 @@
 
 #include "bench.h"
 #include "formats/bf16.h"
-#include "formats/e4m3.h"
 #include "formats/nvfp4.h"
 #include "lowbit/nvfp4.h"
 #include "reference/reference_gemm.h"
