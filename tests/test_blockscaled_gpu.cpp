@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "gpu_test_util.h"
 #include "cublaslt_blockscaled.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
@@ -25,15 +26,7 @@ using namespace lowbit;
 
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class BlockScaledGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status st = require_hopper();
-    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
-  }
-};
+class BlockScaledGpu : public lowbit_test::HopperTest {};
 
 enum class Inputs { kSmallInts, kUniform };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "gpu_test_util.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
 #include "formats/quantize.h"
@@ -29,15 +30,7 @@ using namespace lowbit;
 
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class MoeGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status st = require_hopper();
-    if (!st.ok()) GTEST_SKIP() << "no Hopper GPU: " << st.to_string();
-  }
-};
+class MoeGpu : public lowbit_test::HopperTest {};
 
 enum class Fill { kRandom, kExact };
 
