@@ -138,14 +138,9 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     r->err = e.rel_fro;
     r->max_err = e.max_rel;
     if (baseline) {
-      const auto eb = reference::compare(ref, gotb);
-      if (eb.nonfinite > 0) {  // a baseline doing other work would be timed for nothing
-        baseline = false;
-        baseline_note = "baseline unavailable: cuBLASLt left non-finite outputs";
-      } else {
-        r->err_base = eb.rel_fro;
-        r->max_err_base = eb.max_rel;
-      }
+      const auto eb = baseline_error(ref, gotb, "baseline unavailable: cuBLASLt", &baseline, &baseline_note);
+      r->err_base = eb.rel_fro;
+      r->max_err_base = eb.max_rel;
     }
     if (unwritten > 0) {
       r->status = "FAIL: " + std::to_string(unwritten) + " outputs not written";

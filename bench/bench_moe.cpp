@@ -173,21 +173,12 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(ids.data(), v.topk_ids, pairs * 4, cudaMemcpyDeviceToHost), "copy"));
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(wt.data(), v.topk_weights, pairs * 4, cudaMemcpyDeviceToHost), "copy"));
   {
-    // Ids exact but where the CPU's FP64 softcap puts two logits closer than FP32 resolves
-    // (the tests' rule), weights to 1e-5.
     const reference::Routing rr = reference::route(hl0, s.m, s.experts, s.top_k, 30.0, true);
-    for (int t = 0; t < s.m && r->status.empty(); ++t) {
-      if (rr.margin[t] < 1e-5) continue;
-      for (int j = 0; j < s.top_k; ++j) {
-        const size_t i = static_cast<size_t>(t) * s.top_k + j;
-        if (ids[i] != rr.ids[i] || !(std::fabs(wt[i] - rr.weights[i]) <= 1e-5)) {
-          r->status = "WRONG ROUTING (token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert " +
-                      std::to_string(ids[i]) + " weight " + std::to_string(wt[i]) + ", CPU " +
-                      std::to_string(rr.ids[i]) + " " + std::to_string(rr.weights[i]) + ")";
-          break;
-        }
-      }
-    }
+    const int64_t i = reference::first_routing_mismatch(rr, ids.data(), wt.data(), s.m, s.top_k, 1e-5);
+    if (i >= 0)
+      r->status = "WRONG ROUTING (token " + std::to_string(i / s.top_k) + " slot " + std::to_string(i % s.top_k) +
+                  ": expert " + std::to_string(ids[i]) + " weight " + std::to_string(wt[i]) + ", CPU " +
+                  std::to_string(rr.ids[i]) + " " + std::to_string(rr.weights[i]) + ")";
   }
   {
     LOWBIT_RETURN_IF_ERROR(decode_host(*wts, nw, ns));

@@ -14,6 +14,7 @@
 #include "formats/bf16.h"
 #include "lowbit/gemm.h"
 #include "lowbit/status.h"
+#include "reference/reference_gemm.h"
 
 namespace lowbit::bench {
 
@@ -104,6 +105,17 @@ inline void gate_error(Result* r, const char* what, double err, double err_base,
   std::snprintf(buf, sizeof(buf), "FAIL: %s error %.3g above %.3g (%s)", what, err, bound,
                 err_base > 0 ? "2x the baseline's" : "the no-baseline bound");
   r->status = buf;
+}
+
+// A baseline's error on the sampled outputs. A baseline with non-finite outputs did other work:
+// it is dropped from timing (`*enabled` false, `note` says why) and reports no error.
+inline reference::ErrorStats baseline_error(const std::vector<double>& ref, const std::vector<double>& got,
+                                            const std::string& who, bool* enabled, std::string* note) {
+  const reference::ErrorStats e = reference::compare(ref, got);
+  if (e.nonfinite == 0) return e;
+  *enabled = false;
+  *note = who + " left non-finite outputs";
+  return {};
 }
 
 // Whether a row passed its checks: "ok", or "ok (...)" with a note on a missing secondary

@@ -202,14 +202,9 @@ void used_routing(const MoeData& d, std::vector<int32_t>* ids, std::vector<float
   *ids = read_dev<int32_t>(v.topk_ids, static_cast<size_t>(d.s.m) * d.s.top_k);
   *weights = read_dev<float>(v.topk_weights, static_cast<size_t>(d.s.m) * d.s.top_k);
   const reference::Routing r = reference::route(d.logits, d.s.m, d.s.experts, d.s.top_k, d.softcap, d.renormalize);
-  for (int t = 0; t < d.s.m; ++t) {
-    if (r.margin[t] < 1e-5) continue;
-    for (int j = 0; j < d.s.top_k; ++j) {
-      const size_t i = static_cast<size_t>(t) * d.s.top_k + j;
-      ASSERT_EQ((*ids)[i], r.ids[i]) << "token " << t << " slot " << j << ": the GPU routed differently";
-      ASSERT_NEAR((*weights)[i], r.weights[i], 1e-6) << "token " << t << " slot " << j;
-    }
-  }
+  const int64_t i = reference::first_routing_mismatch(r, ids->data(), weights->data(), d.s.m, d.s.top_k, 1e-6);
+  ASSERT_LT(i, 0) << "token " << i / d.s.top_k << " slot " << i % d.s.top_k << ": the GPU routed expert "
+                  << (*ids)[i] << " weight " << (*weights)[i] << ", the CPU " << r.ids[i] << " " << r.weights[i];
 }
 
 std::vector<double> reference_y(const MoeData& d) {

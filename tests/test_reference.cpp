@@ -83,3 +83,21 @@ TEST(Reference, RouteInfiniteLogits) {
     }
   }
 }
+
+// The routing comparison the MoE tests and bench share: a different id or weight is found, a
+// token whose top-k edge is a near-tie is skipped.
+TEST(Reference, RoutingMismatchSkipsNearTiesOnly) {
+  const std::vector<float> logits = {3, 1, 2, 0,   // ids 0, 2; margin 1 to the third
+                                     1, 1, 0, 0};  // ids 0, 1 (tied with each other); margin 1
+  const Routing r = route(logits, 2, 4, 2, 0.0, false);
+  std::vector<int32_t> ids(r.ids.begin(), r.ids.end());
+  std::vector<float> w(r.weights.begin(), r.weights.end());
+  EXPECT_EQ(first_routing_mismatch(r, ids.data(), w.data(), 2, 2, 1e-6), -1);
+  ids[3] = 2;  // token 1 slot 1
+  EXPECT_EQ(first_routing_mismatch(r, ids.data(), w.data(), 2, 2, 1e-6), 3);
+  ids[3] = r.ids[3];
+  w[0] += 1e-3f;
+  EXPECT_EQ(first_routing_mismatch(r, ids.data(), w.data(), 2, 2, 1e-6), 0);
+  // With `tie` above every margin, no token is compared.
+  EXPECT_EQ(first_routing_mismatch(r, ids.data(), w.data(), 2, 2, 1e-6, /*tie=*/2.0), -1);
+}

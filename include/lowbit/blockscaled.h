@@ -78,8 +78,8 @@ struct Fp8GroupedProblem {
 
 // Workspace of a grouped call with up to `max_groups` groups: the per-group tensor maps (built
 // on the device from the descriptors by a preparation kernel in the same stream), the tile
-// offsets and a status word. Caller-owned, 128-byte aligned; no initialization needed; calls that may run
-// concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K
+// offsets and a status word. Caller-owned, 128-byte aligned; no initialization needed; calls
+// that may run concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K
 // counters: zero-fill such a buffer again before a dense call uses it.)
 size_t fp8_grouped_workspace_size(int max_groups);
 

@@ -111,8 +111,8 @@ struct Nvfp4GroupedArgs {
   // 0 = unknown (128-token tiles).
   int64_t expected_m = 0;
   // Caller-owned, 256-byte aligned: status word, tile offsets, per-group tensor maps, staged
-  // activations (nvfp4_grouped_workspace_size). No initialization needed; calls that may run concurrently
-  // need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:
+  // activations (nvfp4_grouped_workspace_size). No initialization needed; calls that may run
+  // concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:
   // zero-fill such a buffer again before a dense call uses it.)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;

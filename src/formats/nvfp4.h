@@ -44,7 +44,8 @@ struct Nvfp4Tensor {
 // an empty tensor (an infinite amax zeroed every scale and made g infinite; NaN is no value).
 Nvfp4Tensor quantize_nvfp4(const float* x, int64_t rows, int64_t cols);
 
-// x_hat[r, c] = e2m1(q) * nvfp4_scale_to_float(sf) * g, in FP32; empty for a tensor quantize_nvfp4 would not make.
+// x_hat[r, c] = e2m1(q) * nvfp4_scale_to_float(sf) * g, in FP32; empty for a tensor
+// quantize_nvfp4 would not make.
 std::vector<float> dequantize_nvfp4(const Nvfp4Tensor& t);
 
 // Byte offset of the scale of (row, k-block) in the 128x4-atom swizzled layout that cuBLASLt and

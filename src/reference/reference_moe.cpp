@@ -43,6 +43,18 @@ Routing route(const std::vector<float>& logits, int m, int experts, int top_k, d
   return r;
 }
 
+int64_t first_routing_mismatch(const Routing& r, const int32_t* ids, const float* weights, int m, int top_k,
+                               double weight_tol, double tie) {
+  for (int t = 0; t < m; ++t) {
+    if (r.margin[t] < tie) continue;
+    for (int j = 0; j < top_k; ++j) {
+      const size_t i = static_cast<size_t>(t) * top_k + j;
+      if (ids[i] != r.ids[i] || !(std::fabs(weights[i] - r.weights[i]) <= weight_tol)) return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
 std::vector<double> moe_full(const MoeProblem& p) {
   std::vector<double> out(static_cast<size_t>(p.m) * p.n, 0.0);
   const int kb = p.k / 128, nb = (p.n + 127) / 128;

@@ -17,6 +17,12 @@ struct Routing {
 };
 Routing route(const std::vector<float>& logits, int m, int experts, int top_k, double softcap, bool renormalize);
 
+// The first pair (t * top_k + j) whose id or weight (beyond `weight_tol`) differs from `r`, or -1.
+// Tokens whose k-th and (k+1)-th logits lie closer than `tie` are skipped: the device's FP32
+// softcap may order them the other way.
+int64_t first_routing_mismatch(const Routing& r, const int32_t* ids, const float* weights, int m, int top_k,
+                               double weight_tol, double tie = 1e-5);
+
 // Y[t][c] = sum_j weight(t, j) * sum_kb xs[t][kb] * ws[e][c / 128][kb] * sum_{k in kb} xq[t][k] * w[e][c][k]
 // over the token's routed experts e = ids[t][j] (ids outside [0, experts) add nothing).
 struct MoeProblem {

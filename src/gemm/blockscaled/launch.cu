@@ -332,9 +332,9 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
 
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
-  cudaError_t e = hopper::launch_kernel(blockscaled::grouped_prepare_kernel, dim3(1), dim3(blockscaled::kPrepareThreads),
-                                        0, stream, /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n,
-                                        tmpl[0], tmpl[1], tmpl[2]);
+  cudaError_t e =
+      hopper::launch_kernel(blockscaled::grouped_prepare_kernel, dim3(1), dim3(blockscaled::kPrepareThreads), 0, stream,
+                            /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n, tmpl[0], tmpl[1], tmpl[2]);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};

@@ -177,7 +177,7 @@ const VariantEntry kEntries[] = {
     entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
-    // Staggered consumers (fp8_lead_compiled): the chooser's one use, bn=256 promote=2.
+    // Staggered consumers (fp8_config_compiled): the chooser's one use, bn=256 promote=2.
     entry<256, false, false, false, 1, 2, 128, 0, true>(), entry<256, true, false, false, 1, 2, 128, 0, true>(),
 };
 constexpr int expected_entries() {

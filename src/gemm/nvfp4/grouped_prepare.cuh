@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
       bad = first_bad;
       status = check_group(problems[bad], nvfp4_act);
     }
-    // More tiles than a launch walks (gemm::kMaxUnits), or more activations than the staging holds: compute
-    // nothing rather than part of the problem.
+    // More tiles than a launch walks (gemm::kMaxUnits), or more activations than the staging
+    // holds: compute nothing rather than part of the problem.
     int nothing = kGroupOk;
     if (tile_carry > gemm::kMaxUnits) nothing = kGroupTooManyTiles;
     else if (act_carry * 16 > ws.capacity) nothing = kGroupActivationsTooLarge;

@@ -149,8 +149,7 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
     e = hopper::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(128), 0, stream, /*pdl=*/false, dense,
                               m, k, prune, values, static_cast<uint8_t*>(meta), slabs, v);
   }
-  if (e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError, std::string("sparse24_compress: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess) return gemm::cuda_error("sparse24_compress", e);
   return Status::Ok();
 }
 
