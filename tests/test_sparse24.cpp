@@ -231,3 +231,83 @@ TEST(Sparse24Prepacked, BadInputsAreErrors) {
   EXPECT_EQ(cfg.block_n, 256);
   EXPECT_EQ(cfg.splits, 2);
 }
+
+// The metadata layout pinned to the PTX ISA's figures for sparse wgmma ("Matrix fragments for
+// sparse wgmma"; worked through in docs/notes/wgmma_sp_metadata.md, section 3), written out by
+// hand here rather than through sparse24_chunk_pos: the round-trip tests decode with the same
+// function the packer encodes with, so a wrong mapping there would round-trip perfectly.
+// One group per case holds its two nonzeros at positions 2 and 3 (code 0xE); every other group
+// is empty (code 0x4). The whole metadata buffer must then read 0x4 but at one nibble.
+namespace {
+
+struct PinnedNibble {
+  int row, col;  // the group's first logical column
+  size_t byte;   // where its code must land in the metadata buffer
+  bool high;     // in the byte's high nibble
+  const char* why;
+};
+
+void expect_pinned_layout(lowbit::SparseType type, int64_t m, int64_t k, const PinnedNibble& c,
+                          const char* copy_why = nullptr, size_t copy_byte = 0) {
+  lowbit_test::RawMatrix a{type, m, k,
+                           std::vector<uint8_t>(static_cast<size_t>(m * k * lowbit_test::elem_bytes(type)), 0)};
+  const uint32_t one = type == lowbit::SparseType::kE4M3 ? 0x38u : 0x3C00u;  // 1.0
+  const uint32_t two = type == lowbit::SparseType::kE4M3 ? 0x40u : 0x4000u;  // 2.0
+  a.set(c.row, c.col + 2, one);
+  a.set(c.row, c.col + 3, two);
+  std::vector<uint8_t> values(static_cast<size_t>(m * k / 2 * lowbit_test::elem_bytes(type)), 0xAB);
+  std::vector<uint8_t> meta(lowbit::sparse24_meta_bytes(m, k, type), 0xCD);
+  const auto st = lowbit::sparse24_compress_host(a.bytes.data(), m, k, type, false, values.data(), meta.data());
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  // Values: group g's kept pair at columns 2g, 2g + 1 of its row, in index order.
+  lowbit_test::RawMatrix v{type, m, k / 2, values};
+  EXPECT_EQ(v.get(c.row, c.col / 2), one) << c.why;
+  EXPECT_EQ(v.get(c.row, c.col / 2 + 1), two) << c.why;
+  for (size_t b = 0; b < meta.size(); ++b) {
+    const bool copy = copy_why != nullptr && b == copy_byte;
+    const uint8_t want = b == c.byte || copy ? (c.high ? 0xE4 : 0x4E) : 0x44;
+    ASSERT_EQ(meta[b], want) << c.why << (copy ? copy_why : "") << ": metadata byte " << b;
+  }
+}
+
+}  // namespace
+
+TEST(Sparse24Prepacked, E4M3MetadataSitsWherePtxSaysTheThreadReadsIt) {
+  // m64nNk64: thread t = 32w + 4g + q holds row 16w + g + 8(q & 1), logical columns
+  // 32(q >> 1) .. +31 of the MMA, nibble i = the group at 32(q >> 1) + 4i; word j = MMA j of
+  // the 128-column K block, at bytes [8t + 4j, +4) of the slab's 1 KiB block. M = 100 pads to
+  // two slabs, K = 256 is two K blocks: block (slab, kb) at (2 kb + slab) KiB.
+  const PinnedNibble cases[] = {
+      {0, 0, 0, false, "lane 0: row 0, columns 0..31, nibble 0"},
+      {8, 4, 8, true, "lane 1: row 8, nibble 1"},
+      {0, 32, 16, false, "lane 2: row 0, columns 32..63"},
+      {1, 64, 4 * 8 + 4, false, "lane 4: row 1; columns 64.. are the second MMA's word"},
+      {16, 124, 34 * 8 + 4 + 3, true, "warp 1 lane 2: row 16, second MMA columns 32..63, nibble 7"},
+      {70, 0, 1024 + 24 * 8, false, "second slab (rows 64..127): row 6 there is lane 24"},
+      {0, 128, 2048, false, "second K block, first slab"},
+      {99, 252, 3072 + (64 + 4 * 3 + 2) * 8 + 4 + 3, true, "last row (slab 1 row 35: warp 2, g 3, q 2), last group"},
+  };
+  for (const auto& c : cases) expect_pinned_layout(lowbit::SparseType::kE4M3, 100, 256, c);
+}
+
+TEST(Sparse24Prepacked, F16MetadataSitsWherePtxSaysTheThreadReadsIt) {
+  // m64nNk32, selector 0: threads q = 0, 1 of each quad supply it. Thread 32w + 4g + q holds
+  // rows 16w + g (nibbles 0..3) and 16w + g + 8 (nibbles 4..7), logical columns 16(q & 1) ..
+  // +15 of the MMA; word j = MMA j of the 64-column K block. Lanes q = 2, 3 carry copies of
+  // q = 0, 1 (what selector 1 would read). M = 64 pads to two slabs; K = 128 is two K blocks.
+  struct Case {
+    PinnedNibble c;
+    size_t copy;
+  };
+  const Case cases[] = {
+      {{0, 0, 0, false, "lane 0: row 0, columns 0..15, nibble 0"}, 2 * 8},
+      {{8, 4, 2, true, "lane 0: row 8 is nibble 5"}, 2 * 8 + 2},
+      {{0, 16, 8, false, "lane 1: row 0, columns 16..31"}, 3 * 8},
+      {{0, 32, 4, false, "lane 0: columns 32.. are the second MMA's word"}, 2 * 8 + 4},
+      {{27, 60, (32 + 4 * 3 + 1) * 8 + 4 + 3, true, "warp 1, g 3, lane q 1: row 27 = 16 + 3 + 8, nibble 7"},
+       (32 + 4 * 3 + 3) * 8 + 4 + 3},
+      {{5, 64, 2048 + 5 * 4 * 8, false, "second K block (slab stride: two slabs)"}, 2048 + (5 * 4 + 2) * 8},
+  };
+  for (const auto& e : cases)
+    expect_pinned_layout(lowbit::SparseType::kF16, 64, 128, e.c, " (copy in lane q + 2)", e.copy);
+}
