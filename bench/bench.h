@@ -72,6 +72,10 @@ struct Result {
   // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).
   double us_det = 0;
   std::vector<std::pair<std::string, double>> stages;
+  // W5 / W6: ours with the call's first kernel launched without PDL (Nvfp4GroupedArgs::pdl_first,
+  // MoeConfig::pdl_first = 0): it cannot start under the previous call's tail in the timed batch,
+  // which the baselines' launches never do either.
+  double us_no_pdl = 0;
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);

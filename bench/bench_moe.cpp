@@ -135,6 +135,12 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   LaunchFn ours = [&](cudaStream_t q, int i) {
     return fused_moe_fp8(args_for(i, MoeReduce::kAtomic, y.p), ws.p, ws_bytes, q, &cfg);
   };
+  // The call's first kernel without PDL (Result::us_no_pdl).
+  MoeConfig cfg_no_pdl = cfg;
+  cfg_no_pdl.pdl_first = 0;
+  LaunchFn ours_no_pdl = [&](cudaStream_t q, int i) {
+    return fused_moe_fp8(args_for(i, MoeReduce::kAtomic, y.p), ws.p, ws_bytes, q, &cfg_no_pdl);
+  };
   LaunchFn det = [&](cudaStream_t q, int i) {
     return fused_moe_fp8(args_for(i, MoeReduce::kDeterministic, y_det.p), ws_det.p, ws_det_bytes, q, &cfg);
   };
@@ -239,7 +245,8 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   double rough = 0.0;
   LOWBIT_RETURN_IF_ERROR(rough_time_us(ours, st, &rough));
   const int batch = std::clamp(static_cast<int>(3000.0 / std::max(rough, 1.0)), 2, 200);
-  std::vector<LaunchFn> launches = {ours, det};
+  std::vector<LaunchFn> launches = {ours, det, ours_no_pdl};
+  constexpr size_t kPrefixAt = 3;
   for (size_t j = 1; j <= order.size(); ++j) launches.push_back(prefix(static_cast<int>(j)));
   const size_t base_at = launches.size();
   if (opt.baseline) launches.push_back(base);
@@ -255,13 +262,14 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   const double flops = 2.0 * pairs * s.n * s.k;
   r->us = t[0].median_us;
   r->us_det = t[1].median_us;
+  r->us_no_pdl = t[2].median_us;
   if (tiny)
     r->stages = {};
   else
-    r->stages = {{"route", t[2].median_us},
-                 {"layout", t[3].median_us - t[2].median_us},
-                 {"gather", t[4].median_us - t[3].median_us},
-                 {"gemm", t[0].median_us - t[4].median_us}};
+    r->stages = {{"route", t[kPrefixAt].median_us},
+                 {"layout", t[kPrefixAt + 1].median_us - t[kPrefixAt].median_us},
+                 {"gather", t[kPrefixAt + 2].median_us - t[kPrefixAt + 1].median_us},
+                 {"gemm", t[0].median_us - t[kPrefixAt + 2].median_us}};
   r->us_base = opt.baseline ? t[base_at].median_us : 0.0;
   r->tflops = flops / (r->us * 1e6);
   r->gbs = bytes / (r->us * 1e3);

@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
         << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
-        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"stages\":{";
+        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"us_no_pdl\":" << r.us_no_pdl << ",\"stages\":{";
       for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
       f << "}"
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
@@ -299,20 +299,22 @@ int main(int argc, char** argv) {
       int64_t total_m = 0;
       for (int64_t m : r.shape.group_m) total_m += m;
       std::printf("%-9s %2zux%4lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | per-group loop %9.2f %6.3f x | w4a16 %8.2f"
-                  " | bf16-mma floor %6.2f | %8.2e | %s %s\n",
+                  " | no-pdl %8.2f %6.3f x | bf16-mma floor %6.2f | %8.2e | %s %s\n",
                   r.shape.suite.c_str(), r.shape.group_m.size(), (long long)(total_m / std::max<size_t>(1, r.shape.group_m.size())),
                   (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops, r.gbs, r.pct_floor, r.us_loop, r.x_loop,
-                  r.us_w4a16, r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+                  r.us_w4a16, r.us_no_pdl, r.us_no_pdl > 0 && r.us_loop > 0 ? r.us_loop / r.us_no_pdl : 0.0,
+                  r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       continue;
     }
     if (r.shape.suite == "W6") {
       std::string stages;
       for (const auto& st : r.stages) stages += st.first + " " + std::to_string(st.second).substr(0, 5) + " ";
-      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | E=%d top%d det %8.2f | %s| %8.2e sim %8.2e"
-                  " | %s %s\n",
+      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | E=%d top%d det %8.2f | no-pdl %8.2f"
+                  " %6.3f x | %s| %8.2e sim %8.2e | %s %s\n",
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.shape.experts, r.shape.top_k, r.us_det,
-                  stages.c_str(), r.err, r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
+                  r.us_no_pdl, r.us_no_pdl > 0 && r.us_base > 0 ? r.us_base / r.us_no_pdl : 0.0, stages.c_str(), r.err,
+                  r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       continue;
     }
     if (r.shape.suite.rfind("W3", 0) == 0) {

@@ -509,7 +509,8 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
 
 // The tiny-batch path (routing inside the GEMM) against the split path's reference: exact on
 // small integers for m = 1..4, both output types, GPU and caller routing, K splits 1/2/4, and
-// the published routing equal to the CPU's; out-of-range caller ids skipped and reported.
+// the published routing equal to the CPU's; out-of-range caller ids skipped and reported;
+// the first kernel launched with and without PDL.
 TEST_F(MoeGpu, TinyPathExact) {
   const uint64_t seed = lowbit_test::seed();
   for (int m = 1; m <= 4; ++m) {
@@ -524,6 +525,7 @@ TEST_F(MoeGpu, TinyPathExact) {
           c.tiny = 1;
           c.token_tile = 16;
           c.splits = splits;
+          c.pdl_first = splits == 2 ? 0 : -1;  // the first kernel also as a plain launch
           poison_y(d);
           run_fused(d, &c);
           const std::string what = "tiny m=" + std::to_string(m) + (y == OutType::kFP32 ? " fp32" : " bf16") +

@@ -128,6 +128,17 @@ struct Operands {
 
   float a_global() const { return fp4_act ? a4.global_scale : 1.0f; }
 
+  // Global scales other than the 1 make() sets (powers of two keep small-integer results exact);
+  // the reference's dequantized values follow. Only NVFP4 activations have one.
+  void set_global_scales(float a_gs, float w_gs) {
+    w.global_scale = w_gs;
+    wd = formats::dequantize_nvfp4(w);
+    if (fp4_act && m > 0) {
+      a4.global_scale = a_gs;
+      ad = formats::dequantize_nvfp4(a4);
+    }
+  }
+
   Nvfp4GroupedProblem descriptor() const {
     Nvfp4GroupedProblem g{};
     g.m = static_cast<int32_t>(m);
@@ -192,12 +203,16 @@ struct Case {
   void* workspace = nullptr;  // shared across cases (zero-filled once by the caller), or null: one per case
   size_t workspace_bytes = 0;
   bool odd_scales = false;    // use_odd_scales on both operands
+  float a_global = 1.0f, w_global = 1.0f;  // Operands::set_global_scales
 };
 
 std::string name(const Case& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.ints ? " ints" : " random") +
          (c.fp4_act ? " nvfp4-act" : " bf16-act") + (c.swizzled ? " swizzled" : "") +
-         " cfg=" + (c.config ? c.config : "auto");
+         " cfg=" + (c.config ? c.config : "auto") +
+         (c.a_global != 1.0f || c.w_global != 1.0f
+              ? " global " + std::to_string(c.a_global) + " x " + std::to_string(c.w_global)
+              : "");
 }
 
 // Runs one dense case; every output element is checked (the output is poisoned first).
@@ -207,6 +222,8 @@ void run_case(const Case& c) {
   o.make(c.m, c.n, c.k, c.ints, c.fp4_act, c.swizzled,
          lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k), c.odd_scales);
   if (::testing::Test::HasFatalFailure()) return;
+  // (Random operands keep the global scales their quantizer chose.)
+  if (c.a_global != 1.0f || c.w_global != 1.0f) o.set_global_scales(c.a_global, c.w_global);
 
   Nvfp4GemmConfig cfg;
   const bool forced = c.config != nullptr;
@@ -309,6 +326,7 @@ struct Grouped {
   size_t ws_bytes = 0;
   bool fp4_act = false;
   int64_t act_elems = 0;
+  bool pdl_first = true;  // Nvfp4GroupedArgs::pdl_first
 
   void add(int64_t m, int64_t n, int64_t k, bool ints, bool fp4, uint64_t salt) {
     fp4_act = fp4;
@@ -334,6 +352,7 @@ struct Grouped {
     a.groups = static_cast<int>(ops.size());
     a.nvfp4_activations = fp4_act;
     a.max_activation_elements = capacity;
+    a.pdl_first = pdl_first;
     a.workspace = ws->p;
     a.workspace_bytes = ws_bytes;
     return a;
@@ -381,6 +400,21 @@ TEST_F(Nvfp4GemmGpu, EdgeShapesExact) {
 TEST_F(Nvfp4GemmGpu, Nvfp4ActivationsExact) {
   run_case({16, 256, 512, true, true, false, nullptr});
   run_case({130, 128, 384, true, true, true, "tokens=64,splits=2"});
+}
+
+// NVFP4 activations at the edge token counts through every token tile (and a split), with
+// global scales other than 1 on both operands: the activation staging and the epilogue must
+// each apply their own.
+TEST_F(Nvfp4GemmGpu, Nvfp4ActivationsEdgeShapesEveryTileExact) {
+  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16", "tokens=32", "tokens=64,splits=2",
+                          "tokens=128", "tokens=256"})
+    for (int64_t m : {1, 3, 127, 129}) {
+      Case c{m, 144, 512, true, true, m % 2 == 1, cfg};
+      c.a_global = 0.25f;
+      c.w_global = 8.0f;
+      run_case(c);
+      if (HasFailure()) return;
+    }
 }
 
 // The weights (decoded by bit placement in the GEMM's registers) and the activations (staged
@@ -484,6 +518,23 @@ TEST_F(Nvfp4GemmGpu, GroupedHalfWidthTilesExact) {
     g.run_and_check("tokens=128", fp4 ? "half-width tiles nvfp4-act" : "half-width tiles bf16-act");
     if (HasFailure()) return;
   }
+}
+
+// Each group's own global scales, powers of two whose products differ between groups: a kernel
+// that read another group's scales, or one group's for all, is off by a power of two.
+TEST_F(Nvfp4GemmGpu, GroupedPerGroupGlobalScalesExact) {
+  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16", "tokens=128"})
+    for (bool fp4 : {true, false}) {
+      Grouped g;
+      const int64_t ms[] = {3, 129, 0, 64, 17};
+      g.pdl_first = !fp4;  // the first kernel as a plain launch too
+      for (int i = 0; i < 5; ++i) {
+        g.add(ms[i], 144, 256, true, fp4, 200 + i);
+        g.ops.back()->set_global_scales(std::ldexp(1.0f, i - 2), std::ldexp(1.0f, i % 3 - 1));
+      }
+      g.run_and_check(cfg, fp4 ? "per-group global scales nvfp4-act" : "per-group global scales bf16-act");
+      if (HasFailure()) return;
+    }
 }
 
 TEST_F(Nvfp4GemmGpu, GroupedNvfp4ActivationsExact) {

@@ -417,6 +417,9 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_EQ(c.pdl, 0);
   EXPECT_FALSE(parse_moe_config("tiny=2", &c).ok());
   EXPECT_FALSE(parse_moe_config("pdl=-2", &c).ok());
+  EXPECT_TRUE(parse_moe_config("pdlfirst=0", &c).ok());
+  EXPECT_EQ(c.pdl_first, 0);
+  EXPECT_FALSE(parse_moe_config("pdlfirst=2", &c).ok());
   std::string why;
   // The seed's shape: 4 tokens per expert on average -> the smallest tile, 1008 tiles -> no split.
   MoeConfig seed = moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
@@ -432,6 +435,8 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_EQ(seed.pdl, 1) << why;
   EXPECT_EQ(one.tiny, 1) << why;         // one token: routing inside the GEMM
   EXPECT_EQ(seed.tiny, 0) << why;
+  EXPECT_EQ(one.pdl_first, 1) << why;  // the tiny path's first kernel waits resident
+  EXPECT_EQ(seed.pdl_first, 0) << why;  // the split path's route kernel measured slower so
   EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, nullptr).tiny, 0);
   EXPECT_EQ(moe_choose_config(MoeShape{1, 512, 2048, 512, 8}, MoeReduce::kAtomic, 132, nullptr).tiny, 0);
   EXPECT_EQ(moe_choose_config(MoeShape{8, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).tiny, 0);

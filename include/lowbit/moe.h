@@ -87,9 +87,16 @@ struct MoeConfig {
   // mode a forced 1 runs the split path (this path only adds atomically). -1 = auto (1 wherever
   // it applies).
   int tiny = -1;
+  // 1: the call's first kernel launches with PDL too (pdl=1 only), so it may be resident under
+  // the stream's previous kernel and start as soon as that one completes (it touches no memory
+  // before). In a batch of back-to-back calls that previous kernel is the last call's GEMM,
+  // which lets its dependents launch early: a larger overlap than most kernels before an MoE
+  // layer allow. -1 = auto: 1 on the tiny path (M = 1: 12.1 -> 11.2 us), 0 on the split path
+  // (its route kernel launched early made M = 128 5% slower; docs/perf.md W6 v3).
+  int pdl_first = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,

@@ -110,6 +110,11 @@ struct Nvfp4GroupedArgs {
   // Typical tokens per group, for the chooser's token tile (the sizes live on the device);
   // 0 = unknown (128-token tiles).
   int64_t expected_m = 0;
+  // The call's first kernel launches with programmatic dependent launch: it may be resident
+  // under the stream's previous kernel and starts as soon as that one completes (it touches no
+  // memory before). false: a plain launch, after the previous kernel. The second kernel always
+  // follows the first with PDL.
+  bool pdl_first = true;
   // Caller-owned, 256-byte aligned: status word, tile offsets, per-group tensor maps, staged
   // activations (nvfp4_grouped_workspace_size). No initialization needed; calls that may run
   // concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:

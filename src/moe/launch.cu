@@ -65,6 +65,7 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
   if (c.pdl < -1 || c.pdl > 1) return Status::Invalid(w + ": pdl must be -1, 0 or 1");
   if (c.tiny < -1 || c.tiny > 1) return Status::Invalid(w + ": tiny must be -1, 0 or 1");
+  if (c.pdl_first < -1 || c.pdl_first > 1) return Status::Invalid(w + ": pdl_first must be -1, 0 or 1");
   return Status::Ok();
 }
 
@@ -283,10 +284,11 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
 }
 
 // The tiny-batch path's two kernels: zero Y + quantize X, then the GEMM that routes for itself;
-// both with PDL (config pdl=1), the first one too (see fused_moe_fp8).
+// both with PDL (config pdl=1), the first one too unless pdl_first=0 (see fused_moe_fp8).
 Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
   const MoeShape& s = r.s;
-  cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream, r.cfg.pdl == 1,
+  cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream,
+                                        r.cfg.pdl == 1 && r.cfg.pdl_first == 1,
                                         static_cast<const __nv_bfloat16*>(a.x), r.p);
   if (e != cudaSuccess) return gemm::cuda_error("moe tiny prepare launch", e);
   CUtensorMap tm_w, tm_x;
@@ -346,7 +348,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
 std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
-         ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny);
+         ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny) + ",pdlfirst=" + std::to_string(pdl_first);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -359,8 +361,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "tileprefetch") c.tile_prefetch = value;
     else if (key == "pdl") c.pdl = value;
     else if (key == "tiny") c.tiny = value;
+    else if (key == "pdlfirst") c.pdl_first = value;
     else return Status::Invalid("unknown MoE config key '" + key +
-                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny)");
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -413,6 +416,10 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
                                               "weights before the zero+quantize kernel is done"
                                             : "0");
   }
+  if (c.pdl_first < 0) {
+    c.pdl_first = c.tiny == 1 ? 1 : 0;
+    why += std::string("; pdlfirst=") + (c.pdl_first ? "1: the tiny path's first kernel waits resident" : "0");
+  }
   // Every K range must hold at least one K block (an empty range would leave its consumers
   // waiting for a stage that is never loaded).
   if (c.splits > s.k / 128 && s.k >= 128) {
@@ -434,6 +441,8 @@ std::string moe_config_table() {
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"
          "                 |                                 | loads start before the zero+quantize kernel ends\n"
          "  pdl 1          | always | each stage's launch and prologue overlap the previous stage's tail\n"
+         "  pdlfirst 1     | tiny path | its first kernel waits resident under the caller's last kernel\n"
+         "  pdlfirst 0     | split path | launched early, the route kernel measured 5% slower (M = 128)\n"
          "  prefetch 0, tileprefetch 0 | always | L2 prefetch of the first experts during routing, or of each unit's\n"
          "                 |                                 | whole weight tile, measured no gain or a loss (docs/perf.md W6)\n";
 }
@@ -478,14 +487,14 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
   // Each kernel reads and writes no global memory before its grid-dependency wait (the route
   // stage's optional L2 prefetch of the weights is a hint, not a read), which returns once its
   // predecessor -- the caller's last kernel, for the first one -- has completed, so any of them
-  // may launch with PDL and the chain stays ordered after the caller's work. The tiny path's
-  // first kernel does: it is resident and waiting before that kernel ends, which hides its launch
-  // (M = 1: 12.1 -> 11.2 us). The split pipeline's does not: launched early, M = 128 ran 111.3 us
-  // against 105.8 (same-machine A/B, docs/perf.md W6 v3).
+  // may launch with PDL and the chain stays ordered after the caller's work. By default
+  // (MoeConfig::pdl_first) the tiny path's first kernel does: it is resident and waiting before
+  // that kernel ends, which hides its launch (M = 1: 12.1 -> 11.2 us). The split pipeline's does
+  // not: launched early, M = 128 ran 111.3 us against 105.8 (same-machine A/B, docs/perf.md W6 v3).
   bool first = true;
   auto run = [&](MoeStage st) {
     const bool launches = stage_launches(st, args);
-    const Status status = run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1 && !first);
+    const Status status = run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1 && (!first || r.cfg.pdl_first == 1));
     first = first && !launches;
     return status;
   };

@@ -132,12 +132,13 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   LOWBIT_RETURN_IF_ERROR(act_template(cfg.block_tokens, &tmpl));
 
   const nvfp4::GroupedWorkspace ws = nvfp4::GroupedWorkspace::at(a.workspace, a.groups, capacity);
-  // Both kernels of the call launch with PDL and wait before touching global memory. An NVFP4
-  // call's preparation grid-strides over the activations: a few CTAs per SM cover any total
-  // without knowing it on the host; otherwise one CTA scans.
+  // Both kernels of the call launch with PDL (the first unless a.pdl_first is false) and wait
+  // before touching global memory. An NVFP4 call's preparation grid-strides over the
+  // activations: a few CTAs per SM cover any total without knowing it on the host; otherwise
+  // one CTA scans.
   const int prepare_grid = a.nvfp4_activations ? dev.sm_count * 4 : 1;
   cudaError_t e = hopper::launch_kernel(nvfp4::grouped_prepare_kernel, dim3(prepare_grid),
-                                        dim3(nvfp4::kPrepareThreads), 0, stream, /*pdl=*/true, a.problems, a.groups,
+                                        dim3(nvfp4::kPrepareThreads), 0, stream, a.pdl_first, a.problems, a.groups,
                                         a.nvfp4_activations, cfg.block_tokens, ws, *tmpl);
   if (e != cudaSuccess) return gemm::cuda_error(who + " prepare launch", e);
 
