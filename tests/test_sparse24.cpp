@@ -168,6 +168,50 @@ TEST(Sparse24Prepacked, HostPruneRanksNaNLikeTheFloatPruner) {
   }
 }
 
+// Several NaNs, and NaN next to infinity, in one group: every NaN ranks alike and above
+// infinity in both pruners (ties to the lower index), whatever its payload or sign. The packed
+// F16 pruner once ranked NaN payloads by their bits, the float one NaN level with infinity.
+TEST(Sparse24Prepacked, PrunersAgreeOnNaNPayloadsAndInfinity) {
+  struct Group {
+    lowbit::SparseType type;
+    uint32_t bits[4];
+    int keep0, keep1;
+  };
+  const Group groups[] = {
+      {lowbit::SparseType::kF16, {0x7C00, 0x7C00, 0x7E00, 0x3C00}, 0, 2},  // inf, inf, NaN, 1
+      {lowbit::SparseType::kF16, {0x7C01, 0x7E00, 0x7FFF, 0x0000}, 0, 1},  // three NaN payloads
+      {lowbit::SparseType::kF16, {0xFC00, 0x4200, 0x7C00, 0xFE00}, 0, 3},  // -inf, 3, inf, -NaN
+      {lowbit::SparseType::kE4M3, {0x7E, 0xFF, 0x7F, 0x38}, 1, 2},         // 448, -NaN, NaN, 1
+  };
+  for (const Group& g : groups) {
+    lowbit_test::RawMatrix a{g.type, 1, 32, std::vector<uint8_t>(32 * lowbit_test::elem_bytes(g.type), 0)};
+    for (int i = 0; i < 4; ++i) a.set(0, i, g.bits[i]);
+    Packed p;
+    ASSERT_TRUE(pack_host(a, true, &p).ok());
+    std::vector<float> got;
+    std::string why;
+    ASSERT_TRUE(lowbit_test::decode_prepacked(g.type, 1, 32, p.values, p.meta, &got, &why)) << why;
+    std::vector<float> want(32);
+    for (int c = 0; c < 32; ++c) want[c] = a.at(0, c);
+    prune_2_4(want.data(), 1, 32);
+    for (int i = 0; i < 4; ++i) {
+      const bool kept = i == g.keep0 || i == g.keep1;
+      const std::string where = "group {" + std::to_string(g.bits[0]) + ", ...} position " + std::to_string(i);
+      EXPECT_EQ(got[i] != 0.0f || std::isnan(got[i]), kept) << "packed pruner, " << where;
+      EXPECT_EQ(want[i] != 0.0f || std::isnan(want[i]), kept) << "float pruner, " << where;
+    }
+  }
+}
+
+// A refused compression holds no values: decompressing it gives nothing (it read past an empty
+// index vector).
+TEST(Sparse24, DecompressOfARefusedCompressionIsEmpty) {
+  const std::vector<float> dense = {1, 1, 1, 0};
+  const auto c = compress_2_4(dense.data(), 1, 4);
+  ASSERT_FALSE(c.ok);
+  EXPECT_TRUE(decompress_2_4(c).empty());
+}
+
 TEST(Sparse24Prepacked, BadInputsAreErrors) {
   std::vector<uint8_t> buf(1 << 16);
   auto* p = buf.data();

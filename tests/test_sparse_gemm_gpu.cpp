@@ -217,13 +217,16 @@ TEST_F(SparseGemmGpu, SmallIntegersExactEveryVariant) {
     for (bool fast : {false, true})
       for (const char* cfg : {"bn=64", "bn=64,splits=3", "bn=128", "bn=256", "bn=128,splits=3", "bn=256,splits=2",
                               "bn=128,grid=5,group=2", "bn=256,cluster=2", "bn=256,cluster=2,grid=2,group=1"})
-        expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 6 K blocks = 3 pairs, so 3 splits fit
+        expect_exact({t, 256, 384, 1536, true, cfg, fast});  // E4M3: 12 K blocks = 6 pairs (F16: 24 = 12)
   // F16 inputs to FP16 outputs, every compiled tile.
   for (const char* cfg : {"bn=64", "bn=128", "bn=256", "bn=128,splits=3", "bn=256,cluster=2"})
     expect_exact({SparseType::kF16, 256, 384, 1536, true, cfg, false, SparseOut::kFP16});
-  // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks.
-  for (SparseType t : {SparseType::kE4M3, SparseType::kF16})
-    for (const char* cfg : {"bn=256,splits=5", "bn=128,splits=7,grid=9"}) expect_exact({t, 256, 384, 1536, true, cfg, true});
+  // Unpromoted kernels schedule single K blocks: more splits than there are pairs of blocks, up
+  // to one K block per split (E4M3: 6 pairs, 12 blocks; F16: 12 pairs, 24 blocks).
+  for (const char* cfg : {"bn=256,splits=12", "bn=128,splits=7,grid=9"})
+    expect_exact({SparseType::kE4M3, 256, 384, 1536, true, cfg, true});
+  for (const char* cfg : {"bn=256,splits=24", "bn=128,splits=13,grid=9"})
+    expect_exact({SparseType::kF16, 256, 384, 1536, true, cfg, true});
 }
 
 TEST_F(SparseGemmGpu, EdgeShapesExact) {
@@ -300,13 +303,24 @@ TEST_F(SparseGemmGpu, DeviceCompressorReportsAndPrunes) {
     ASSERT_FALSE(v.ok);
     const std::string want = "row " + std::to_string(v.row) + ", columns " + std::to_string(4 * v.group) + "..";
     EXPECT_NE(st.to_string().find(want), std::string::npos) << st.to_string() << " (want " << want << ")";
-    // Pruning: the device output equals the host pruner's.
+    // Pruning: the device output equals the host pruner's, and `violation` reads -1 afterwards
+    // (it held the checked call's index); without a violation word the output is the same.
     ASSERT_TRUE(sparse24_compress(A.p, m, k, t, true, V.p, M.p, static_cast<int64_t*>(viol.p), nullptr).ok());
     std::vector<uint8_t> dv(m * k / 2 * eb), dm(sparse24_meta_bytes(m, k, t)), hv(dv.size()), hm(dm.size());
     CUDA_OK(cudaMemcpy(dv.data(), V.p, dv.size(), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(dm.data(), M.p, dm.size(), cudaMemcpyDeviceToHost));
+    int64_t after = 0;
+    CUDA_OK(cudaMemcpy(&after, viol.p, sizeof(after), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(after, -1);
     ASSERT_TRUE(sparse24_compress_host(a.bytes.data(), m, k, t, true, hv.data(), hm.data()).ok());
     EXPECT_TRUE(dv == hv);
     EXPECT_TRUE(dm == hm);
+    CUDA_OK(cudaMemset(V.p, 0, dv.size()));
+    CUDA_OK(cudaMemset(M.p, 0, dm.size()));
+    ASSERT_TRUE(sparse24_compress(A.p, m, k, t, true, V.p, M.p, nullptr, nullptr).ok());
+    CUDA_OK(cudaMemcpy(dv.data(), V.p, dv.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(dm.data(), M.p, dm.size(), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(dv == hv) << "pruned without a violation word";
+    EXPECT_TRUE(dm == hm) << "pruned without a violation word";
   }
 }

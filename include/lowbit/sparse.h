@@ -30,6 +30,7 @@ size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type);
 
 // Compresses a dense row-major [m, k] A (E4M3 bytes or F16 halves, 16-byte aligned) into
 // `values` ([m, k/2] of the same type) and `meta` (sparse24_meta_bytes). k % 32 == 0.
+// Every buffer must be device-accessible (device, managed or pinned memory; checked).
 // Stream-ordered, no synchronization: `*violation` (device memory) receives the lowest index
 // row * (k/4) + group of a group with more than 2 nonzeros, or -1 when A is 2:4. With `prune`,
 // such groups keep their two largest magnitudes (ties to the lower index) instead, and
@@ -38,7 +39,8 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
                          void* meta, int64_t* violation, cudaStream_t stream);
 
 // sparse24_compress, then waits for `stream` and returns an error naming the first violating
-// group. It synchronizes (meant for one-time weight preparation); `violation` is caller scratch.
+// group. It synchronizes (meant for one-time weight preparation), so a stream under graph
+// capture is refused before anything is queued; `violation` is caller scratch.
 Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, SparseType type, void* values, void* meta,
                                  int64_t* violation, cudaStream_t stream);
 

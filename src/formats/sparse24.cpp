@@ -1,5 +1,6 @@
 #include "formats/sparse24.h"
 
+#include <cfloat>
 #include <cmath>
 
 namespace lowbit::formats {
@@ -24,9 +25,13 @@ Sparse24Violation check_2_4(const float* x, int64_t rows, int64_t cols) {
   return v;
 }
 
-// Magnitude for ranking: a NaN ranks above every number, as its code does in the E4M3 pruner
-// (sparse24_layout.h), so the two pruners keep the same elements.
-static float rank_of(float v) { return std::isnan(v) ? INFINITY : std::fabs(v); }
+// Magnitude for ranking: every NaN ranks alike and above infinity, as in the packed pruners
+// (sparse24_magnitude), so they keep the same elements. Double, so infinity still ranks above
+// every finite float and below NaN.
+static double rank_of(float v) {
+  if (std::isnan(v)) return HUGE_VAL;
+  return std::isinf(v) ? DBL_MAX : std::fabs(static_cast<double>(v));
+}
 
 void prune_2_4(float* x, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
@@ -78,6 +83,7 @@ Compressed24 compress_2_4(const float* x, int64_t rows, int64_t cols) {
 }
 
 std::vector<float> decompress_2_4(const Compressed24& c) {
+  if (!c.ok) return {};  // a refused compression holds no values
   std::vector<float> out(static_cast<size_t>(c.rows * c.cols), 0.0f);
   for (int64_t r = 0; r < c.rows; ++r)
     for (int64_t g = 0; g < c.cols / 4; ++g) {

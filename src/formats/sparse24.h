@@ -20,8 +20,8 @@ struct Sparse24Violation {
 // whose length is not a multiple of 4 counts as padded with zeros.
 Sparse24Violation check_2_4(const float* x, int64_t rows, int64_t cols);
 
-// Keeps the 2 largest magnitudes of every group (ties go to the lower index; a NaN ranks above
-// every number, as in the E4M3 pruner), zeroes the rest; a trailing short group likewise.
+// Keeps the 2 largest magnitudes of every group (ties go to the lower index; every NaN ranks
+// alike, above infinity, as in the packed pruners), zeroes the rest; a trailing short group likewise.
 void prune_2_4(float* x, int64_t rows, int64_t cols);
 
 struct Compressed24 {

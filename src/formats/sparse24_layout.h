@@ -66,9 +66,13 @@ __host__ __device__ inline bool sparse24_thread_owns(Sparse24Type type, int t) {
 }
 
 // The magnitude bits of an E4M3 byte or an F16 half: for both formats, ordering them as
-// integers orders the magnitudes (NaN aside), and zero (either sign) is 0.
+// integers orders the magnitudes, and zero (either sign) is 0. Every NaN ranks alike, above
+// infinity (E4M3's NaNs already share 0x7F; F16 NaN payloads differ and are folded to one), so
+// ties among NaNs go to the lower index as in the float pruner (formats::prune_2_4).
 __host__ __device__ inline uint32_t sparse24_magnitude(uint32_t bits, Sparse24Type t) {
-  return t == Sparse24Type::kE4M3 ? (bits & 0x7Fu) : (bits & 0x7FFFu);
+  if (t == Sparse24Type::kE4M3) return bits & 0x7Fu;
+  const uint32_t mag = bits & 0x7FFFu;
+  return mag > 0x7C00u ? 0x7C01u : mag;
 }
 
 // One group of 4 elements (raw bits). Returns the number of nonzeros; *code gets the metadata

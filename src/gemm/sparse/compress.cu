@@ -136,6 +136,13 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
     return Status::Invalid("sparse24_compress: violation must be non-null unless pruning (it reports non-2:4 input)");
   if (violation && reinterpret_cast<uintptr_t>(violation) % 8)
     return Status::Invalid("sparse24_compress: violation must be 8-byte aligned");
+  // One-time weight preparation, so worth the pointer queries: a host buffer passed here by
+  // mistake (the host compressor takes the same arguments) would fault in the kernel and leave
+  // the context unusable.
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", dense, "dense"));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", values, "values"));
+  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", meta, "meta"));
+  if (violation) LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", violation, "violation"));
   const Sparse24Type ft = to_format(type);
   const int64_t slabs = formats::sparse24_slabs(m);
   const int64_t blocks = slabs * formats::sparse24_k_blocks(k, ft);
@@ -159,6 +166,14 @@ Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, Sparse
   LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress_checked", /*device=*/true));
   if (!violation || reinterpret_cast<uintptr_t>(violation) % 8)
     return Status::Invalid("sparse24_compress_checked: violation must be a non-null, 8-byte aligned device int64");
+  // It waits for the result, which a stream under capture cannot give: refuse before queuing
+  // anything into the caller's graph.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(stream, &capture);
+  if (e != cudaSuccess) return gemm::cuda_error("sparse24_compress_checked", e);
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status::Invalid("sparse24_compress_checked: the stream is capturing a graph and this call waits for its "
+                           "result; use sparse24_compress (and read `violation` after the graph has run)");
   LOWBIT_RETURN_IF_ERROR(sparse24_compress(dense, m, k, type, false, values, meta, violation, stream));
   int64_t host = -1;
   LOWBIT_RETURN_IF_ERROR(gemm::read_back("sparse24_compress_checked", violation, &host, sizeof(host), stream));
