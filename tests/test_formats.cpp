@@ -92,6 +92,22 @@ TEST(Quantize, PerTensorScaleMapsAmaxTo448) {
   }
 }
 
+// Inputs the host quantizers cannot honour give empty output instead of bytes that look valid:
+// an infinite value made the per-tensor scale inf and every code NaN; a K that is not whole
+// 128-blocks left its tail codes 0; a short x was read past its end.
+TEST(Quantize, RefusedInputsGiveEmptyOutput) {
+  EXPECT_TRUE(quantize_e4m3_per_tensor({1.0f, INFINITY, 2.0f}).codes.empty());
+  EXPECT_TRUE(quantize_e4m3_per_tensor({1.0f, NAN}).codes.empty());
+  const std::vector<float> x(2 * 200, 1.0f);
+  const auto partial = quantize_e4m3_rows_1x128(x, 2, 200);
+  EXPECT_TRUE(partial.codes.empty() && partial.scales.empty());
+  const auto short_x = quantize_e4m3_rows_1x128(x, 4, 128);  // 512 values needed
+  EXPECT_TRUE(short_x.codes.empty() && short_x.scales.empty());
+  const auto fine = quantize_e4m3_rows_1x128(std::vector<float>(2 * 256, 1.0f), 2, 256);
+  EXPECT_EQ(fine.codes.size(), 512u);
+  EXPECT_EQ(fine.scales.size(), 4u);
+}
+
 // Infinity once came out as 1.0 (frexp leaves no exponent for it).
 TEST(FP16, InfinityNaNAndOverflow) {
   EXPECT_EQ(float_to_fp16(INFINITY), 0x7C00);

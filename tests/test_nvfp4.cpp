@@ -193,6 +193,45 @@ TEST(Nvfp4GemmWorkspace, InvalidConfigsSizeNothing) {
   EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, true, c), 16384u + 16u * 4096 * 2);
   c.splits = 4;
   EXPECT_GT(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4096, false, c), 16384u);
+  // Shapes nvfp4_gemm refuses, and a split over more tiles than the counter region holds.
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 40, 4096, true, c), 0u);    // N % 16
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(16, 4096, 4016, true, c), 0u);  // K % 32
+  c.splits = 2;
+  EXPECT_EQ(lowbit::nvfp4_gemm_workspace_size(4096, 16384, 4096, false, c), 0u);  // 32768 tiles
+}
+
+// The kernels apply a_global_scale * b_global_scale * 256 as one FP32 factor: scales whose
+// product overflows to inf or underflows to 0 are refused, like non-finite ones.
+TEST(Nvfp4GemmValidation, GlobalScaleProductMustBeANormalFloat) {
+  std::vector<uint8_t> buf(1 << 16);
+  lowbit::Nvfp4GroupedProblem g{};
+  g.m = 16;
+  g.n = 128;
+  g.k = 128;
+  g.a = g.a_scales = g.b_prepacked = g.d = buf.data();
+  struct Pair {
+    float a, b;
+    bool ok;
+  };
+  const Pair pairs[] = {{1.0f, 1.0f, true},           {1e-3f, 1e-3f, true},       {1.0f, 2e36f, false},  // 5e38: inf
+                        {1e-23f, 1e-23f, false},      /* 2.6e-44: below FLT_MIN */ {0.0f, 1.0f, false},
+                        {1.0f, std::nanf(""), false}, {INFINITY, 1.0f, false}};
+  for (const Pair& p : pairs) {
+    g.a_global_scale = p.a;
+    g.b_global_scale = p.b;
+    EXPECT_EQ(lowbit::nvfp4_grouped_validate(&g, 1, true).ok(), p.ok) << p.a << " x " << p.b;
+  }
+  lowbit::Nvfp4GemmArgs a;
+  a.m = 16;
+  a.n = 128;
+  a.k = 128;
+  a.a_bf16 = buf.data();
+  a.b_prepacked = buf.data();
+  a.d = buf.data();
+  a.b_global_scale = 2e36f;
+  const auto st = lowbit::nvfp4_gemm(a, nullptr);
+  EXPECT_EQ(st.code(), lowbit::StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("normal FP32"), std::string::npos) << st.to_string();
 }
 
 // NVFP4 activations with no room to stage them: refused on the host (every group used to be

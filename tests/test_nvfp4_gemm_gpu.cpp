@@ -63,6 +63,13 @@ void use_odd_scales(formats::Nvfp4Tensor& t) {
   for (int64_t r = 0; r < t.rows; ++r) t.scales[static_cast<size_t>(r * kb + r % kb)] = odd[r % 6];
 }
 
+// Only E4M3 subnormal scales (0x01..0x07: 1..7 x 2^-9), which the quantizer writes for small
+// blocks: a flush to zero in either operand's decode would zero those blocks. The products stay
+// multiples of 2^-20 and small, so the FP32 sums stay exact.
+void use_subnormal_scales(formats::Nvfp4Tensor& t, std::mt19937_64& rng) {
+  for (auto& s : t.scales) s = static_cast<uint8_t>(1 + rng() % 7);
+}
+
 // One problem's operands on the host (the reference's dequantized values) and on the device
 // (raw NVFP4 weights prepacked, activations in BF16 or NVFP4, D poisoned with NaN).
 struct Operands {
@@ -75,11 +82,12 @@ struct Operands {
   std::unique_ptr<Buf> pre, abuf, ascales, d;
 
   void make(int64_t m_, int64_t n_, int64_t k_, bool ints_, bool fp4_act_, bool swizzled, uint64_t seed_,
-            bool odd_scales = false) {
+            bool odd_scales = false, bool subnormal_scales = false) {
     m = m_, n = n_, k = k_, ints = ints_, fp4_act = fp4_act_, seed = seed_;
     std::mt19937_64 rng(seed);
     w = make_nvfp4(n, k, ints, rng);
     if (odd_scales) use_odd_scales(w);
+    if (subnormal_scales) use_subnormal_scales(w, rng);
     wd = formats::dequantize_nvfp4(w);  // includes the global scale
     // Activations: BF16, or NVFP4 whose dequantized values the reference uses.
     ad.assign(static_cast<size_t>(m * k), 0.0f);
@@ -87,6 +95,7 @@ struct Operands {
       if (m > 0) {
         a4 = make_nvfp4(m, k, ints, rng);
         if (odd_scales) use_odd_scales(a4);
+        if (subnormal_scales) use_subnormal_scales(a4, rng);
         ad = formats::dequantize_nvfp4(a4);
       }
     } else {
@@ -204,6 +213,7 @@ struct Case {
   size_t workspace_bytes = 0;
   bool odd_scales = false;    // use_odd_scales on both operands
   float a_global = 1.0f, w_global = 1.0f;  // Operands::set_global_scales
+  bool subnormal_scales = false;           // use_subnormal_scales on both operands
 };
 
 std::string name(const Case& c) {
@@ -220,7 +230,7 @@ void run_case(const Case& c) {
   SCOPED_TRACE(name(c));
   Operands o;
   o.make(c.m, c.n, c.k, c.ints, c.fp4_act, c.swizzled,
-         lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k), c.odd_scales);
+         lowbit_test::seed() * 31 + static_cast<uint64_t>(c.m * 7 + c.n * 3 + c.k), c.odd_scales, c.subnormal_scales);
   if (::testing::Test::HasFatalFailure()) return;
   // (Random operands keep the global scales their quantizer chose.)
   if (c.a_global != 1.0f || c.w_global != 1.0f) o.set_global_scales(c.a_global, c.w_global);
@@ -429,6 +439,16 @@ TEST_F(Nvfp4GemmGpu, ScaleBytesDecodeAlikeInBothOperands) {
   run_case(c);
 }
 
+TEST_F(Nvfp4GemmGpu, SubnormalScalesExact) {
+  for (const char* cfg : {static_cast<const char*>(nullptr), "tokens=16,splits=2", "tokens=256"}) {
+    Case c{48, 128, 512, true, true, true, cfg};
+    c.subnormal_scales = true;
+    run_case(c);
+    c.fp4_act = false;  // the weights' decode alone
+    run_case(c);
+  }
+}
+
 TEST_F(Nvfp4GemmGpu, RandomWithinBound) {
   run_case({16, 1024, 2048, false, false, false, nullptr});
   run_case({128, 512, 4096, false, true, true, nullptr});
@@ -623,6 +643,23 @@ TEST_F(Nvfp4GemmGpu, GroupedBadDescriptorReported) {
   EXPECT_FALSE(cs.ok());
   EXPECT_NE(cs.message().find("max_activation_elements"), std::string::npos) << cs.to_string();
   for (const auto& o : small.ops) EXPECT_EQ(o->written(), 0) << "a call without room for its activations wrote D";
+
+  // Groups whose activation counts sum past 2^63 elements (each m * k ~ 2^61): the sums once
+  // wrapped negative, passed the capacity check and dequantized far outside the workspace.
+  Grouped big;
+  for (int i = 0; i < 5; ++i) big.add(16, 128, 256, true, true, 90 + i);
+  std::vector<Nvfp4GroupedProblem> huge = big.descriptors();
+  for (auto& h : huge) {
+    h.m = INT32_MAX;
+    h.k = (1 << 30) - 32;
+  }
+  big.upload(huge);
+  a = big.args(big.act_elems);
+  ASSERT_TRUE(nvfp4_grouped_gemm(a, nullptr).ok());
+  cs = nvfp4_grouped_check_status(a.workspace, nullptr);
+  EXPECT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("max_activation_elements"), std::string::npos) << cs.to_string();
+  for (const auto& o : big.ops) EXPECT_EQ(o->written(), 0) << "a call with overflowing activation counts wrote D";
 }
 
 TEST_F(Nvfp4GemmGpu, GroupedRejectsBadArguments) {

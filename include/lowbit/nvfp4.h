@@ -60,11 +60,13 @@ struct Nvfp4GemmArgs {
   int64_t k = 0;  // multiple of 32
   // Activations: exactly one of
   const void* a_bf16 = nullptr;    // BF16 [m, k], 16-byte aligned (W4A16), or
-  const void* a_packed = nullptr;  // NVFP4 [m, k / 2] with
+  const void* a_packed = nullptr;  // NVFP4 [m, k / 2], 16-byte aligned, with
   const void* a_scales = nullptr;  //   E4M3 [m, k / 16] row-major scales
   float a_global_scale = 1.0f;     // finite, > 0 (ignored for BF16 activations)
   const void* b_prepacked = nullptr;  // from nvfp4_prepack_weights for this (n, k)
   float b_global_scale = 1.0f;        // finite, > 0
+  // (The kernel applies a_global_scale * b_global_scale * 256 as one FP32 factor, which must
+  // be a normal FP32 value: scales whose product leaves that range are refused.)
   void* d = nullptr;                  // BF16 [m, n], 16-byte aligned
   // Caller-owned scratch: split-K partials and tile counters, and the BF16 copy of NVFP4
   // activations (nvfp4_gemm_workspace_size), laid out as Fp8GemmArgs::workspace (counters in the
@@ -96,7 +98,7 @@ struct Nvfp4GroupedProblem {
   const void* b_prepacked;  // nvfp4_prepack_weights of this group's [n, k] weights, 16-byte aligned
   void* d;                  // BF16 [m, n], 16-byte aligned
   float a_global_scale;     // NVFP4 call: finite, > 0
-  float b_global_scale;     // finite, > 0
+  float b_global_scale;     // finite, > 0; a_global_scale * b_global_scale * 256 a normal FP32 value
 };
 
 struct Nvfp4GroupedArgs {

@@ -32,11 +32,12 @@ struct Nvfp4Tensor {
   int64_t cols = 0;                 // a multiple of 16
   std::vector<uint8_t> packed;      // [rows, cols / 2], element 2j in the low nibble of byte j
   std::vector<uint8_t> scales;      // E4M3 [rows, cols / 16], row-major
-  float global_scale = 1.0f;        // dequantization scale: amax / (6 * 448), 1 when amax == 0
+  float global_scale = 1.0f;        // dequantization scale: amax' / (6 * 448), 1 when amax == 0
 };
 
 // The standard recipe, per tensor:
-//   amax = max |x|;  g = amax / (6 * 448) (1 if amax == 0);  enc = (6 * 448) / amax (1 if amax == 0)
+//   amax = max |x|;  amax' = max(amax, kTensorAmaxFloor) (quantize.h)
+//   g = amax' / (6 * 448) (1 if amax == 0);  enc = (6 * 448) / amax' (1 if amax == 0)
 // per block of 16 along a row:
 //   sf = e4m3_rne_sat(block_amax / 6 * enc);  s = e4m3_to_float(sf)
 //   q  = s > 0 ? e2m1_rne_sat(x * (enc / s)) : 0      (enc / s computed once per block, in FP32)

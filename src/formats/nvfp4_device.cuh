@@ -1,10 +1,11 @@
 // NVFP4 on the device: E2M1 pairs and E4M3 scales to BF16 by bit placement (Hopper has no
 // cvt for E2M1). Exact: every E2M1 x E4M3 product has at most 6 significant bits and lies
-// between 2^-10 and 2688, well inside BF16.
+// between 2^-10 and 2880 (6 x 480, scale byte 0x7F), well inside BF16.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include <cfloat>
 #include <cstdint>
 
 namespace lowbit::formats {
@@ -51,5 +52,15 @@ __device__ __forceinline__ float nvfp4_scale_to_float(uint32_t byte) {
 // E2M1 value * scale * 2^-8 in BF16: (value * 2^-126) * (scale * 2^118). The GEMM folds the
 // 2^8 back into its FP32 output scale.
 constexpr float kNvfp4DequantCompensation = 256.0f;
+
+// The GEMMs apply g_a * g_b * kNvfp4DequantCompensation (g_a = 1 for BF16 activations) as one
+// FP32 factor. Each global scale must be finite and > 0, and that product a normal FP32 value:
+// past the range it rounds to inf or 0, and every output with it (the dense and the grouped
+// calls refuse such scales).
+__host__ __device__ inline bool nvfp4_global_scales_ok(float g_a, float g_b) {
+  if (!(g_a > 0.0f && g_a <= FLT_MAX && g_b > 0.0f && g_b <= FLT_MAX)) return false;
+  const double factor = static_cast<double>(g_a) * g_b * kNvfp4DequantCompensation;
+  return factor >= FLT_MIN && factor <= FLT_MAX;
+}
 
 }  // namespace lowbit::formats

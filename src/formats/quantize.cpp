@@ -8,6 +8,8 @@
 namespace lowbit::formats {
 
 QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x) {
+  for (float v : x)
+    if (!std::isfinite(v)) return {};  // an infinite amax would make every code NaN
   float amax = 0.0f;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   QuantizedE4M3 q;
@@ -20,6 +22,8 @@ QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x) {
 
 QuantizedRows quantize_e4m3_rows_1x128(const std::vector<float>& x, int64_t rows, int64_t k) {
   QuantizedRows q;
+  // A partial block would be left unquantized, a short x read past its end.
+  if (rows < 0 || k < 0 || k % 128 != 0 || x.size() != static_cast<size_t>(rows * k)) return q;
   const int64_t kb = k / 128;
   q.codes.resize(static_cast<size_t>(rows * k));
   q.scales.resize(static_cast<size_t>(rows * kb));

@@ -12,6 +12,7 @@ struct QuantizedE4M3 {
   float scale = 1.0f;
 };
 
+// Empty codes (scale 1) when x holds a non-finite value.
 QuantizedE4M3 quantize_e4m3_per_tensor(const std::vector<float>& x);
 
 // Per row per 128-wide K block (the "1x128" activation scaling of block-scaled GEMMs and the MoE
@@ -29,6 +30,7 @@ struct QuantizedRows {
   std::vector<uint8_t> codes;   // [rows, k]
   std::vector<float> scales;    // [rows, k / 128]
 };
+// Empty output unless k is a multiple of 128 and x holds exactly rows * k values.
 QuantizedRows quantize_e4m3_rows_1x128(const std::vector<float>& x, int64_t rows, int64_t k);
 
 }  // namespace lowbit::formats

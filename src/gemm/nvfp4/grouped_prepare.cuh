@@ -31,7 +31,7 @@ enum GroupError : int {
   kGroupBadK = 3,              // not a positive multiple of 32 below 2^30
   kGroupNullPointer = 4,       // a, b_prepacked, d (and a_scales in an NVFP4 call) in a non-empty group
   kGroupMisaligned = 5,        // a, b_prepacked, d not 16-byte aligned
-  kGroupBadGlobalScale = 6,    // not finite and > 0
+  kGroupBadGlobalScale = 6,    // not finite and > 0, or their product out of range (nvfp4_global_scales_ok)
   kGroupTooManyTiles = 7,      // all groups together: nothing is computed
   kGroupActivationsTooLarge = 8,  // sum of m * k over the groups exceeds max_activation_elements: nothing is computed
 };
@@ -44,7 +44,8 @@ inline const char* group_error_text(int code) {
     case kGroupBadK: return "k must be a positive multiple of 32 below 2^30";
     case kGroupNullPointer: return "a, b_prepacked, d (and a_scales for NVFP4 activations) must be non-null in a non-empty group";
     case kGroupMisaligned: return "a, b_prepacked and d must be 16-byte aligned";
-    case kGroupBadGlobalScale: return "global scales must be finite and > 0";
+    case kGroupBadGlobalScale:
+      return "global scales must be finite and > 0, with a_global_scale * b_global_scale * 256 a normal FP32 value";
     case kGroupTooManyTiles: return "the groups together have 2^30 tiles or more";
     case kGroupActivationsTooLarge: return "the groups' activations (sum of m * k) exceed max_activation_elements";
   }
@@ -55,8 +56,6 @@ __host__ __device__ __forceinline__ bool misaligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 != 0;
 }
 
-__host__ __device__ __forceinline__ bool good_scale(float s) { return s > 0.0f && s <= 3.402823466e38f; }
-
 // The rules for one descriptor, applied on the device here and by nvfp4_grouped_validate.
 __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g, bool nvfp4_act) {
   if (g.m < 0) return kGroupNegativeM;
@@ -66,7 +65,7 @@ __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g
   if (g.k <= 0 || g.k % 32 != 0 || g.k >= (1 << 30)) return kGroupBadK;
   if (!g.a || !g.b_prepacked || !g.d || (nvfp4_act && !g.a_scales)) return kGroupNullPointer;
   if (misaligned16(g.a) || misaligned16(g.b_prepacked) || misaligned16(g.d)) return kGroupMisaligned;
-  if (!good_scale(g.b_global_scale) || (nvfp4_act && !good_scale(g.a_global_scale))) return kGroupBadGlobalScale;
+  if (!formats::nvfp4_global_scales_ok(nvfp4_act ? g.a_global_scale : 1.0f, g.b_global_scale)) return kGroupBadGlobalScale;
   return kGroupOk;
 }
 
@@ -129,6 +128,11 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __syncthreads();
   const long long stride = static_cast<long long>(gridDim.x) * kPrepareThreads;
   const long long me = static_cast<long long>(blockIdx.x) * kPrepareThreads + threadIdx.x;
+  // Counts are kept in 16-value blocks and saturated one past what the call can hold: a group
+  // may need ~2^57 blocks and ~2^50 tiles, and sums of such counts wrapped negative and passed
+  // the capacity checks (a crash instead of a report). Past the limit only "too many" matters.
+  const long long cap_blocks = ws.capacity / 16;
+  const long long max_tiles = static_cast<long long>(gemm::kMaxUnits) + 1;
   for (int base = 0; base < groups; base += kPrepareThreads) {
     const int gi = base + static_cast<int>(threadIdx.x);
     Nvfp4GroupedProblem g{};
@@ -140,7 +144,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
         g.m = 0;
       } else if (g.m > 0) {
         tiles = ((static_cast<long long>(g.m) + tokens - 1) / tokens) * ((static_cast<long long>(g.n) + 127) / 128);
-        if (nvfp4_act) act_blocks = static_cast<long long>(g.m) * g.k / 16;
+        tiles = min(tiles, max_tiles);
+        if (nvfp4_act) act_blocks = min(static_cast<long long>(g.m) * g.k / 16, cap_blocks + 1);
       }
     }
     long long tile_off = 0, tile_sum = 0, act_off = 0, act_sum = 0;
@@ -150,7 +155,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
     const long long tile_start = tile_carry + tile_off, act_start = act_carry + act_off;
     // Staged activations are 16-value blocks of 32 bytes, so every group's copy is 16-byte
     // aligned; a map past the staging capacity is never used (the call computes nothing then).
-    const bool fits = !nvfp4_act || (act_start + act_blocks) * 16 <= ws.capacity;
+    const bool fits = !nvfp4_act || act_start + act_blocks <= cap_blocks;
     if (writer && gi < groups) {
       ws.tile_start[gi] = static_cast<int>(tile_start < INT_MAX ? tile_start : INT_MAX);
       if (tiles > 0) {
@@ -170,7 +175,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
     // A chunk that would overflow the staging is not dequantized (nor is anything after it);
     // the status then says nothing was computed.
     const long long lo_block = chunk_act_start[0], hi_block = chunk_act_start[kPrepareThreads];
-    if (nvfp4_act && hi_block * 16 <= ws.capacity) {
+    if (nvfp4_act && hi_block <= cap_blocks) {
       // This thread's blocks b == me (mod stride) within [lo_block, hi_block).
       const long long first = lo_block + ((me - lo_block) % stride + stride) % stride;
       for (long long b = first; b < hi_block; b += stride) {
@@ -185,8 +190,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
     }
     __syncthreads();  // the chunk's table, scan_tmp and the carries are reused by the next chunk
     if (threadIdx.x == 0) {
-      tile_carry += tile_sum;
-      act_carry += act_sum;
+      tile_carry = min(tile_carry + tile_sum, max_tiles);
+      act_carry = min(act_carry + act_sum, cap_blocks + 1);
     }
     __syncthreads();
   }
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
     // holds: compute nothing rather than part of the problem.
     int nothing = kGroupOk;
     if (tile_carry > gemm::kMaxUnits) nothing = kGroupTooManyTiles;
-    else if (act_carry * 16 > ws.capacity) nothing = kGroupActivationsTooLarge;
+    else if (act_carry > cap_blocks) nothing = kGroupActivationsTooLarge;
     if (nothing != kGroupOk) {
       status = nothing;
       bad = -1;

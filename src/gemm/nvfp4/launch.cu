@@ -242,8 +242,12 @@ size_t nvfp4_prepacked_bytes(int64_t n, int64_t k) {
 
 size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
                                  const Nvfp4GemmConfig& c) {
-  // A config no launch takes needs nothing (nvfp4_gemm refuses it).
-  if (m <= 0 || n <= 0 || k <= 0 || !find_variant(c.block_tokens) || c.splits < 1 || c.splits > ceil_div(k, kBlockK))
+  // A shape or config nvfp4_gemm refuses needs nothing.
+  if (m <= 0 || n <= 0 || n % 16 != 0 || k <= 0 || k % 32 != 0 || m > INT_MAX / 2 || n > INT_MAX / 2 ||
+      k > INT_MAX / 2 || !find_variant(c.block_tokens) || c.splits < 1 || c.splits > ceil_div(k, kBlockK))
+    return 0;
+  if (!gemm::check_split_tiles("", ceil_div(n, kTileRows) * ceil_div(m, static_cast<int64_t>(c.block_tokens)), c.splits)
+           .ok())
     return 0;
   // The split-K counter region comes first whenever a workspace is used, so nothing this call
   // stages lands on another call's counters (gemm::kSplitKCounterBytes).
@@ -296,9 +300,9 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
   if (!aligned16(a.b_prepacked) || !aligned16(a.d) || (a.a_bf16 && !aligned16(a.a_bf16)) ||
       (a.a_packed && !aligned16(a.a_packed)))
     return Status::Invalid("nvfp4_gemm: a_bf16 / a_packed, b_prepacked and d must be 16-byte aligned");
-  if (!std::isfinite(a.b_global_scale) || a.b_global_scale <= 0.0f ||
-      (fp4_act && (!std::isfinite(a.a_global_scale) || a.a_global_scale <= 0.0f)))
-    return Status::Invalid("nvfp4_gemm: global scales must be finite and > 0");
+  if (!formats::nvfp4_global_scales_ok(fp4_act ? a.a_global_scale : 1.0f, a.b_global_scale))
+    return Status::Invalid("nvfp4_gemm: global scales must be finite and > 0, with a_global_scale * b_global_scale * 256 "
+                           "(the kernel's one FP32 factor) a normal FP32 value");
   if (a.workspace_bytes > 0 && !a.workspace) return Status::Invalid("nvfp4_gemm: workspace_bytes > 0 with a null workspace");
   if (a.workspace && !aligned16(a.workspace)) return Status::Invalid("nvfp4_gemm: workspace must be 16-byte aligned");
 
