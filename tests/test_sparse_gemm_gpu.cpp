@@ -324,3 +324,44 @@ TEST_F(SparseGemmGpu, DeviceCompressorReportsAndPrunes) {
     EXPECT_TRUE(dm == hm) << "pruned without a violation word";
   }
 }
+
+// Host buffers passed to the device compressor (the host one takes the same arguments) are
+// refused: they used to fault in the kernel and leave the context unusable. The checked
+// compressor waits for its result, so a capturing stream is refused before anything is queued.
+TEST_F(SparseGemmGpu, CompressorRefusesHostBuffersAndCapture) {
+  int dev = 0, pageable = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, dev));
+  const int64_t m = 64, k = 128;
+  Buf A(m * k), V(m * k / 2), M(sparse24_meta_bytes(m, k, SparseType::kE4M3)), viol(8);
+  CUDA_OK(cudaMemset(A.p, 0, m * k));
+  if (!pageable) {
+    std::vector<uint8_t> host(1 << 16);
+    uint8_t* h = host.data() + (16 - reinterpret_cast<uintptr_t>(host.data()) % 16) % 16;
+    for (int which = 0; which < 4; ++which) {
+      const void* dense = which == 0 ? h : A.p;
+      void* values = which == 1 ? h : V.p;
+      void* meta = which == 2 ? h : M.p;
+      int64_t* v = which == 3 ? reinterpret_cast<int64_t*>(h) : static_cast<int64_t*>(viol.p);
+      const Status st = sparse24_compress(dense, m, k, SparseType::kE4M3, false, values, meta, v, nullptr);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "buffer " << which << ": " << st.to_string();
+      EXPECT_NE(st.message().find("pageable"), std::string::npos) << st.message();
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = sparse24_compress_checked(A.p, m, k, SparseType::kE4M3, V.p, M.p, static_cast<int64_t*>(viol.p), s.s);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s.s, &graph), cudaSuccess) << "the call invalidated the capture";
+  size_t nodes = 1;
+  if (graph) {
+    EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+    cudaGraphDestroy(graph);
+  }
+  EXPECT_EQ(nodes, 0u) << "work was queued into the caller's graph";
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("capturing"), std::string::npos) << st.message();
+  EXPECT_TRUE(sparse24_compress_checked(A.p, m, k, SparseType::kE4M3, V.p, M.p, static_cast<int64_t*>(viol.p), s.s).ok());
+}
