@@ -265,7 +265,8 @@ Status run_forced(const char* config, int64_t m, bool with_bias) {
 TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
   for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=64,splits=3", "bn=128,splits=2",
                           "bn=192,splits=4", "bn=256,splits=3", "bn=176,splits=3", "bn=192,group=1",
-                          "bn=64,grid=7,group=3", "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=64,bm=64,grid=5,group=2"}) {
+                          "bn=64,grid=7,group=3", "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=64,bm=64,grid=5,group=2",
+                          "bn=112,bm=64", "bn=112,bm=64,splits=3", "bn=112,bm=64,grid=5,group=2"}) {
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
       Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
       expect_exact(c);
@@ -280,7 +281,7 @@ TEST_F(Fp8GemmGpu, EdgeShapesExact) {
   for (int64_t m : ms)
     for (int64_t n : ns)
       for (int64_t k : ks)
-        for (const char* cfg : {"bn=64", "bn=192,splits=2", "bn=256", "bn=64,bm=64"}) {
+        for (const char* cfg : {"bn=64", "bn=192,splits=2", "bn=256", "bn=64,bm=64", "bn=112,bm=64"}) {
           if (std::string(cfg).find("splits=2") != std::string::npos && k < 256) continue;
           expect_exact({m, n, k, OutType::kBF16, true, Inputs::kSmallInts, cfg});
         }
@@ -317,6 +318,7 @@ TEST_F(Fp8GemmGpu, RandomWithinTwiceCublasLtError) {
   expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256"});
   expect_close({129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=256"});
   expect_close({128, 4096, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=64,bm=64"});
+  expect_close({128, 7168, 2048, OutType::kFP32, true, Inputs::kUniform, "bn=112,bm=64"});
   expect_close({129, 2112, 7168, OutType::kFP32, true, Inputs::kUniform, "bn=64,bm=64,splits=2"});
 }
 

@@ -15,8 +15,8 @@ KINDS = {
     "kF16": ("f32.f16.f16", 16, True),
 }
 NS = [16, 32, 64, 96, 128, 192, 256]
-# Dense E4M3 only: the FP8 GEMM's in-between tile width.
-E4M3_EXTRA_NS = [176]
+# Dense E4M3 only: the FP8 GEMM's in-between tile widths.
+E4M3_EXTRA_NS = [112, 176]
 
 
 def op(kind, n):

@@ -54,10 +54,10 @@ struct Fp8GemmArgs {
 // One kernel configuration. Every field is visible and can be forced (lowbit-bench --config).
 struct Fp8GemmConfig {
   // Tile width: 64, 128, 176, 192 or 256 (176 and 256 have no row-broadcast / activation /
-  // residual epilogue).
+  // residual epilogue); 112 with block_m = 64 only.
   int block_n = 128;
-  // Tile rows: 128 (two consumer warpgroups), or 64 (one; block_n = 64, 13 stages, plain or bias
-  // epilogue, promote = 1, no cluster): small M without split-K.
+  // Tile rows: 128 (two consumer warpgroups), or 64 (one; block_n = 64 with 13 stages or 112 with
+  // 9, plain or bias epilogue, promote = 1, no cluster): small M without split-K.
   int block_m = 128;
   int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges

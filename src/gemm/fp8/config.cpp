@@ -153,6 +153,12 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
+      // The 64 x 112 tile only where it was measured to win: two tile rows (64 < M <= 128) whose
+      // unsplit tiles fill 90-100% of one wave, e.g. N = 7168 (128 units where 128 x 64 tiles give
+      // 112). At 64 x 24576 x 1536 and 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, session 22);
+      // elsewhere it is unmeasured.
+      if (v.block_n == 112 && !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
+        continue;
       Fp8Candidate c;
       c.config.block_m = v.block_m;
       c.config.block_n = v.block_n;
@@ -220,6 +226,10 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     // in the model and 2.6% measured), then the wider tile.
     if (std::fabs(a.t_total_us - b.t_total_us) > 0.01 * std::min(a.t_total_us, b.t_total_us))
       return a.t_total_us < b.t_total_us;
+    // Bandwidth-bound ties go to more units first (more SMs streaming): at 64 x 24576 x 1536 the
+    // 64 x 112 tile (220 units) tied the 64 x 64 one (384) in the model and ran 2-3% slower
+    // (session 22, three interleaved rounds).
+    if (a.bound[0] != 't' && b.bound[0] != 't' && a.units != b.units) return a.units > b.units;
     return width_rank(a) > width_rank(b);
   });
   return out;
@@ -262,7 +272,7 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_m, c.block_n, &stages))
     return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + ", bm=" +
-                           std::to_string(c.block_m) + " (bm=128: bn=64, 128, 176, 192, 256; bm=64: bn=64)");
+                           std::to_string(c.block_m) + " (bm=128: bn=64, 128, 176, 192, 256; bm=64: bn=64, 112)");
   if (text.find("stages=") != std::string::npos && c.stages != stages)
     return Status::Invalid("bn=" + std::to_string(c.block_n) + ", bm=" + std::to_string(c.block_m) +
                            " is compiled with stages=" + std::to_string(stages));

@@ -95,7 +95,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
                            "lead: bn=256,promote=2 plain without a bias; "
-                           "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64, promote=1, "
+                           "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
 }
@@ -168,6 +168,8 @@ const VariantEntry kEntries[] = {
     entry<176, true, false, false>(),  entry<176, true, false, true>(),
     entry<64, false, false, false, 1, 1, 64>(), entry<64, false, false, true, 1, 1, 64>(),
     entry<64, true, false, false, 1, 1, 64>(),  entry<64, true, false, true, 1, 1, 64>(),
+    entry<112, false, false, false, 1, 1, 64>(), entry<112, false, false, true, 1, 1, 64>(),
+    entry<112, true, false, false, 1, 1, 64>(),  entry<112, true, false, true, 1, 1, 64>(),
     entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
     entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
     entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),

@@ -71,6 +71,10 @@ constexpr Fp8Variant kFp8Variants[] = {
     // and depth): M = 128 in two tile rows instead of one split two ways along K, no fix-up. Plain
     // and bias epilogues, per-block promotion only.
     {64, fp8_stages_for(64, false, 64), 0, false, "short: 64-row tiles, small M without split-K", 64},
+    // 64 x 112 tiles, 9 stages (cuBLASLt's tile and depth at 128 x 7168 x 2048, there in CTA pairs):
+    // N = 7168 is 64 tiles, so M = 128 is 128 units on 132 SMs where 128 x 64 tiles give 112.
+    {112, fp8_stages_for(112, false, 64), 0, false, "short and wider: 64-row tiles that fill the SMs at N = 7168",
+     64},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
