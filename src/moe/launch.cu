@@ -283,12 +283,15 @@ Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, b
   return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
 }
 
+// Whether a call's first kernel launches with PDL (MoeConfig::pdl_first; only with pdl=1).
+bool first_kernel_pdl(const MoeConfig& c) { return c.pdl == 1 && c.pdl_first == 1; }
+
 // The tiny-batch path's two kernels: zero Y + quantize X, then the GEMM that routes for itself;
 // both with PDL (config pdl=1), the first one too unless pdl_first=0 (see fused_moe_fp8).
 Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaStream_t stream) {
   const MoeShape& s = r.s;
   cudaError_t e = hopper::launch_kernel(moe::tiny_prepare_kernel, s.m, moe::kGatherThreads, 0, stream,
-                                        r.cfg.pdl == 1 && r.cfg.pdl_first == 1,
+                                        first_kernel_pdl(r.cfg),
                                         static_cast<const __nv_bfloat16*>(a.x), r.p);
   if (e != cudaSuccess) return gemm::cuda_error("moe tiny prepare launch", e);
   CUtensorMap tm_w, tm_x;
@@ -494,7 +497,7 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
   bool first = true;
   auto run = [&](MoeStage st) {
     const bool launches = stage_launches(st, args);
-    const Status status = run_stage(st, args, r, workspace, stream, r.cfg.pdl == 1 && (!first || r.cfg.pdl_first == 1));
+    const Status status = run_stage(st, args, r, workspace, stream, first ? first_kernel_pdl(r.cfg) : r.cfg.pdl == 1);
     first = first && !launches;
     return status;
   };
