@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/bf16.h"
 #include "lowbit/device.h"
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
@@ -44,5 +45,16 @@ struct Buf {
     ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice), cudaSuccess);
   }
 };
+
+// An integer in [-range, range] (exact in BF16 for range <= 256) from a hash of (row, column,
+// seed): test tensors whose rows never repeat, so a kernel that reads the wrong row shows.
+inline uint16_t hashed_int_bf16(uint64_t row, uint64_t col, uint64_t seed, int range) {
+  uint64_t h = row * 0x9E3779B97F4A7C15ull ^ (col + 1) * 0xC2B2AE3D27D4EB4Full ^ seed * 0x165667B19E3779F9ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  const int v = static_cast<int>(h % static_cast<uint64_t>(2 * range + 1)) - range;
+  return lowbit::formats::float_to_bf16(static_cast<float>(v));
+}
 
 }  // namespace lowbit_test

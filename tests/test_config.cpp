@@ -104,6 +104,28 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
   EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
 }
 
+// At M <= 64 the 128-row tile works like the 64-row one (a 64-row A box, one consumer
+// warpgroup), so the model ties them; the tie goes by what was measured (session 23): the
+// 128-row tile's ring where DRAM binds, the 64-row tile's deeper one where each CTA's stream does.
+TEST(Fp8Config, SmallMTilesTieByWhatBinds) {
+  const auto dram = fp8::score_fp8_candidates(64, 7168, 16384, 132);
+  EXPECT_EQ(dram.front().config.block_m, 128) << dram.front().config.to_string();
+  EXPECT_EQ(dram.front().config.block_n, 64) << dram.front().config.to_string();
+  EXPECT_STREQ(dram.front().bound, "memory");
+  const auto stream = fp8::score_fp8_candidates(64, 4096, 7168, 132);
+  EXPECT_EQ(stream.front().config.block_m, 64) << stream.front().config.to_string();
+  EXPECT_STREQ(stream.front().bound, "stream");
+  // Both tiles are costed on the 64 rows they compute and stream.
+  const fp8::Fp8Candidate* tall = nullptr;
+  const fp8::Fp8Candidate* short_tile = nullptr;
+  for (const auto& c : dram)
+    if (c.config.block_n == 64 && c.config.splits == 1 && c.config.promote_every == 1)
+      (c.config.block_m == 128 ? tall : short_tile) = &c;
+  ASSERT_TRUE(tall && short_tile);
+  EXPECT_DOUBLE_EQ(tall->t_compute_us, short_tile->t_compute_us);
+  EXPECT_DOUBLE_EQ(tall->t_stream_us, short_tile->t_stream_us);
+}
+
 // Staggered consumers: parsed and printed; absent from the text when off.
 TEST(Fp8Config, LeadParsedAndPrinted) {
   Fp8GemmConfig c;
