@@ -170,9 +170,12 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.waves = static_cast<double>(units) / sm_count;
       const double rounds = std::ceil(c.waves);
       const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
-      const double unit_flops = 2.0 * v.block_m * v.block_n * 128.0 * unit_kb;
+      // At M <= 64 a 128-row tile loads a 64-row A box and only one consumer warpgroup works
+      // (Fp8KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams its bytes.
+      const int work_rows = m <= 64 ? 64 : v.block_m;
+      const double unit_flops = 2.0 * work_rows * v.block_n * 128.0 * unit_kb;
       const double unit_us =
-          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(v.block_m, v.block_n, promote) * 1e6);
+          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(work_rows, v.block_n, promote) * 1e6);
       c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
       const double out_bytes = static_cast<double>(m) * n * 2.0;
       const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
@@ -192,7 +195,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // neighbours find most of it in L2, at a fraction of the latency.
       const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
       c.t_stream_us =
-          tiles_m > 2 ? 0.0 : rounds * (v.block_m + v.block_n) * 128.0 * unit_kb / (model::kSmStreamGBs * 1e3);
+          tiles_m > 2 ? 0.0 : rounds * (work_rows + v.block_n) * 128.0 * unit_kb / (model::kSmStreamGBs * 1e3);
       if (splits > 1) c.t_memory_us += model::kSplitFixupUs;
       c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
       c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
@@ -230,6 +233,15 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     // 64 x 112 tile (220 units) tied the 64 x 64 one (384) in the model and ran 2-3% slower
     // (session 22, three interleaved rounds).
     if (a.bound[0] != 't' && b.bound[0] != 't' && a.units != b.units) return a.units > b.units;
+    // The same width and units in another ring: at M <= 64 the 128-row tile (64-row A box, 8
+    // stages at bn = 64) and the 64-row tile (13 stages) do the same work. DRAM-bound, the
+    // 128-row tile ran faster (64 x 7168 x 16384: 44.0 vs 45.3 us; 64 x 24576 x 1536: 16.9 vs
+    // 17.1; 64 x 7168 x 2048: 8.3 vs 8.4); with few units, each CTA's own stream binding, the
+    // deeper ring did (64 x 4096 x 7168: 13.7 vs 14.4), two interleaved rounds each
+    // (docs/perf.md W1, session 23). Elsewhere (unmeasured) the deeper ring, as before.
+    if (a.config.block_n == b.config.block_n && a.units == b.units && a.config.block_m != b.config.block_m &&
+        a.bound == b.bound)
+      return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
     return width_rank(a) > width_rank(b);
   });
   return out;
