@@ -72,10 +72,11 @@ struct Result {
   // W6 only: deterministic mode, and each stage's share (differences of timed stage prefixes).
   double us_det = 0;
   std::vector<std::pair<std::string, double>> stages;
-  // W5 / W6: ours with the call's first kernel launched without PDL (Nvfp4GroupedArgs::pdl_first,
-  // MoeConfig::pdl_first = 0): it cannot start under the previous call's tail in the timed batch,
-  // which the baselines' launches never do either.
-  double us_no_pdl = 0;
+  // W5 / W6: `us` is ours with the call's first kernel launched without PDL
+  // (Nvfp4GroupedArgs::pdl_first, MoeConfig::pdl_first = 0), so it cannot start under the
+  // previous call's tail in the timed batch -- which the baselines' launches never do either.
+  // This is the library's default config, whose first kernel may (W5; W6's tiny path).
+  double us_pdl_first = 0;
 };
 
 Status run_fp8_shape(const Options& opt, const Shape& shape, Result* r);

@@ -106,14 +106,17 @@ bool parse_shape(const std::string& s, Shape* out) {
 }
 
 // What a suite's "x base" divides by (shared/workloads.md names each suite's baseline).
-const char* baseline_name(const std::string& suite) {
+// Custom shapes run the 2:4 GEMM with --sparse, else the dense FP8 GEMM; with --fast-accum the
+// E4M3 sparse rows divide by cuBLASLt with fast accumulation.
+const char* baseline_name(const std::string& suite, const Options& opt) {
   if (suite == "W2") return "cuBLASLt GEMM+bias";
   if (suite == "W4") return "cuBLASLt FP8";
   if (suite == "W5") return "per-group loop";
   if (suite == "W6") return "unfused pipeline";
   if (suite.rfind("BS-", 0) == 0) return "cuBLASLt block-scaled";
-  if (suite == "W3-f16") return "dense cuBLAS FP16";
-  if (suite.rfind("W3", 0) == 0) return "dense cuBLASLt FP8";
+  const bool sparse = suite.rfind("W3", 0) == 0 || (suite == "custom" && !opt.sparse.empty());
+  if (suite == "W3-f16" || (suite == "custom" && opt.sparse == "f16")) return "dense cuBLAS FP16";
+  if (sparse) return opt.fast_accum ? "dense cuBLASLt FP8, fast accumulation" : "dense cuBLASLt FP8";
   return "cuBLASLt FP8";
 }
 
@@ -176,6 +179,17 @@ int main(int argc, char** argv) {
     // "--suite W4 --shape MxNxK" runs that suite's kernel on the shape (default: the FP8 GEMM).
     for (const char* own : {"W1-square", "W1-llm", "W3-fp8", "W3-f16", "W4", "BS-dense"})
       if (sh.suite == "custom" && opt.suite == own) sh.suite = own;
+    // The suites whose shapes are more than M x N x K (a period, groups, experts) take none here:
+    // the shape would silently run the dense FP8 GEMM under the suite's name.
+    if (sh.suite == "custom" && opt.suite != "default") {
+      bool known = false;
+      for (const char* own : {"W1-square", "W1-llm", "W3-fp8", "W3-f16", "W4", "BS-dense"}) known |= opt.suite == own;
+      if (!known) {
+        std::fprintf(stderr, "--suite %s does not take --shape MxNxK (it runs the dense FP8 GEMM); drop --suite\n",
+                     opt.suite.c_str());
+        return 2;
+      }
+    }
     shapes.push_back(sh);
   }
   if (opt.shapes.empty()) shapes = suite_shapes(opt.suite);
@@ -207,7 +221,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
-        << ",\"k\":" << r.shape.k << ",\"baseline\":\"" << baseline_name(r.shape.suite) << "\",\"us\":" << r.us
+        << ",\"k\":" << r.shape.k << ",\"baseline\":\"" << baseline_name(r.shape.suite, opt) << "\",\"us\":" << r.us
         << ",\"us_base\":" << r.us_base << ",\"tflops\":" << r.tflops
         << ",\"gbs\":" << r.gbs << ",\"floor_us\":" << r.floor_us << ",\"pct_floor\":" << r.pct_floor
         << ",\"x_base\":" << r.speedup << ",\"err\":" << r.err << ",\"err_base\":" << r.err_base
@@ -219,7 +233,7 @@ int main(int argc, char** argv) {
         << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
         << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
-        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"us_no_pdl\":" << r.us_no_pdl << ",\"stages\":{";
+        << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"us_pdl_first\":" << r.us_pdl_first << ",\"stages\":{";
       for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
       f << "}"
         << ",\"batch\":" << r.batch << ",\"samples\":" << r.samples << ",\"config\":\"" << r.config
@@ -255,7 +269,7 @@ int main(int argc, char** argv) {
   int log_n = 0, log_excluded = 0;
   auto flush_geomean = [&](const std::string& suite) {
     if (log_n > 0)
-      std::printf("%-9s geomean x %s over %d shapes: %.3f%s\n", suite.c_str(), baseline_name(suite), log_n,
+      std::printf("%-9s geomean x %s over %d shapes: %.3f%s\n", suite.c_str(), baseline_name(suite, opt), log_n,
                   std::exp(log_sum / log_n),
                   log_excluded ? (" (" + std::to_string(log_excluded) + " failed rows left out)").c_str() : "");
     log_sum = 0.0;
@@ -270,8 +284,8 @@ int main(int argc, char** argv) {
     if (row_passed(r) && r.speedup > 0) {
       log_sum += std::log(r.speedup);
       ++log_n;
-    } else if (r.speedup > 0) {
-      ++log_excluded;
+    } else if (!row_passed(r)) {
+      ++log_excluded;  // failed a check or errored out (no time at all)
     }
     if (r.status.rfind("ERROR", 0) == 0) {
       std::printf("%-9s %5lld %6lld %6lld | %s\n", r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n,
@@ -299,21 +313,21 @@ int main(int argc, char** argv) {
       int64_t total_m = 0;
       for (int64_t m : r.shape.group_m) total_m += m;
       std::printf("%-9s %2zux%4lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | per-group loop %9.2f %6.3f x | w4a16 %8.2f"
-                  " | no-pdl %8.2f %6.3f x | bf16-mma floor %6.2f | %8.2e | %s %s\n",
+                  " | pdl-first %8.2f %6.3f x | bf16-mma floor %6.2f | %8.2e | %s %s\n",
                   r.shape.suite.c_str(), r.shape.group_m.size(), (long long)(total_m / std::max<size_t>(1, r.shape.group_m.size())),
                   (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops, r.gbs, r.pct_floor, r.us_loop, r.x_loop,
-                  r.us_w4a16, r.us_no_pdl, r.us_no_pdl > 0 && r.us_loop > 0 ? r.us_loop / r.us_no_pdl : 0.0,
+                  r.us_w4a16, r.us_pdl_first, r.us_pdl_first > 0 && r.us_loop > 0 ? r.us_loop / r.us_pdl_first : 0.0,
                   r.compute_floor_us, r.err, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       continue;
     }
     if (r.shape.suite == "W6") {
       std::string stages;
       for (const auto& st : r.stages) stages += st.first + " " + std::to_string(st.second).substr(0, 5) + " ";
-      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | E=%d top%d det %8.2f | no-pdl %8.2f"
+      std::printf("%-9s %5lld %6lld %6lld | %9.2f %8.1f %8.0f %6.1f%% | %9.2f %7.3f | E=%d top%d det %8.2f | pdl-first %8.2f"
                   " %6.3f x | %s| %8.2e sim %8.2e | %s %s\n",
                   r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us,
                   r.tflops, r.gbs, r.pct_floor, r.us_base, r.speedup, r.shape.experts, r.shape.top_k, r.us_det,
-                  r.us_no_pdl, r.us_no_pdl > 0 && r.us_base > 0 ? r.us_base / r.us_no_pdl : 0.0, stages.c_str(), r.err,
+                  r.us_pdl_first, r.us_pdl_first > 0 && r.us_base > 0 ? r.us_base / r.us_pdl_first : 0.0, stages.c_str(), r.err,
                   r.similarity, r.config.c_str(), r.status == "ok" ? "" : r.status.c_str());
       continue;
     }

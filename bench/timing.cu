@@ -11,6 +11,16 @@ Status cuda(cudaError_t e, const char* what) {
   return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// Keeps the stream busy for about `ns` nanoseconds. Enqueued before a timed replay's start event,
+// it lets the host submit the graph while the GPU still spins, so the start event is not
+// recorded on an idle GPU that then waits for the submission: that gap would count as kernel
+// time, and more for a graph with more nodes (a baseline of many launches).
+__global__ void spin_kernel(long long ns) {
+  const long long t0 = clock64();
+  // clock64 counts SM cycles; at most ~2 GHz, so ns * 2 cycles last at least ns.
+  while (clock64() - t0 < 2 * ns) __nanosleep(256);
+}
+
 }  // namespace
 
 Status rough_time_us(const LaunchFn& launch, cudaStream_t stream, double* us) {
@@ -65,7 +75,9 @@ Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream
       if (st.ok()) st = cuda(cudaGraphLaunch(ex, stream), "graph warm-up");
   for (int s = 0; s < samples && st.ok(); ++s) {
     for (size_t i = 0; i < execs.size() && st.ok(); ++i) {
-      st = cuda(cudaEventRecord(e0, stream), "record");
+      spin_kernel<<<1, 1, 0, stream>>>(50000);
+      st = cuda(cudaGetLastError(), "spin");
+      if (st.ok()) st = cuda(cudaEventRecord(e0, stream), "record");
       if (st.ok()) st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");
       if (st.ok()) st = cuda(cudaEventRecord(e1, stream), "record");
       if (st.ok()) st = cuda(cudaEventSynchronize(e1), "sync");
@@ -83,7 +95,8 @@ Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream
   for (size_t i = 0; i < launches.size(); ++i) {
     auto& v = per_launch[i];
     std::sort(v.begin(), v.end());
-    (*out)[i].median_us = v[v.size() / 2];
+    const size_t h = v.size() / 2;
+    (*out)[i].median_us = v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
     (*out)[i].min_us = v.front();
     (*out)[i].max_us = v.back();
     (*out)[i].batch = batch;
