@@ -32,11 +32,25 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
   if (tid < p.experts) s_count[tid] = 0;
   if (tid == 0) first_bad = INT_MAX;
   __syncthreads();
+  // kCountBatch loads in flight per thread before their atomics: one load, then its atomic, per
+  // iteration made the loop a chain of global round trips (56 us at M = 8192, 65536 pairs, under
+  // ncu; docs/perf.md W6, session 23).
+  constexpr int kCountBatch = 16;
   const int pairs = p.m * p.top_k;
-  for (int i = tid; i < pairs; i += kLayoutThreads) {
-    const int e = p.ids[i];
-    if (static_cast<unsigned>(e) >= static_cast<unsigned>(p.experts)) atomicMin(&first_bad, i);
-    else atomicAdd(&s_count[e], 1);
+  for (int base = tid; base < pairs; base += kLayoutThreads * kCountBatch) {
+    int ids[kCountBatch];
+#pragma unroll
+    for (int j = 0; j < kCountBatch; ++j) {
+      const int i = base + j * kLayoutThreads;
+      ids[j] = i < pairs ? p.ids[i] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kCountBatch; ++j) {
+      const int i = base + j * kLayoutThreads;
+      if (i >= pairs) break;
+      if (static_cast<unsigned>(ids[j]) >= static_cast<unsigned>(p.experts)) atomicMin(&first_bad, i);
+      else atomicAdd(&s_count[ids[j]], 1);
+    }
   }
   __syncthreads();
   const int count = tid < p.experts ? s_count[tid] : 0;
