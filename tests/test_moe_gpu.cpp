@@ -488,7 +488,7 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   // it would apply: m = 1 and 3 with tile 16).
   const std::vector<MoeConfig> cfgs = {{16, 1, 0},         {32, 2, 0},          {64, 4, 0},         {128, 1, 0},
                                        {16, 1, 5},         {32, 1, 0, -1, -1, 0, 0}, {16, 2, 0, -1, -1, 1, 0},
-                                       {16, 4, 0, -1, -1, 0, 0}};
+                                       {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}};
   for (int m : {1, 3, 127, 129}) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {

@@ -411,7 +411,8 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_EQ(c.splits, 2);
   EXPECT_EQ(c.grid, 100);
   EXPECT_FALSE(parse_moe_config("tile=48", &c).ok());
-  EXPECT_FALSE(parse_moe_config("splits=3", &c).ok());
+  EXPECT_TRUE(parse_moe_config("splits=3", &c).ok());
+  EXPECT_FALSE(parse_moe_config("splits=5", &c).ok());
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
   EXPECT_TRUE(parse_moe_config("pdl=0", &c).ok());
   EXPECT_EQ(c.pdl, 0);

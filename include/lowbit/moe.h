@@ -69,7 +69,7 @@ struct FusedMoeArgs {
 // the shape by moe_choose_config (a table with a reason per row: moe_config_table()).
 struct MoeConfig {
   int token_tile = 0;  // tokens per tile (the WGMMA N): 16, 32, 64 or 128
-  int splits = 0;      // K split into 1, 2 or 4 ranges, added by the atomics (atomic mode only)
+  int splits = 0;      // K split into 1 to 4 ranges, added by the atomics (atomic mode only)
   int grid = 0;        // persistent CTAs; 0 = the device's SM count
   // MB of the first experts' weights the route stage asks L2 to fetch while routing, layout and
   // gather run: -1 = auto (0: measured no gain, docs/perf.md W6).

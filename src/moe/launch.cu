@@ -58,8 +58,7 @@ Status check_config(const char* who, const MoeConfig& c) {
   const std::string w(who);
   if (c.token_tile != 0 && c.token_tile != 16 && c.token_tile != 32 && c.token_tile != 64 && c.token_tile != 128)
     return Status::Invalid(w + ": token_tile must be 0 (auto), 16, 32, 64 or 128");
-  if (c.splits != 0 && c.splits != 1 && c.splits != 2 && c.splits != 4)
-    return Status::Invalid(w + ": splits must be 0 (auto), 1, 2 or 4");
+  if (c.splits < 0 || c.splits > 4) return Status::Invalid(w + ": splits must be 0 (auto) or 1 to 4");
   if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
   if (c.tile_prefetch < -1 || c.tile_prefetch > 1) return Status::Invalid(w + ": tile_prefetch must be -1, 0 or 1");
   if (c.prefetch_mb < -1) return Status::Invalid(w + ": prefetch_mb must be -1 (auto), 0 (off) or a size in MB");
