@@ -184,19 +184,22 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     LOWBIT_RETURN_IF_ERROR(launch(s, 0));
     if (grouped && !base_out) LOWBIT_RETURN_IF_ERROR(fp8_grouped_check_status(ws.p, s));
     LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
+    // One group's output on the host at a time (the samples are in group order).
     int64_t unwritten = 0;
-    std::vector<std::vector<uint8_t>> hd(G);
+    std::vector<double> got;
+    std::vector<uint8_t> hd;
+    size_t next = 0;
     for (int g = 0; g < G; ++g) {
       const GroupData& gd = in[0].g[g];
       if (gd.m == 0) continue;
-      hd[g].resize(static_cast<size_t>(gd.m * n) * ob);
+      hd.resize(static_cast<size_t>(gd.m * n) * ob);
       LOWBIT_RETURN_IF_ERROR(cuda_status(
-          cudaMemcpy(hd[g].data(), base_out ? gd.d_base.p : gd.d.p, hd[g].size(), cudaMemcpyDeviceToHost), "copy D"));
+          cudaMemcpy(hd.data(), base_out ? gd.d_base.p : gd.d.p, hd.size(), cudaMemcpyDeviceToHost), "copy D"));
       for (size_t e = 0; e < static_cast<size_t>(gd.m * n); ++e)
-        if (!std::isfinite(read_output(hd[g], out, e))) ++unwritten;
+        if (!std::isfinite(read_output(hd, out, e))) ++unwritten;
+      for (; next < sampled.size() && sampled[next].g == g; ++next)
+        got.push_back(read_output(hd, out, static_cast<size_t>(sampled[next].index)));
     }
-    std::vector<double> got;
-    for (const Sample& smp : sampled) got.push_back(read_output(hd[smp.g], out, static_cast<size_t>(smp.index)));
     const auto e = reference::compare(ref, got);
     const double similarity = reference::similarity_diff(ref, got);
     if (what.empty()) {

@@ -231,6 +231,7 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(check(ours, true, ""));
   LOWBIT_RETURN_IF_ERROR(check(ours_w4a16, false, "W4A16"));
   LOWBIT_RETURN_IF_ERROR(check(ours_no_pdl, true, "without the first kernel's PDL"));
+  if (opt.baseline) LOWBIT_RETURN_IF_ERROR(check(loop, true, "per-group loop"));  // the row's baseline
   for (size_t c = 1; c < cfgs.size(); ++c)
     LOWBIT_RETURN_IF_ERROR(check([&, c](cudaStream_t st, int i) { return run_cfg(cfgs[c], true, st, i); }, true,
                                  "alt " + cfgs[c].to_string()));

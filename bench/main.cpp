@@ -185,7 +185,9 @@ int main(int argc, char** argv) {
       bool known = false;
       for (const char* own : {"W1-square", "W1-llm", "W3-fp8", "W3-f16", "W4", "BS-dense"}) known |= opt.suite == own;
       if (!known) {
-        std::fprintf(stderr, "--suite %s does not take --shape MxNxK (it runs the dense FP8 GEMM); drop --suite\n",
+        std::fprintf(stderr,
+                     "--suite %s does not take --shape MxNxK (that would run the dense FP8 GEMM); drop --suite "
+                     "(an MoE shape is MxNxK/experts/topk, no --suite needed)\n",
                      opt.suite.c_str());
         return 2;
       }

@@ -75,7 +75,9 @@ Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream
       if (st.ok()) st = cuda(cudaGraphLaunch(ex, stream), "graph warm-up");
   for (int s = 0; s < samples && st.ok(); ++s) {
     for (size_t i = 0; i < execs.size() && st.ok(); ++i) {
-      spin_kernel<<<1, 1, 0, stream>>>(50000);
+      // 500 us: longer than the host takes to submit the largest graph timed (the unfused MoE,
+      // ~11 nodes per call in a batch of up to 200).
+      spin_kernel<<<1, 1, 0, stream>>>(500000);
       st = cuda(cudaGetLastError(), "spin");
       if (st.ok()) st = cuda(cudaEventRecord(e0, stream), "record");
       if (st.ok()) st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");

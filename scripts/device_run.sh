@@ -28,7 +28,7 @@ if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
 fi
 if [ "$what" = all ] || [ "$what" = sanitize ]; then
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
+    LOWBIT_REQUIRE_GPU=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
       --gtest_filter='*SmallIntegers*:*Resident*:*PromoteEveryTwoBlocks*:*EdgeShapes*:*ClusterPairs*:SparseGemmGpu.*:*SplitK*:*Graph*:*Epilogue*:*PatchEmbed*:*Grouped*:MoeGpu.Routing*:MoeGpu.Layout*:MoeGpu.Exact*:MoeGpu.AllTokens*:MoeGpu.BadExpert*:*ShareOneWorkspace*:*ChooserSplits*:*RoutingInfinite*:*EmptyBatch*:*ScaleBytes*:*RefusesPageable*:*CapturingStream*' > "$OUT/$tool.log" 2>&1
     status=$?
     echo "compute-sanitizer $tool: exit $status ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1))"

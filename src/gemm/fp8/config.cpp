@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "common/key_value.h"
@@ -240,7 +241,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     // deeper ring did (64 x 4096 x 7168: 13.7 vs 14.4), two interleaved rounds each
     // (docs/perf.md W1, session 23). Elsewhere (unmeasured) the deeper ring, as before.
     if (a.config.block_n == b.config.block_n && a.units == b.units && a.config.block_m != b.config.block_m &&
-        a.bound == b.bound)
+        std::strcmp(a.bound, b.bound) == 0)
       return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
     return width_rank(a) > width_rank(b);
   });
