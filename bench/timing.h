@@ -1,8 +1,8 @@
 // Kernel timing for the bench: a CUDA graph of `batch` back-to-back launches (so host dispatch
 // stays out of kernel time), warmed up, then replayed `samples` times between CUDA events.
 // The per-launch time of each replay is graph time / batch; the median of those is reported.
-// A short spin kernel runs before each replay's start event, so the graph's submission happens
-// while the GPU is busy and stays out of the measured interval.
+// Each timed replay follows an untimed replay of the same graph, so the graph's submission
+// happens while the GPU is busy (at the same load) and stays out of the measured interval.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,16 +11,6 @@ Status cuda(cudaError_t e, const char* what) {
   return Status::Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Keeps the stream busy for about `ns` nanoseconds. Enqueued before a timed replay's start event,
-// it lets the host submit the graph while the GPU still spins, so the start event is not
-// recorded on an idle GPU that then waits for the submission: that gap would count as kernel
-// time, and more for a graph with more nodes (a baseline of many launches).
-__global__ void spin_kernel(long long ns) {
-  const long long t0 = clock64();
-  // clock64 counts SM cycles; at most ~2 GHz, so ns * 2 cycles last at least ns.
-  while (clock64() - t0 < 2 * ns) __nanosleep(256);
-}
-
 }  // namespace
 
 Status rough_time_us(const LaunchFn& launch, cudaStream_t stream, double* us) {
@@ -75,10 +65,12 @@ Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream
       if (st.ok()) st = cuda(cudaGraphLaunch(ex, stream), "graph warm-up");
   for (int s = 0; s < samples && st.ok(); ++s) {
     for (size_t i = 0; i < execs.size() && st.ok(); ++i) {
-      // 500 us: longer than the host takes to submit the largest graph timed (the unfused MoE,
-      // ~11 nodes per call in a batch of up to 200).
-      spin_kernel<<<1, 1, 0, stream>>>(500000);
-      st = cuda(cudaGetLastError(), "spin");
+      // An untimed replay of the same graph first: the GPU is busy with it (at the same load, so
+      // at the same clocks) while the host submits the timed one, so the submission stays out of
+      // the interval. (A start event recorded on an idle GPU counted it, more for graphs of more
+      // nodes; an idle spin kernel in front instead let the GPU cool between replays and ran
+      // every kernel 5-10% faster than back-to-back work does, docs/perf.md, session 23.)
+      st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");
       if (st.ok()) st = cuda(cudaEventRecord(e0, stream), "record");
       if (st.ok()) st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");
       if (st.ok()) st = cuda(cudaEventRecord(e1, stream), "record");
