@@ -480,6 +480,16 @@ TEST_F(MoeGpu, LayoutAndGatherExact) {
   check_layout_and_gather(d);
 }
 
+// Tokens as the MMA's rows (128-token tiles), K split `splits` ways, on `grid` CTAs (0: all SMs).
+static MoeConfig rows_config(int splits, int grid = 0) {
+  MoeConfig c;
+  c.token_rows = 1;
+  c.splits = splits;
+  c.grid = grid;
+  c.pdl = 0;
+  return c;
+}
+
 // Exact inputs: every output equal to the FP64 reference (its BF16 rounding for BF16 output), for
 // each token tile, K split and reduce mode, with edge token counts.
 TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
@@ -488,7 +498,8 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   // it would apply: m = 1 and 3 with tile 16).
   const std::vector<MoeConfig> cfgs = {{16, 1, 0},         {32, 2, 0},          {64, 4, 0},         {128, 1, 0},
                                        {16, 1, 5},         {32, 1, 0, -1, -1, 0, 0}, {16, 2, 0, -1, -1, 1, 0},
-                                       {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}};
+                                       {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}, rows_config(1), rows_config(2),
+                                       rows_config(1, 5)};
   for (int m : {1, 3, 127, 129}) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
@@ -604,7 +615,7 @@ TEST_F(MoeGpu, AllTokensToOneExpertAndEmptyExperts) {
   make_routing(d, seed + 1, /*fixed=*/5);  // top-1: every token to expert 5, the other 31 empty
   upload_all(d);
   const std::vector<double> ref = reference_y(d);
-  for (const MoeConfig& c : std::vector<MoeConfig>{{0, 0, 0}, {16, 2, 0}, {128, 1, 0}}) {
+  for (const MoeConfig& c : std::vector<MoeConfig>{{0, 0, 0}, {16, 2, 0}, {128, 1, 0}, rows_config(1)}) {
     poison_y(d);
     run_fused(d, &c);
     expect_exact(d, ref, read_y(d), "one expert " + c.to_string());
@@ -618,10 +629,17 @@ TEST_F(MoeGpu, SeedShapesMatchReference) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       MoeData d = make_case(s, y, MoeReduce::kAtomic, Fill::kRandom, seed + s.n, false);
       upload_all(d);
+      const std::string what =
+          "E=" + std::to_string(s.experts) + " n=" + std::to_string(s.n) + (y == OutType::kFP32 ? " fp32" : " bf16");
       poison_y(d);
       run_fused(d);
-      expect_close(d, reference_y(d), read_y(d),
-                   "E=" + std::to_string(s.experts) + " n=" + std::to_string(s.n) + (y == OutType::kFP32 ? " fp32" : " bf16"));
+      const std::vector<double> ref = reference_y(d);  // after the run: it uses the GPU's routing
+      expect_close(d, ref, read_y(d), what);
+      // And with the tokens as the MMA's rows (its per-row X scales on random data).
+      const MoeConfig rows = rows_config(1);
+      poison_y(d);
+      run_fused(d, &rows);
+      expect_close(d, ref, read_y(d), what + " rows=1");
     }
   }
 }

@@ -413,6 +413,28 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_FALSE(parse_moe_config("tile=48", &c).ok());
   EXPECT_TRUE(parse_moe_config("splits=3", &c).ok());
   EXPECT_FALSE(parse_moe_config("splits=5", &c).ok());
+  // Tokens as the MMA's rows: 128-token tiles only, never the tiny path; auto is off.
+  ASSERT_TRUE(parse_moe_config("rows=1", &c).ok());
+  EXPECT_EQ(c.token_rows, 1);
+  EXPECT_NE(c.to_string().find("rows=1"), std::string::npos);
+  EXPECT_TRUE(parse_moe_config("rows=1,tile=128", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=1,tile=64", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=1,tiny=1", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=2", &c).ok());
+  {
+    MoeConfig rows;
+    rows.token_rows = 1;
+    const MoeConfig chosen = moe_choose_config(MoeShape{1, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &rows);
+    EXPECT_EQ(chosen.token_tile, 128);
+    EXPECT_EQ(chosen.tiny, 0);
+    EXPECT_EQ(moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).token_rows, 0);
+    const MoeConfig big = moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr);
+    EXPECT_EQ(big.token_rows, 1);  // 64 tokens per expert on average
+    EXPECT_EQ(big.token_tile, 128);
+    MoeConfig tile64;
+    tile64.token_tile = 64;  // a forced swap-AB tile keeps swap-AB
+    EXPECT_EQ(moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &tile64).token_rows, 0);
+  }
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
   EXPECT_TRUE(parse_moe_config("pdl=0", &c).ok());
   EXPECT_EQ(c.pdl, 0);

@@ -94,9 +94,13 @@ struct MoeConfig {
   // layer allow. -1 = auto: 1 on the tiny path (M = 1: 12.1 -> 11.2 us), 0 on the split path
   // (its route kernel launched early made M = 128 5% slower; docs/perf.md W6 v3).
   int pdl_first = -1;
+  // 1: the tokens are the MMA's M side (128-token tiles, per-row X scales as in the block-scaled
+  // GEMM) and 128 weight rows its N side -- for many tokens per expert; 0: swap-AB (weights as
+  // M, tokens as N: any token tile). -1 = auto (1 from 64 tokens per expert on average).
+  int token_rows = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,

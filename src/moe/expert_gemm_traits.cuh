@@ -18,10 +18,18 @@ namespace lowbit::moe {
 // land in 32 distinct banks).
 constexpr int kOutPitch = 128 + 4;
 
-template <int kTokenTile_, int kStages_>
+// kTokenRows_: the orientation for many tokens per expert. The tokens are the WGMMA's M side
+// (128 per tile, 64 per consumer warpgroup) and 128 weight rows its N side, so each thread's
+// X scale is per accumulator row (the block-scaled GEMM's promotion, two scales per thread)
+// instead of per column (N / 4 scales per thread and K block with swap-AB).
+template <int kTokenTile_, int kStages_, bool kTokenRows_ = false>
 struct ExpertGemmTraits : fp8::RegisterSplit {
-  static constexpr int kBlockM = 128;  // weight rows: two consumer warpgroups x 64
-  static constexpr int kBlockN = kTokenTile_;
+  static constexpr bool kTokenRows = kTokenRows_;
+  static_assert(!kTokenRows || kTokenTile_ == 128, "tokens as rows: 128-token tiles");
+  static constexpr int kBlockM = 128;  // weight rows (swap-AB) or tokens, two consumer warpgroups x 64
+  static constexpr int kBlockN = kTokenTile_;  // tokens (swap-AB) or 128 weight rows
+  static constexpr int kTokens = kTokenTile_;  // tokens per tile, either way
+  static constexpr int kScaleBlocksN = 1;      // one W scale per tile and K block (blockscaled::BlockScalePromotion)
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWarpgroups = 2;
@@ -35,8 +43,8 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
   struct alignas(1024) SharedStorage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
-    alignas(16) float sfa[kStages][kBlockN];  // the stage's X scales, one per token row
-    alignas(16) float out[kBlockN][kOutPitch];
+    alignas(16) float sfa[kStages][kTokens];  // the stage's X scales, one per token row
+    alignas(16) float out[kTokens][kOutPitch];  // token-major: one row per token, 128 weight columns
     // The layout's expert table, read once per CTA: units resolve without global round trips.
     int tile_start[kMaxExperts + 1];
     int counts[kMaxExperts];
