@@ -56,15 +56,7 @@ __device__ __forceinline__ void consume_units(typename T::SharedStorage& ss, int
       gemm::WorkUnit w{};
       w.kb_begin = v.kb_begin;
       w.kb_end = v.kb_end;
-      if (T::kTokenRows && consumer_wg * 64 >= v.rows) {
-        // Tokens as rows: this warpgroup's 64 rows are all past the tile's tokens (an expert's
-        // last tile), so the other warpgroup's MMAs run alone, at twice the rate.
-        consumer.skip(w);
-#pragma unroll
-        for (int i = 0; i < T::kBlockN / 2; ++i) acc[i] = 0.0f;  // stored to rows nobody reads
-      } else {
-        consumer.run(w, acc);
-      }
+      consumer.run(w, acc);
     }
     // Epilogue (the unit is resolved again rather than kept live across the mainloop). The
     // scatter adds into Y, which the kernel before this one prepared: wait for it (returns at

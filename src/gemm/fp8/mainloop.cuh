@@ -290,21 +290,6 @@ struct Consumer {
     }
   }
 
-  // A unit this warpgroup has no MMAs for (all of its 64 rows lie past the tile's rows, MoE's
-  // tokens-as-rows tiles): its stages are waited for and handed back, so the ring stays in step
-  // with the producer and the other warpgroup.
-  __device__ __forceinline__ void skip(const gemm::WorkUnit& w) {
-    for (int kb = w.kb_begin * kGroup; kb < w.kb_end * kGroup; kb += kGroup) {
-      int stages[kGroup];
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i, pos.advance()) {
-        ss.bars.consumer_wait(pos);
-        stages[i] = pos.stage;
-      }
-      release(stages);
-    }
-  }
-
   // The follower (warpgroup 1) waits at a unit's start until the leader has handed back `lead`
   // of the unit's groups (all of them for a shorter unit). Both walk the same units, so the
   // leader's count at this unit's start equals the follower's own.
