@@ -1,7 +1,8 @@
 // The expert GEMM's epilogue: the weighted scatter-reduce of the seed, fused. Both consumer
 // warpgroups drop their accumulators into a token-major shared tile (one 128-float row per
-// token; with swap-AB, 64 weight rows x token-tile, transposed), then each of the 8 consumer warps takes whole
-// token rows: 32 lanes x float4 = the 128 columns, scaled by the routing weight, and either
+// token; with swap-AB their 64 weight rows x token-tile, transposed), then each of the 8
+// consumer warps takes whole token rows: 32 lanes x float4 = the 128 columns, scaled by the
+// routing weight, and either
 //  - atomic mode: added into the token's FP32 output row (Y, or the FP32 sums that the finish
 //    stage converts to BF16) with one vector atomic per lane, or
 //  - deterministic mode: stored as the (token, slot) pair's own row, summed in a fixed order by
