@@ -155,15 +155,10 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     // Each --alt config is timed too, so it is checked the same way: poisoned output, every
     // element written, the sampled error within the same bound.
     for (size_t c = 1; c < cfgs.size(); ++c) {
-      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n * out_bytes / 2, 0xFFFF, s), "poison"));
-      LOWBIT_RETURN_IF_ERROR(run_config(cfgs[c], s, 0));
-      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run alt"));
-      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(hd.data(), D.p, hd.size(), cudaMemcpyDeviceToHost), "copy alt"));
       int64_t alt_unwritten = 0;
-      for (size_t i = 0; i < static_cast<size_t>(m * n); ++i)
-        if (!std::isfinite(read_output(hd, opt.out, i))) ++alt_unwritten;
       std::vector<double> gota;
-      for (int64_t idx : sampled) gota.push_back(read_output(hd, opt.out, static_cast<size_t>(idx)));
+      LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return run_config(cfgs[c], st, 0); }, D.p, m * n,
+                                              opt.out, sampled, s, &alt_unwritten, &gota));
       const auto ea = reference::compare(ref, gota);
       const std::string what = "alt " + cfgs[c].to_string();
       if (r->status.empty() && alt_unwritten > 0)

@@ -142,15 +142,10 @@ Status run_patch_embed_shape(const Options& opt, const Shape& sh, Result* r) {
     // Each --config alternate is timed too, so it is checked the same way.
     for (size_t c = 1; c < cfgs.size() && r->status.empty(); ++c) {
       const std::string what = "alt " + cfgs[c].to_string();
-      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(D.p, m * n, 0xFFFF, s), "poison"));
-      LOWBIT_RETURN_IF_ERROR(fused(cfgs[c], s));
-      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run alt"));
-      LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(hd.data(), D.p, hd.size() * 2, cudaMemcpyDeviceToHost), "copy alt"));
       int64_t alt_unwritten = 0;
-      for (size_t i = 0; i < hd.size(); ++i)
-        if (!std::isfinite(formats::bf16_to_float(hd[i]))) ++alt_unwritten;
       std::vector<double> gota;
-      for (int64_t idx : sampled) gota.push_back(formats::bf16_to_float(hd[idx]));
+      LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return fused(cfgs[c], st); }, D.p, m * n,
+                                              OutType::kBF16, sampled, s, &alt_unwritten, &gota));
       const auto ea = reference::compare(ref, gota);
       if (alt_unwritten > 0) r->status = "FAIL: " + what + ": " + std::to_string(alt_unwritten) + " outputs not written";
       else if (ea.nonfinite > 0) r->status = "FAIL: " + what + ": non-finite outputs";

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "device_fill.h"
 #include "formats/bf16.h"
 #include "lowbit/gemm.h"
 #include "lowbit/status.h"
@@ -58,6 +60,26 @@ inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) 
   uint16_t h;
   std::memcpy(&h, raw.data() + 2 * i, 2);
   return formats::bf16_to_float(h);
+}
+
+// Reruns one launcher that is timed, for its check: poisons its `elems` outputs of type `t`,
+// runs `launch(stream)` on input set 0, and returns how many of all the outputs are not finite
+// (poison left unwritten) and the outputs at the indices `sampled`.
+template <class Launch>
+Status rerun_and_sample(const Launch& launch, void* out, int64_t elems, OutType t, const std::vector<int64_t>& sampled,
+                        cudaStream_t s, int64_t* nonfinite, std::vector<double>* got) {
+  const size_t bytes = static_cast<size_t>(elems) * (t == OutType::kFP32 ? 4 : 2);
+  LOWBIT_RETURN_IF_ERROR(cuda_status(fill_u16(out, bytes / 2, 0xFFFF, s), "poison"));
+  LOWBIT_RETURN_IF_ERROR(launch(s));
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "run"));
+  std::vector<uint8_t> h(bytes);
+  LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(h.data(), out, bytes, cudaMemcpyDeviceToHost), "copy back"));
+  *nonfinite = 0;
+  for (int64_t i = 0; i < elems; ++i)
+    if (!std::isfinite(read_output(h, t, static_cast<size_t>(i)))) ++*nonfinite;
+  got->clear();
+  for (int64_t idx : sampled) got->push_back(read_output(h, t, static_cast<size_t>(idx)));
+  return Status::Ok();
 }
 
 // The configs a bench run times, for any kernel family: [0] is --config parsed by `parse` (or

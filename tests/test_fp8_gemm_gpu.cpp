@@ -592,6 +592,24 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastRejectsWhatItCannotRun) {
 
 namespace {
 
+// A patch-embedding call over these buffers: [m, k] patches, [n, k] weight, bias[n], pos[P, n], [m, n] out.
+PatchEmbedArgs patch_embed_args(int64_t P, int64_t m, int64_t n, int64_t k, const void* patches, const void* weight,
+                                const void* bias, const void* pos, void* out) {
+  PatchEmbedArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.patches = patches;
+  a.weight = weight;
+  a.bias = bias;
+  a.bias_len = n;
+  a.pos = pos;
+  a.pos_rows = P;
+  a.pos_cols = n;
+  a.out = out;
+  return a;
+}
+
 // patch_embed_fp8 on small integers with power-of-two scales, every element checked exactly
 // against the FP64 reference; pos and bias from a row hash, so no two pos rows repeat.
 void expect_patch_embed_exact(int64_t P, int64_t m, int64_t n, int64_t k, bool whole_images) {
@@ -610,19 +628,8 @@ void expect_patch_embed_exact(int64_t P, int64_t m, int64_t n, int64_t k, bool w
   const std::vector<float> hs = {2.0f, 0.5f};
   scales.upload(hs);
   ASSERT_EQ(bench::fill_u16(D.p, m * n, 0xFFFF, nullptr), cudaSuccess);  // poison: NaN
-  PatchEmbedArgs a;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.patches = A.p;
-  a.weight = B.p;
-  a.bias = bias.p;
-  a.bias_len = n;
-  a.pos = pos.p;
-  a.pos_rows = P;
-  a.pos_cols = n;
+  PatchEmbedArgs a = patch_embed_args(P, m, n, k, A.p, B.p, bias.p, pos.p, D.p);
   a.whole_images = whole_images;
-  a.out = D.p;
   a.alpha = 0.25f;
   a.patches_scale = static_cast<const float*>(scales.p);
   a.weight_scale = static_cast<const float*>(scales.p) + 1;
@@ -666,18 +673,7 @@ TEST_F(Fp8GemmGpu, PatchEmbedMatchesReference) {
 
   // Misaligned pos is caught on the device path too; M % P != 0 with whole images is refused.
   Buf A(147 * 256), B(192 * 256), D(147 * 192 * 2), bias(192 * 2), pos(49 * 192 * 2);
-  PatchEmbedArgs a;
-  a.m = 147;
-  a.n = 192;
-  a.k = 256;
-  a.patches = A.p;
-  a.weight = B.p;
-  a.bias = bias.p;
-  a.bias_len = 192;
-  a.pos = static_cast<char*>(pos.p) + 2;
-  a.pos_rows = 49;
-  a.pos_cols = 192;
-  a.out = D.p;
+  PatchEmbedArgs a = patch_embed_args(49, 147, 192, 256, A.p, B.p, bias.p, static_cast<char*>(pos.p) + 2, D.p);
   EXPECT_EQ(patch_embed_fp8(a, nullptr).code(), StatusCode::kInvalidArgument);
   a.pos = pos.p;
   a.m = 150;
