@@ -28,7 +28,7 @@ struct Options {
   uint64_t seed = 0;
   std::string json;
   std::string sparse;  // custom shapes: "e4m3" or "f16" runs them through the 2:4-sparse GEMM (W3)
-  bool fast_accum = false;  // W1, W3 E4M3: the reported config and the --alt ones run with fast accumulation
+  bool fast_accum = false;  // W3 E4M3: the reported config and the --alt ones run with fast accumulation
 };
 
 struct Shape {
@@ -62,7 +62,7 @@ struct Result {
   double us_loop = 0, x_loop = 0;
   // W3 only: cuSPARSELt on the same sparse A (0: not built or failed), and its sampled error.
   double us_cusparselt = 0, err_cusparselt = 0;
-  // W1 and W3 E4M3: our kernel with fast accumulation (Fp8GemmArgs / Sparse24GemmArgs::fast_accum), its config,
+  // W3 E4M3 only: our kernel with fast accumulation (Sparse24GemmArgs::fast_accum), its config,
   // and dense cuBLASLt with fast accumulation too (CUBLASLT_MATMUL_DESC_FAST_ACCUM): fast is
   // compared with fast, promoted with promoted.
   double us_fast = 0, err_fast = 0;

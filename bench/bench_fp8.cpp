@@ -59,25 +59,14 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
   std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  const Fp8EpilogueKind epi = opt.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain;
-  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, epi, 0, opt.fast_accum));
-  // Also with fast accumulation (Fp8GemmArgs::fast_accum, the chooser's pick for it), against
-  // cuBLASLt with CUBLASLT_MATMUL_DESC_FAST_ACCUM: fast is compared with fast, promoted with
-  // promoted. With --fast-accum the reported row is already that, and there is no extra line.
-  const bool fast_line = !opt.fast_accum && opt.config.empty();
-  Fp8GemmConfig cfg_fast;
-  if (fast_line) {
-    LOWBIT_RETURN_IF_ERROR(choose_fp8_config(m, n, k, &cfg_fast, epi, 0, /*fast_accum=*/true));
-    r->config_fast = cfg_fast.to_string();
-    ws_bytes = std::max(ws_bytes, fp8_gemm_workspace_size(m, n, k, cfg_fast));
-  }
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, opt.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   const Fp8GemmConfig& cfg = cfgs[0];
   r->config = cfg.to_string();
-  if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k, opt.fast_accum).c_str());
+  if (opt.explain) std::printf("%s", explain_fp8_config(m, n, k).c_str());
 
-  auto run_config = [&](const Fp8GemmConfig& c, cudaStream_t st, int i, bool fast_accum) {
+  auto run_config = [&](const Fp8GemmConfig& c, cudaStream_t st, int i) {
     Fp8GemmArgs a;
     a.m = m;
     a.n = n;
@@ -92,33 +81,21 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     a.bias = opt.bias ? bias.p : nullptr;
     a.workspace = ws.p;
     a.workspace_bytes = ws_bytes;
-    a.fast_accum = fast_accum;
     return fp8_gemm(a, st, &c);
   };
-  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i, opt.fast_accum); };
-  auto ours_fast = [&](cudaStream_t st, int i) { return run_config(cfg_fast, st, i, true); };
-  CublasLtFp8 lt, lt_fast;
-  bool baseline = opt.baseline, baseline_fast = opt.baseline && fast_line;
-  std::string baseline_note, note_fast;
+  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i); };
+  CublasLtFp8 lt;
+  bool baseline = opt.baseline;
+  std::string baseline_note;
   if (baseline) {
-    const Status ps = lt.plan(m, n, k, opt.out, opt.bias, d_sa, d_sb, opt.fast_accum);
+    const Status ps = lt.plan(m, n, k, opt.out, opt.bias, d_sa, d_sb);
     if (!ps.ok()) {
       baseline = false;
       baseline_note = "baseline unavailable: " + ps.to_string();
     }
   }
-  if (baseline_fast) {
-    const Status ps = lt_fast.plan(m, n, k, opt.out, opt.bias, d_sa, d_sb, /*fast_accum=*/true);
-    if (!ps.ok()) {
-      baseline_fast = false;
-      note_fast = "fast-accumulation baseline unavailable: " + ps.to_string();
-    }
-  }
   auto base = [&](cudaStream_t st, int i) {
     return lt.run(A[i % sets].p, B[i % sets].p, Dbase.p, opt.bias ? bias.p : nullptr, alpha, st);
-  };
-  auto base_fast = [&](cudaStream_t st, int i) {
-    return lt_fast.run(A[i % sets].p, B[i % sets].p, Dbase.p, opt.bias ? bias.p : nullptr, alpha, st);
   };
 
   // Correctness on set 0: poison both outputs, run once each, compare sampled elements with the
@@ -180,34 +157,13 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     for (size_t c = 1; c < cfgs.size(); ++c) {
       int64_t alt_unwritten = 0;
       std::vector<double> gota;
-      LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return run_config(cfgs[c], st, 0, opt.fast_accum); },
-                                              D.p, m * n, opt.out, sampled, s, &alt_unwritten, &gota));
+      LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return run_config(cfgs[c], st, 0); }, D.p, m * n,
+                                              opt.out, sampled, s, &alt_unwritten, &gota));
       const auto ea = reference::compare(ref, gota);
       const std::string what = "alt " + cfgs[c].to_string();
       if (r->status.empty() && alt_unwritten > 0)
         r->status = "FAIL: " + what + ": " + std::to_string(alt_unwritten) + " outputs not written";
       gate_error(r, what.c_str(), ea.rel_fro, r->err_base, fallback);
-    }
-    // The fast-accumulation pair: cuBLASLt's error sets the bound for ours, like with like.
-    if (fast_line) {
-      int64_t fast_unwritten = 0, base_unwritten = 0;
-      std::vector<double> gotf, gotbf;
-      LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return ours_fast(st, 0); }, D.p, m * n, opt.out,
-                                              sampled, s, &fast_unwritten, &gotf));
-      if (baseline_fast) {
-        LOWBIT_RETURN_IF_ERROR(rerun_and_sample([&](cudaStream_t st) { return base_fast(st, 0); }, Dbase.p, m * n,
-                                                opt.out, sampled, s, &base_unwritten, &gotbf));
-        if (base_unwritten > 0) {
-          baseline_fast = false;
-          note_fast = "fast-accumulation baseline left outputs unwritten";
-        } else {
-          r->err_base_fast = baseline_error(ref, gotbf, "fast-accumulation baseline", &baseline_fast, &note_fast).rel_fro;
-        }
-      }
-      r->err_fast = reference::compare(ref, gotf).rel_fro;
-      if (r->status.empty() && fast_unwritten > 0)
-        r->status = "FAIL: fast accumulation: " + std::to_string(fast_unwritten) + " outputs not written";
-      gate_error(r, "fast-accumulation", r->err_fast, r->err_base_fast, fallback);
     }
   }
 
@@ -219,21 +175,14 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   const int batch = std::clamp(static_cast<int>(2000.0 / std::max(rough, 1.0)), 3, 200);
   std::vector<LaunchFn> launches = {ours};
   if (baseline) launches.push_back(base);
-  const size_t fast_at = launches.size();
-  if (fast_line) launches.push_back(ours_fast);
-  const size_t base_fast_at = launches.size();
-  if (baseline_fast) launches.push_back(base_fast);
-  const size_t alt_at = launches.size();
   for (size_t c = 1; c < cfgs.size(); ++c)
-    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(cfgs[c], st, i, opt.fast_accum); });
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(cfgs[c], st, i); });
   std::vector<Timing> timings;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &timings));
   const Timing t_ours = timings[0];
   const Timing t_base = baseline ? timings[1] : Timing{};
-  if (fast_line) r->us_fast = timings[fast_at].median_us;
-  if (baseline_fast) r->us_base_fast = timings[base_fast_at].median_us;
   for (size_t c = 1; c < cfgs.size(); ++c) {
-    const double us = timings[alt_at + c - 1].median_us;
+    const double us = timings[launches.size() - cfgs.size() + c].median_us;
     std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", cfgs[c].to_string().c_str(), us,
                 t_ours.median_us / us, baseline ? (", " + std::to_string(t_base.median_us / us) + " x cuBLASLt").c_str() : "");
   }

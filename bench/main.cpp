@@ -107,7 +107,7 @@ bool parse_shape(const std::string& s, Shape* out) {
 
 // What a suite's "x base" divides by (shared/workloads.md names each suite's baseline).
 // Custom shapes run the 2:4 GEMM with --sparse, else the dense FP8 GEMM; with --fast-accum the
-// E4M3 rows (dense and sparse) divide by cuBLASLt with fast accumulation.
+// E4M3 sparse rows divide by cuBLASLt with fast accumulation.
 const char* baseline_name(const std::string& suite, const Options& opt) {
   if (suite == "W2") return "cuBLASLt GEMM+bias";
   if (suite == "W4") return "cuBLASLt FP8";
@@ -117,7 +117,7 @@ const char* baseline_name(const std::string& suite, const Options& opt) {
   const bool sparse = suite.rfind("W3", 0) == 0 || (suite == "custom" && !opt.sparse.empty());
   if (suite == "W3-f16" || (suite == "custom" && opt.sparse == "f16")) return "dense cuBLAS FP16";
   if (sparse) return opt.fast_accum ? "dense cuBLASLt FP8, fast accumulation" : "dense cuBLASLt FP8";
-  return opt.fast_accum ? "cuBLASLt FP8, fast accumulation" : "cuBLASLt FP8";
+  return "cuBLASLt FP8";
 }
 
 void usage() {
@@ -125,8 +125,7 @@ void usage() {
       "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk]]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG (not W6)]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
-      "             [--fast-accum (W1, W3 E4M3: the reported and --alt configs may accumulate in the tensor cores;\n"
-      "              the baseline is cuBLASLt with fast accumulation)]\n");
+      "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n");
 }
 
 }  // namespace
@@ -268,19 +267,15 @@ int main(int argc, char** argv) {
   std::printf("\n%-9s %5s %6s %6s | %9s %8s %8s %7s | %9s %7s | %8s %8s | %s\n", "suite", "M", "N", "K", "us", "TFLOPS",
               "GB/s", "%floor", "baseline", "x base", "err", "err_base", "config / status");
   std::string last_suite;
-  double log_sum = 0.0, log_sum_fast = 0.0;
-  int log_n = 0, log_excluded = 0, log_n_fast = 0;
+  double log_sum = 0.0;
+  int log_n = 0, log_excluded = 0;
   auto flush_geomean = [&](const std::string& suite) {
     if (log_n > 0)
       std::printf("%-9s geomean x %s over %d shapes: %.3f%s\n", suite.c_str(), baseline_name(suite, opt), log_n,
                   std::exp(log_sum / log_n),
                   log_excluded ? (" (" + std::to_string(log_excluded) + " failed rows left out)").c_str() : "");
-    // The fast-accumulation lines, each against cuBLASLt with fast accumulation.
-    if (log_n_fast > 0)
-      std::printf("%-9s geomean fast_accum x cuBLASLt FP8 fast accumulation over %d shapes: %.3f\n", suite.c_str(),
-                  log_n_fast, std::exp(log_sum_fast / log_n_fast));
-    log_sum = log_sum_fast = 0.0;
-    log_n = log_excluded = log_n_fast = 0;
+    log_sum = 0.0;
+    log_n = log_excluded = 0;
   };
   for (const auto& r : results) {
     if (r.shape.suite != last_suite) {
@@ -291,10 +286,6 @@ int main(int argc, char** argv) {
     if (row_passed(r) && r.speedup > 0) {
       log_sum += std::log(r.speedup);
       ++log_n;
-      if (r.us_fast > 0 && r.us_base_fast > 0) {
-        log_sum_fast += std::log(r.us_base_fast / r.us_fast);
-        ++log_n_fast;
-      }
     } else if (!row_passed(r)) {
       ++log_excluded;  // failed a check or errored out (no time at all)
     }
@@ -370,12 +361,6 @@ int main(int argc, char** argv) {
                 r.shape.suite.c_str(), (long long)r.shape.m, (long long)r.shape.n, (long long)r.shape.k, r.us, r.tflops,
                 r.gbs, r.pct_floor, r.us_base, r.speedup, r.err, r.err_base, r.config.c_str(),
                 r.status == "ok" ? "" : r.status.c_str());
-    // Fast accumulation against cuBLASLt with fast accumulation (like with like).
-    if (r.us_fast > 0)
-      std::printf("  fast_accum %17s | %9.1f %8.1f %17s | %9.1f %7.3f | %8.2e %8.2e | %s\n", "", r.us_fast,
-                  2.0 * r.shape.m * r.shape.n * r.shape.k / (r.us_fast * 1e6), "", r.us_base_fast,
-                  r.us_base_fast > 0 ? r.us_base_fast / r.us_fast : 0.0, r.err_fast, r.err_base_fast,
-                  r.config_fast.c_str());
   }
   flush_geomean(last_suite);
 

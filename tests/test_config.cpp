@@ -199,36 +199,6 @@ TEST(Fp8Config, PromoteEveryTwo) {
   }
 }
 
-// Fast accumulation (promote=0) is scored only for calls that allow it, is compiled for the
-// large-M tiles with the plain epilogue only, and schedules single K blocks.
-TEST(Fp8Config, FastAccumulationCandidates) {
-  for (const auto& cand : fp8::score_fp8_candidates(4096, 8192, 8192, 132)) EXPECT_NE(cand.config.promote_every, 0);
-  const auto fast = fp8::score_fp8_candidates(4096, 8192, 8192, 132, /*fast_accum=*/true);
-  EXPECT_EQ(fast.front().config.promote_every, 0) << fast.front().config.to_string();
-  bool promoted_too = false;
-  for (const auto& cand : fast) {
-    promoted_too |= cand.config.promote_every != 0;
-    if (cand.config.promote_every == 0) {
-      EXPECT_TRUE(fp8::fp8_config_compiled(cand.config, Fp8EpilogueKind::kPlain)) << cand.config.to_string();
-      EXPECT_FALSE(fp8::fp8_config_compiled(cand.config, Fp8EpilogueKind::kBias)) << cand.config.to_string();
-      EXPECT_EQ(cand.config.lead, 0);
-    }
-  }
-  EXPECT_TRUE(promoted_too);  // a permission: the promoted kernels still compete
-  Fp8GemmConfig c;
-  ASSERT_TRUE(parse_fp8_config("bn=256,promote=0", &c).ok());
-  EXPECT_EQ(c.to_string().find("promote=0") != std::string::npos, true) << c.to_string();
-  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
-  c.cluster = 2;
-  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
-  for (const char* text : {"bn=64,promote=0", "bn=64,bm=64,promote=0", "bn=112,bm=64,promote=0"}) {
-    ASSERT_TRUE(parse_fp8_config(text, &c).ok()) << text;
-    EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain)) << text;
-  }
-  EXPECT_EQ(fp8::fp8_promotion_groups(384, 0), 3);
-  EXPECT_EQ(fp8::fp8_promotion_groups(16, 0), 1);
-}
-
 TEST(Fp8Config, WorkspaceSize) {
   Fp8GemmConfig c;
   c.block_n = 128;

@@ -42,7 +42,6 @@ struct Case {
   Activation activation = Activation::kNone;
   void* workspace = nullptr;  // a caller's workspace shared across cases (zero-filled once), or null: one per case
   size_t workspace_bytes = 0;
-  bool fast_accum = false;  // Fp8GemmArgs::fast_accum; cuBLASLt then runs with fast accumulation too
 };
 
 std::string describe(const Case& c) {
@@ -51,8 +50,7 @@ std::string describe(const Case& c) {
          (c.row_bcast_rows ? " +pos[P=" + std::to_string(c.row_bcast_rows) + "]" : std::string()) +
          (c.activation == Activation::kGelu ? " gelu" : c.activation == Activation::kSilu ? " silu" : "") +
          (c.residual ? " +residual" : "") +
-         (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto") +
-         (c.fast_accum ? " fast_accum" : "");
+         (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto");
 }
 
 
@@ -140,7 +138,6 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.activation = c.activation;
   a.workspace = ws_p;
   a.workspace_bytes = wsb;
-  a.fast_accum = c.fast_accum;
   const Status st = fp8_gemm(a, nullptr, forced);
   ASSERT_TRUE(st.ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
@@ -151,7 +148,7 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   // checked element by element against the reference only.)
   const bool plain = P == 0 && !c.residual && c.activation == Activation::kNone;
   bench::CublasLtFp8 lt;
-  Status lst = plain ? lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale, c.fast_accum)
+  Status lst = plain ? lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale)
                      : Status::Error(StatusCode::kInvalidArgument, "no matching cuBLASLt epilogue");
   if (lst.ok()) lst = lt.run(A.p, B.p, Dl.p, a.bias, alpha, nullptr);
   o->cublas_ok = lst.ok();
@@ -246,7 +243,7 @@ void expect_close(const Case& c) {
 
 // The Status of a forced config on an M x 256 x 512 problem (4 K blocks), with or without a
 // bias: for the configs the launcher must refuse.
-Status run_forced(const char* config, int64_t m, bool with_bias, bool fast_accum = false) {
+Status run_forced(const char* config, int64_t m, bool with_bias) {
   Fp8GemmConfig cfg;
   const Status parsed = parse_fp8_config(config, &cfg);
   if (!parsed.ok()) {  // a typo in the test must not pass as a refusal
@@ -262,7 +259,6 @@ Status run_forced(const char* config, int64_t m, bool with_bias, bool fast_accum
   a.b = B.p;
   a.d = D.p;
   a.bias = with_bias ? bias.p : nullptr;
-  a.fast_accum = fast_accum;
   return fp8_gemm(a, nullptr, &cfg);
 }
 
@@ -355,49 +351,6 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
                           "bn=256,promote=2,splits=3", "bn=64,bm=64,cluster=2", "bn=64,bm=64,promote=2"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(run_forced("bn=128,promote=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
-}
-
-// Fast accumulation (promote=0): the tensor cores accumulate the whole K range. Small integers
-// stay exact in their accumulator: partial tiles, an odd K-block count, split K, many units per
-// CTA, both outputs. On random inputs the error is bounded by cuBLASLt's with fast accumulation
-// on the same inputs (expect_close plans it so), including at K = 16384 and with the chooser's
-// own pick.
-TEST_F(Fp8GemmGpu, FastAccumulation) {
-  for (int64_t m : {1, 129, 256, 1000})
-    for (int64_t k : {16, 400, 1280})
-      for (const char* cfg : {"bn=128,promote=0", "bn=192,promote=0", "bn=256,promote=0", "bn=176,promote=0"})
-        for (OutType out : {OutType::kBF16, OutType::kFP32}) {
-          Case c{m, 208, k, out, false, Inputs::kSmallInts, cfg};
-          c.fast_accum = true;
-          expect_exact(c);
-        }
-  for (const char* cfg : {"bn=256,promote=0,splits=3", "bn=128,promote=0,splits=2,grid=5", "bn=192,promote=0,grid=3,group=1"}) {
-    Case c{300, 384, 1280, OutType::kFP32, false, Inputs::kSmallInts, cfg};
-    c.fast_accum = true;
-    expect_exact(c);
-  }
-  for (Case c : {Case{333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,promote=0"},
-                 Case{300, 1536, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=0"},
-                 Case{256, 1024, 16384, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=0"},
-                 Case{512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=176,promote=0"},
-                 Case{512, 2112, 7168, OutType::kFP32, false, Inputs::kUniform, "bn=192,promote=0"},
-                 Case{1024, 4096, 4096, OutType::kBF16, false, Inputs::kUniform, nullptr},
-                 // fast_accum permits, it does not require: a promoted config and a bias still run.
-                 Case{129, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, nullptr},
-                 Case{300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2"}}) {
-    c.fast_accum = true;
-    expect_close(c);
-  }
-}
-
-TEST_F(Fp8GemmGpu, FastAccumulationOnlyWhenAskedAndCompiled) {
-  // promote=0 changes the arithmetic: refused unless the call sets fast_accum.
-  EXPECT_EQ(run_forced("bn=256,promote=0", 256, false).code(), StatusCode::kInvalidArgument);
-  for (const char* bad : {"bn=64,promote=0", "bn=64,bm=64,promote=0", "bn=112,bm=64,promote=0",
-                          "bn=128,promote=0,cluster=2", "bn=256,promote=0,lead=1", "bn=128,promote=-1"})
-    EXPECT_EQ(run_forced(bad, 256, false, true).code(), StatusCode::kInvalidArgument) << bad;
-  EXPECT_EQ(run_forced("bn=128,promote=0", 256, true, true).code(), StatusCode::kInvalidArgument) << "a bias";
-  EXPECT_TRUE(run_forced("bn=128,promote=0", 256, false, true).ok());
 }
 
 // Staggered consumer warpgroups (lead=N): warpgroup 1 starts each unit N groups behind

@@ -5,8 +5,7 @@
 // A and B are row-major and K-major (each row holds K contiguous E4M3 bytes); D is row-major
 // BF16 or FP32. Accumulation is FP32: every 128-wide K block (as cuBLASLt does without fast
 // accumulation) or every two (Fp8GemmConfig::promote_every = 2, chosen where the cost model
-// gains over 3%) is promoted from the tensor cores' accumulator into FP32 registers -- unless
-// the caller allows fast accumulation (Fp8GemmArgs::fast_accum).
+// gains over 3%) is promoted from the tensor cores' accumulator into FP32 registers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,13 +39,6 @@ struct Fp8GemmArgs {
   int64_t row_bcast_rows = 0;
   const void* residual = nullptr;  // optional BF16 [m, n], added last, 16-byte aligned
   Activation activation = Activation::kNone;  // applied before the residual
-  // false: the tensor cores' partial sums are promoted into FP32 registers every 128 or 256
-  // products (promote_every), so the error matches cuBLASLt's default. true: the call may also
-  // let them accumulate across the whole K range in the tensor cores' narrower accumulator
-  // (config promote = 0; compiled for bn = 128/176/192/256 with the plain epilogue, no bias), as
-  // cuBLASLt does with CUBLASLT_MATMUL_DESC_FAST_ACCUM: faster, with an error that grows with K.
-  // The chooser still picks a promoted kernel where it models that faster (small M).
-  bool fast_accum = false;
   // Caller-owned scratch for split-K partial sums and tile counters. Required only when the
   // chosen config splits K (fp8_gemm_workspace_size says how much); without a forced config,
   // lowbit picks the best candidate that fits workspace_bytes (splitting needs some, so 0 bytes
@@ -78,8 +70,7 @@ struct Fp8GemmConfig {
   // K blocks of 128 the tensor cores accumulate before each FP32 promotion: 1 (cuBLASLt's error),
   // or 2 (bn=128/176/192/256, plain epilogue without a bias; pairs: bn=256): half the promotion adds and
   // waits, ~16% faster at large M, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5). The
-  // chooser takes 2 where it models a gain of more than 3%. 0: no promotion (fast accumulation;
-  // only for a call with Fp8GemmArgs::fast_accum).
+  // chooser takes 2 where it models a gain of more than 3%.
   int promote_every = 1;
   // Fused epilogue with a row broadcast of at most 256 rows (a ViT positional embedding): keep
   // the rows of the CTA's columns in shared memory for the whole kernel instead of gathering
@@ -108,17 +99,15 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
 // The configuration lowbit would pick for this shape and epilogue on this device, with its reason
-// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one; `fast_accum` as
-// Fp8GemmArgs::fast_accum). It assumes the workspace its splits need (fp8_gemm_workspace_size);
-// fp8_gemm without a forced config and with less workspace takes the best candidate that fits
-// instead. Refuses shapes fp8_gemm refuses.
+// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one). It assumes the
+// workspace its splits need (fp8_gemm_workspace_size); fp8_gemm without a forced config and
+// with less workspace takes the best candidate that fits instead. Refuses shapes fp8_gemm refuses.
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
-                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0,
-                         bool fast_accum = false);
+                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0);
 
 // A printable table of the 12 best candidates the chooser scored for this shape (the cost model,
-// for the plain epilogue; with `fast_accum`, the kernels without promotion compete too).
-std::string explain_fp8_config(int64_t m, int64_t n, int64_t k, bool fast_accum = false);
+// for the plain epilogue).
+std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);
 
 // Bytes of workspace a config needs for this shape (0 when it does not split K).
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config);

@@ -42,20 +42,16 @@ constexpr double kFullBandwidthShare = 0.5;
 // ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
 // instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
 // last wave empty (4096 x 7168 x 16384: 751 vs 781 us; 8192^3: 904 vs 928) and loses on short K.
-// Without promotion (fast accumulation) there are no adds and no per-group waits: provisional
-// 1.0 for every large-M tile until measured (docs/perf.md W1, session 24).
 double tile_efficiency(int block_m, int block_n, int promote_every) {
   if (block_m == 64) return 0.40;  // one consumer warpgroup: nobody's MMAs cover its promotion adds
   if (block_n == 64) return 0.50;
-  if (promote_every == 0) return 1.0;
   if (promote_every != 2) return 0.80;
   return block_n == 176 ? 0.963 : 0.93;
 }
 // Fraction of the DRAM bandwidth a tile streams at small M: the double-buffered tiles (64, 128)
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
-// 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4). Without
-// promotion every tile keeps a group queued.
-double stream_efficiency(int block_n, int promote_every) { return block_n <= 128 || promote_every == 0 ? 1.0 : 0.85; }
+// 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4).
+double stream_efficiency(int block_n) { return block_n <= 128 ? 1.0 : 0.85; }
 // Where the chooser staggers the consumer warpgroups (Fp8GemmConfig::lead = 1): the measured
 // case only (two consumer warpgroups, the 256-wide tile promoting every two K blocks, units of
 // at most two groups).
@@ -74,8 +70,7 @@ int raster_group_for(int sm_count, int block_m, int block_n) {
 
 int fp8_k_blocks(int64_t k) { return static_cast<int>((k + 127) / 128); }
 int fp8_promotion_groups(int64_t k, int promote_every) {
-  const int group = std::max(1, promote_every);  // 0 (no promotion) schedules single K blocks
-  return (fp8_k_blocks(k) + group - 1) / group;
+  return (fp8_k_blocks(k) + promote_every - 1) / std::max(1, promote_every);
 }
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
@@ -114,7 +109,6 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
       if (v.block_m != 128 && c.cluster != 1) return false;
       if (c.promote_every == 2)
         return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && (c.cluster == 1 || v.block_n == 256);
-      if (c.promote_every == 0) return v.fast && epilogue == Fp8EpilogueKind::kPlain && c.cluster == 1;
       if (c.cluster == 2 && v.block_n != 128 && v.block_n != 192) return false;
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
     }
@@ -143,15 +137,13 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
               "): no per-tile gather (docs/perf.md W2 v4)";
 }
 
-std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count, bool fast_accum) {
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {
   std::vector<Fp8Candidate> out;
-  // Every compiled tile, once per promotion interval it has (and without promotion when the call
-  // allows fast accumulation).
+  // Every compiled tile, once per promotion interval it has.
   std::vector<std::pair<const Fp8Variant*, int>> kernels;
   for (const auto& v : kFp8Variants) {
     kernels.emplace_back(&v, 1);
     if (v.promote2) kernels.emplace_back(&v, 2);
-    if (v.fast && fast_accum) kernels.emplace_back(&v, 0);
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;
@@ -197,7 +189,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         const double active = static_cast<double>(in_round) / sm_count;
         const double share = std::min(1.0, active / model::kFullBandwidthShare);
         c.t_memory_us +=
-            bytes * in_round / units / (model::kDramTBs * 1e6 * share * model::stream_efficiency(v.block_n, promote));
+            bytes * in_round / units / (model::kDramTBs * 1e6 * share * model::stream_efficiency(v.block_n));
       }
       // Each CTA's own stream: its tile's A and B rows for its K range, every round. It binds where
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
@@ -304,13 +296,13 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
 }
 
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue,
-                         int64_t row_bcast_rows, bool fast_accum) {
+                         int64_t row_bcast_rows) {
   if (!out) return Status::Invalid("choose_fp8_config: null out");
   // The shapes fp8_gemm takes (the scorer's tile counts assume them).
   LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_fp8_config", m, n, k, 16));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
-  for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count, fast_accum))
+  for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
     if (fp8::fp8_config_compiled(c.config, epilogue)) {
       *out = c.config;
       if (epilogue == Fp8EpilogueKind::kFused && fp8::fp8_resident_by_default(m, n, row_bcast_rows, dev.sm_count))
@@ -320,7 +312,7 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
   return Status::Invalid("no FP8 GEMM candidate for this shape");
 }
 
-std::string explain_fp8_config(int64_t m, int64_t n, int64_t k, bool fast_accum) {
+std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   DeviceInfo dev;
   int sms = 0;
   std::ostringstream os;
@@ -331,9 +323,8 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k, bool fast_accum)
     sms = 132;
     os << "no CUDA device: scoring for a 132-SM H100 SXM\n";
   }
-  const auto cands = fp8::score_fp8_candidates(m, n, k, sms, fast_accum);
-  os << "FP8 GEMM " << m << "x" << n << "x" << k << (fast_accum ? " (fast accumulation allowed)" : "") << ": "
-     << cands.size() << " candidates, best first\n";
+  const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
+  os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
   os << "   bm  bn stages splits promote lead  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
   char line[192];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {

@@ -23,13 +23,11 @@ struct Fp8Candidate {
   const char* bound = "";
 };
 
-// Every candidate scored for the shape on a device with `sm_count` SMs, best first; with
-// `fast_accum` also the kernels without promotion (promote_every = 0).
-std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count, bool fast_accum = false);
+// Every candidate scored for the shape on a device with `sm_count` SMs, best first.
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
 
 int fp8_k_blocks(int64_t k);
-// The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`
-// (single K blocks for 0, no promotion).
+// The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`.
 int fp8_promotion_groups(int64_t k, int promote_every);
 // The persistent schedule of an M x N output in block_m x block_n tiles (cluster rows of
 // `cluster` tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for /

@@ -70,14 +70,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.stages != stages)
     return Status::Invalid("fp8_gemm: block_m=" + std::to_string(c.block_m) + ", block_n=" +
                            std::to_string(c.block_n) + " runs with stages=" + std::to_string(stages));
-  if (c.promote_every < 0 || c.promote_every > 2)
-    return Status::Invalid("fp8_gemm: promote must be 1 or 2 (K blocks per FP32 promotion), or 0 with fast_accum");
-  // No promotion changes the arithmetic (the tensor cores' narrower accumulator over all of K):
-  // only a caller who asked for it gets it. The reverse is fine: fast_accum permits, it does not
-  // require (as cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM).
-  if (c.promote_every == 0 && !a.fast_accum)
-    return Status::Invalid("fp8_gemm: promote=0 (no FP32 promotion) needs Fp8GemmArgs::fast_accum; config " +
-                           c.to_string());
+  if (c.promote_every != 1 && c.promote_every != 2)
+    return Status::Invalid("fp8_gemm: promote must be 1 or 2 (K blocks per FP32 promotion)");
   const int kb = fp8::fp8_promotion_groups(a.k, c.promote_every);
   if (c.splits < 1 || c.splits > kb)
     return Status::Invalid("fp8_gemm: splits must be in [1, " + std::to_string(kb) +
@@ -88,7 +82,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
-  const int max_lead = stages / std::max(1, c.promote_every) - 1;
+  const int max_lead = stages / c.promote_every - 1;
   if (c.lead < 0 || c.lead > max_lead || (c.lead > 0 && c.block_m != 128))
     return Status::Invalid("fp8_gemm: lead must be in [0, " + std::to_string(max_lead) +
                            "] (stages / promote - 1) and needs bm=128 (two consumer warpgroups); config " +
@@ -100,7 +94,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
-                           "promote=0: bn=128/176/192/256, plain without a bias, no cluster; "
                            "lead: bn=256,promote=2 plain without a bias; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias)");
@@ -160,7 +153,7 @@ constexpr VariantEntry entries_for(int which) {
 // Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
 // below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles), then the
 // large-M tiles that promote every two K blocks (plain epilogue without a bias; last, bn=256 also
-// as pairs), the resident-rows and lead variants, and the large-M tiles without promotion.
+// as pairs).
 const VariantEntry kEntries[] = {
     entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
     entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
@@ -188,16 +181,11 @@ const VariantEntry kEntries[] = {
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     // Staggered consumers (fp8_config_compiled): the chooser's one use, bn=256 promote=2.
     entry<256, false, false, false, 1, 2, 128, 0, true>(), entry<256, true, false, false, 1, 2, 128, 0, true>(),
-    // Fast accumulation (promote=0): the large-M tiles, plain epilogue without a bias.
-    entry<128, false, false, false, 1, 0>(), entry<128, true, false, false, 1, 0>(),
-    entry<192, false, false, false, 1, 0>(), entry<192, true, false, false, 1, 0>(),
-    entry<256, false, false, false, 1, 0>(), entry<256, true, false, false, 1, 0>(),
-    entry<176, false, false, false, 1, 0>(), entry<176, true, false, false, 1, 0>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead twins.
   int n = 4 + 2 + 2 + 2;
-  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0) + (v.fast ? 2 : 0);
+  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
@@ -240,7 +228,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   } else {
     // Best candidate whose workspace the caller can hold (splits = 1 needs none) and that is
     // compiled for this epilogue.
-    const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count, args.fast_accum);
+    const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
     bool found = false;
     for (const auto& c : cands)
       if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&

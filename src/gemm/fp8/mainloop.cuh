@@ -212,8 +212,7 @@ struct Consumer {
     promotion.apply(scale, part.r, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
   }
 
-  // Without promotion (Operands::kPromote false: F16 inputs, whose MMAs accumulate in full FP32,
-  // or E4M3 with fast accumulation, where the caller accepts the tensor cores' own accumulator)
+  // Without promotion (Operands::kPromote false: F16 inputs, whose MMAs accumulate in full FP32)
   // every group goes straight into acc; a group's stages are handed back once the next group is
   // issued and this one has retired (wait depth 1), so the tensor cores always have a group queued.
   // Two register sets alternate (unrolled by two) so a group's operand registers stay untouched

@@ -21,15 +21,13 @@ struct NoStageExtra {
 // 128-byte swizzle TMA writes; a K block is kBlockK / 32 wgmma k32 steps.
 // E4M3 MMAs accumulate with fewer mantissa bits than FP32, so partials are promoted into FP32
 // registers every kGroup K blocks: 1 (128 products per partial, cuBLASLt's error) or 2 (half the
-// promotion adds and waits; the FP32-out error grows, docs/perf.md W1) -- or 0: no promotion at
-// all, the tensor cores accumulate the whole K range (fast accumulation, Fp8GemmArgs::fast_accum;
-// the consumer then issues whole-width MMAs straight into acc with a group queued, as for F16).
+// promotion adds and waits; the FP32-out error grows, docs/perf.md W1).
 template <int kGroup = 1>
 struct DenseOperandsT {
-  static_assert(kGroup == 0 || kGroup == 1 || kGroup == 2, "promotion every one or two K blocks, or never");
+  static_assert(kGroup == 1 || kGroup == 2, "promotion every one or two K blocks");
   static constexpr bool kReadsStage = false;  // consumers read the stage only through wgmma
-  static constexpr int kBlocksPerPromotion = kGroup == 0 ? 1 : kGroup;
-  static constexpr bool kPromote = kGroup != 0;
+  static constexpr int kBlocksPerPromotion = kGroup;
+  static constexpr bool kPromote = true;
 
   // A columns (elements of A's tensor map) per K block.
   template <class T>

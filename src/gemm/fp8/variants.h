@@ -11,9 +11,6 @@ struct Fp8Variant {
   // Also compiled promoting every two K blocks (plain epilogue without a bias): half the
   // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
   bool promote2;
-  // Also compiled without promotion (plain epilogue without a bias): the tensor cores accumulate
-  // the whole K range, for calls that ask for it (Fp8GemmArgs::fast_accum, config promote=0).
-  bool fast;
   const char* note;
   // Rows of a tile: 128 (two consumer warpgroups), or 64 (one): twice the tiles along M, so a
   // small-M shape fills the SMs without splitting K, and a stage is half the bytes, so the ring
@@ -61,22 +58,22 @@ static_assert(fp8_stages_for(kFp8ResidentBlockN, true, 128, kFp8ResidentMaxRows)
 // partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
 // fits by issuing each K block in two 128-column parts through one partial (fp8::Consumer).
 constexpr Fp8Variant kFp8Variants[] = {
-    {64, fp8_stages_for(64), fp8_stages_for(64, true), false, false, "narrow: more tiles for small M, deepest pipeline"},
-    {128, fp8_stages_for(128), fp8_stages_for(128, true), true, true, "balanced default"},
-    {192, fp8_stages_for(192), fp8_stages_for(192, true), true, true, "wide: less L2 traffic per FLOP for large M"},
+    {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
+    {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},
+    {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},
     // No fused variant: with the staged row-broadcast rows only 2 stages would fit.
-    {256, fp8_stages_for(256), 0, true, true, "widest: least L2 traffic per FLOP, two-part promotion"},
+    {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
     // An in-between width, for tile counts that fill the last wave (DeepGEMM's unaligned block
     // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.
     // No fused epilogue. (224 was measured too and lost everywhere: docs/perf.md W1 session 9.)
-    {176, fp8_stages_for(176), 0, true, true, "in-between: fills the last wave where 128/192/256 do not"},
+    {176, fp8_stages_for(176), 0, true, "in-between: fills the last wave where 128/192/256 do not"},
     // 64 x 64 tiles, 13 stages (cuBLASLt's pick for M = 128, N = 4096, K = 7168 is the same tile
     // and depth): M = 128 in two tile rows instead of one split two ways along K, no fix-up. Plain
     // and bias epilogues, per-block promotion only.
-    {64, fp8_stages_for(64, false, 64), 0, false, false, "short: 64-row tiles, small M without split-K", 64},
+    {64, fp8_stages_for(64, false, 64), 0, false, "short: 64-row tiles, small M without split-K", 64},
     // 64 x 112 tiles, 9 stages (cuBLASLt's tile and depth at 128 x 7168 x 2048, there in CTA pairs):
     // N = 7168 is 64 tiles, so M = 128 is 128 units on 132 SMs where 128 x 64 tiles give 112.
-    {112, fp8_stages_for(112, false, 64), 0, false, false, "short and wider: 64-row tiles that fill the SMs at N = 7168",
+    {112, fp8_stages_for(112, false, 64), 0, false, "short and wider: 64-row tiles that fill the SMs at N = 7168",
      64},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
