@@ -353,6 +353,46 @@ TEST_F(Fp8GemmGpu, PromoteEveryTwoRejectsWhatIsNotCompiled) {
   EXPECT_EQ(run_forced("bn=128,promote=2", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
 }
 
+// Overlapped epilogues (overlap=1): each unit's first MMA group runs while the previous unit is
+// staged and stored. Units of one group (K = 16) and odd K-block counts, many units per CTA
+// (grid = 3, 5), a last tile row whose second warpgroup lies wholly below M (M = 129, 150: it
+// stores through TMA's clipping), one working warpgroup (M = 1, 48), partial N; every element.
+TEST_F(Fp8GemmGpu, OverlappedEpilogueExact) {
+  for (int64_t m : {1, 48, 129, 150, 300, 1000})
+    for (int64_t k : {16, 400, 1280})
+      for (const char* cfg : {"bn=256,promote=2,overlap=1", "bn=176,promote=2,overlap=1", "bn=128,promote=2,overlap=1",
+                              "bn=128,overlap=1", "bn=256,promote=2,overlap=1,grid=3,group=1",
+                              "bn=128,overlap=1,grid=5,group=2"})
+        for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+          if (out == OutType::kFP32 && std::string(cfg).find("bn=256") != std::string::npos) continue;  // not compiled
+          expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
+        }
+  expect_close({300, 1536, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1"});
+  expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=176,promote=2,overlap=1"});
+  expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,overlap=1"});
+}
+
+TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
+  for (const char* bad : {"bn=256,promote=2,overlap=1,splits=2", "bn=192,promote=2,overlap=1", "bn=64,overlap=1",
+                          "bn=64,bm=64,overlap=1", "bn=256,overlap=1", "bn=256,promote=2,overlap=1,lead=1",
+                          "bn=256,promote=2,overlap=1,cluster=2", "bn=128,overlap=2"})
+    EXPECT_NE(run_forced(bad, 256, false).code(), StatusCode::kOk) << bad;
+  EXPECT_EQ(run_forced("bn=128,overlap=1", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
+  // run_forced writes BF16: the FP32 twin of bn=256 is not compiled.
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1", &c).ok());
+  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 4);
+  Fp8GemmArgs a;
+  a.m = 256;
+  a.n = 256;
+  a.k = 512;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.out_type = OutType::kFP32;
+  EXPECT_EQ(fp8_gemm(a, nullptr, &c).code(), StatusCode::kInvalidArgument);
+}
+
 // Staggered consumer warpgroups (lead=N): warpgroup 1 starts each unit N groups behind
 // warpgroup 0. Compiled for bn=256,promote=2 (4 stages: a lead of 1 group). Units of one group
 // (K = 16) and of fewer groups than the lead, many units per CTA (grid=3), split K, one consumer

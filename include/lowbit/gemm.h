@@ -85,12 +85,17 @@ struct Fp8GemmConfig {
   // with the plain epilogue (no bias) only, where the chooser uses it; ignored where one
   // consumer warpgroup works (M <= 64).
   int lead = 0;
+  // The next tile's first MMAs are issued before this tile's epilogue, so the tensor cores work
+  // while the consumers stage and store the output. Compiled for bn=256/176 with promote=2 and
+  // bn=128 with promote 1 or 2 (bn=256: BF16 out only): the plain epilogue without a bias,
+  // splits=1, no cluster or lead.
+  bool overlap = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
 // Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,lead=1" (any subset; also
-// stages= and resident=); unknown keys are an error. Whether a config is compiled is checked by
+// stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is checked by
 // fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 

@@ -55,6 +55,22 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
                                   smem_src);
 }
 
+// The same store issued only where `issue` holds, as a predicated instruction rather than a
+// branch: code that runs while a wgmma group is in flight must not diverge per lane, or ptxas
+// serializes every wgmma of the kernel (C7518). cuda::ptx has no predicated form.
+__device__ __forceinline__ void tma_store_2d_if(bool issue, const CUtensorMap* map, const void* smem_src,
+                                                int32_t inner, int32_t outer) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %0, 0;\n"
+      "@p cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%1, {%3, %4}], [%2];\n"
+      "}\n" ::"r"(static_cast<int>(issue)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src))),
+      "r"(inner), "r"(outer)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
 
 // Waits until at most N committed stores still read their shared-memory source.

@@ -99,6 +99,12 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
 }
 
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
+  // Overlapped epilogues: twins of the large-M plain tiles only (launch.cu).
+  if (c.overlap && !(c.block_m == 128 && c.cluster == 1 && c.lead == 0 && !c.resident_rows &&
+                     epilogue == Fp8EpilogueKind::kPlain &&
+                     ((c.promote_every == 2 && (c.block_n == 256 || c.block_n == 176 || c.block_n == 128)) ||
+                      (c.promote_every == 1 && c.block_n == 128))))
+    return false;
   // Staggered consumers are compiled into one variant only, the one the chooser staggers
   // (Fp8Traits::kLead: as a run-time switch everywhere it slowed the calls without a lead).
   if (c.lead > 0 && !(c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
@@ -260,6 +266,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
   if (lead != 0) os << ",lead=" << lead;
+  if (overlap) os << ",overlap=1";
   return os.str();
 }
 
@@ -277,9 +284,11 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "promote") c.promote_every = value;
     else if (key == "lead") c.lead = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
+    else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
+    else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, lead)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, lead, overlap)");
     return Status::Ok();
   }));
   int stages = 0;

@@ -80,7 +80,7 @@ struct Fp8Epilogue {
                                                float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
-    if (row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
+    if (!T::kOverlapEpilogue && row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
     const int tile_col = 2 * (lane % 4);
     if constexpr (T::kStaged) {
       apply_alpha_bias(ss, tile_col, alpha, acc);
@@ -97,15 +97,24 @@ struct Fp8Epilogue {
     const int lane = t % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     const int col0 = w.n_block * T::kBlockN;
-    if (row0 >= m) return;  // whole warpgroup slice below the matrix (small M)
+    // A whole warpgroup slice below the matrix (small M) stores nothing. With the next unit's
+    // MMAs in flight it goes through the motions instead (TMA clips the box away): a branch
+    // here made ptxas serialize the wgmmas (C7518).
+    if (!T::kOverlapEpilogue && row0 >= m) return;
 
 #pragma unroll
     for (int r = 0; r < T::kEpiRounds; ++r) {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
       if (col0 + round_col >= n) break;  // uniform over the warpgroup
       uint8_t* buf = ss.epi[consumer_wg][round_counter % T::kEpiSlots];
-      // The stores issued kEpiSlots rounds ago read this slot; wait until they have.
-      if (t == 0) hopper::tma_store_wait_read<T::kEpiSlots - 1>();
+      // The stores issued kEpiSlots rounds ago read this slot; wait until they have. With the
+      // next unit's MMAs in flight (kOverlapEpilogue) every thread waits and commits, so no lane
+      // branches: the others have only empty groups, which the wait passes at once.
+      if constexpr (T::kOverlapEpilogue) {
+        hopper::tma_store_wait_read<T::kEpiSlots - 1>();
+      } else {
+        if (t == 0) hopper::tma_store_wait_read<T::kEpiSlots - 1>();
+      }
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
 
       if constexpr (!T::kOutFp32) {
@@ -137,7 +146,15 @@ struct Fp8Epilogue {
       }
       hopper::fence_async_shared();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
-      if (t == 0) {
+      if constexpr (T::kOverlapEpilogue) {
+#pragma unroll
+        for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
+          const int chunk_col = round_col + q * T::kEpiChunkCols;
+          if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;  // uniform over the warpgroup
+          hopper::tma_store_2d_if(t == 0, tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col, row0);
+        }
+        hopper::tma_store_commit();
+      } else if (t == 0) {
 #pragma unroll
         for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
           const int chunk_col = round_col + q * T::kEpiChunkCols;
@@ -184,7 +201,11 @@ struct Fp8Epilogue {
 
   // Shared memory must outlive the stores that read it.
   __device__ __forceinline__ void drain() {
-    if (threadIdx.x % 128 == 0) hopper::tma_store_wait_all<0>();
+    if constexpr (T::kOverlapEpilogue) {
+      hopper::tma_store_wait_all<0>();  // every thread (see store): no lane branch
+    } else {
+      if (threadIdx.x % 128 == 0) hopper::tma_store_wait_all<0>();
+    }
   }
 
  private:

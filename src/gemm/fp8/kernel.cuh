@@ -133,6 +133,35 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Consumer<T, PlainPromotion, Operands, T::kLead> consumer{ss, consumer_wg, pos};
     if constexpr (T::kLead) consumer.lead = consumer_wgs == 2 ? p.lead_groups : 0;
     float acc[T::kBlockN / 2];
+    if constexpr (T::kOverlapEpilogue) {
+      // Each unit's first group is in flight while the previous unit is staged and stored. No
+      // split-K fix-up here (the launcher refuses splits) and no staged operands: nothing waits
+      // or branches per lane while the group runs.
+      // The loop is shaped so that every path into its next iteration has just issued the
+      // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
+      // and the last unit's epilogue runs with nothing in flight.
+      if (first_unit < num_units) {
+        int u = first_unit;
+        gemm::WorkUnit w = unit_at(u);
+        consumer.start(w);
+        while (true) {
+          // Mainloop.
+          consumer.template run</*kIssuedAhead=*/true>(w, acc);
+          Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          const int next = u + unit_step;
+          if (next >= num_units) {
+            epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+            break;
+          }
+          const gemm::WorkUnit w_next = unit_at(next);
+          consumer.start(w_next);
+          // Epilogue, under the next unit's first MMAs.
+          epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+          u = next;
+          w = w_next;
+        }
+      }
+    } else {
     uint32_t parity = 0;
     for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
       const gemm::WorkUnit w = unit_at(u);
@@ -153,6 +182,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           if (staged) StagedOps::release(ss);
       }
       if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+    }
     }
     epilogue.drain();
   }

@@ -300,24 +300,41 @@ struct Consumer {
     hopper::wait_progress(&ss.bars.lead_released, released + static_cast<uint32_t>(ahead_groups));
   }
 
+  // The partials, members so that a unit's first group can be issued before run() (start).
+  Partial p0, p1;
+
+  // Issues the unit's first group (its first column part) into p0 without touching acc. With
+  // kIssuedAhead the kernel calls it before the previous unit's epilogue, so the tensor cores
+  // work while the warpgroup stores (Fp8Traits::kOverlapEpilogue); otherwise run() calls it.
+  // Promoted paths only: the direct path's first group overwrites acc.
+  __device__ __forceinline__ void start(const gemm::WorkUnit& w) {
+    static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
+    follow(w.kb_end - w.kb_begin);
+    const int kb_begin = w.kb_begin * kGroup;
+    kb_last = w.kb_end * kGroup - kGroup;
+    promotion.issued(ahead, kb_begin);
+    issue(p0, kb_begin);
+  }
+
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
+  // kIssuedAhead: start(w) already issued the first group.
+  template <bool kIssuedAhead = false>
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
     if constexpr (Operands::kPromote) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     }
-    follow(w.kb_end - w.kb_begin);
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
-    kb_last = kb_end - kGroup;
-    promotion.issued(ahead, kb_begin);
     if constexpr (!Operands::kPromote) {
+      static_assert(!kIssuedAhead, "the direct path issues its own first group");
+      follow(w.kb_end - w.kb_begin);
+      kb_last = kb_end - kGroup;
+      promotion.issued(ahead, kb_begin);
       run_direct(kb_begin, kb_end, acc);
     } else if constexpr (T::kDoubleBuffer) {
-      Partial p0, p1;
       // Unrolled by two so each partial stays a fixed register array.
-      int kb = kb_begin;
-      issue(p0, kb);
-      kb += kGroup;
+      if constexpr (!kIssuedAhead) start(w);
+      int kb = kb_begin + kGroup;
       while (true) {
         if (kb == kb_end) {
           retire<0>(p0, acc);
@@ -335,12 +352,19 @@ struct Consumer {
         retire<1>(p1, acc);
       }
     } else {
-      Partial part;
-      for (int kb = kb_begin; kb < kb_end; kb += kGroup) {
+      // Serially retired parts through one partial; the first part of the first group is start's.
+      if constexpr (!kIssuedAhead) start(w);
+      retire<0>(p0, acc, 0);
+#pragma unroll
+      for (int part_n = 1; part_n < kParts; ++part_n) {
+        issue(p0, kb_begin, part_n);
+        retire<0>(p0, acc, part_n);
+      }
+      for (int kb = kb_begin + kGroup; kb < kb_end; kb += kGroup) {
 #pragma unroll
         for (int part_n = 0; part_n < kParts; ++part_n) {
-          issue(part, kb, part_n);
-          retire<0>(part, acc, part_n);
+          issue(p0, kb, part_n);
+          retire<0>(p0, acc, part_n);
         }
       }
     }

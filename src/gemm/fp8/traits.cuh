@@ -46,6 +46,8 @@ struct EpilogueStaging {
   static constexpr int kEpiChunksPerRound = 128 / kEpiRowBytes;
   static constexpr int kEpiRoundCols = 128 / kOutBytes;
   static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
+  // Whether the next unit's first MMA group runs during the store (Fp8Traits overrides it).
+  static constexpr bool kOverlapEpilogue = false;
   static_assert(kBlockN % kEpiChunkCols == 0, "whole chunks per tile row");
   // The 16-byte unit of a staged row that holds unit u of row r, in the TMA swizzle of the
   // chunk's width (128B: u ^ r % 8; 64B: u ^ (r / 2) % 4; 32B: u ^ (r / 4) % 2). Conflict-free
@@ -80,8 +82,15 @@ struct RegisterSplit {
 // kLead_: compiled with the staggered-consumer bookkeeping (fp8::Consumer, `lead`). Only the
 // variant the chooser staggers has it: as a run-time switch in every kernel it cost the
 // small-M shapes 2-7% while off (docs/perf.md W1 v10).
+// kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
+// tensor cores work while the consumers stage and store (Consumer::start). Only where nothing
+// in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
+// without a bias, no split-K fix-up (the launcher refuses splits), single CTAs, no lead. A
+// divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the kernel
+// (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated instruction.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kLead_ = false>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kLead_ = false,
+          bool kOverlap_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -98,6 +107,9 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kResidentRows = kResidentRows_;
   static constexpr bool kLead = kLead_;
   static_assert(!kLead || (kBlockM == 128 && !kFused_ && kClusterM_ == 1), "a lead needs two consumer warpgroups");
+  static constexpr bool kOverlapEpilogue = kOverlap_;
+  static_assert(!kOverlap_ || (!kFused_ && !kStaged_ && kClusterM_ == 1 && !kLead_),
+                "the overlapped epilogue: plain, unstaged, single CTAs, no lead");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
