@@ -100,8 +100,8 @@ Status config_list(const Options& opt, Parse parse, Choose choose, std::vector<C
 inline Status resolve_configs(const Options& opt, int64_t m, int64_t n, int64_t k, std::vector<Fp8GemmConfig>* cfgs,
                               size_t* workspace_bytes, Fp8EpilogueKind epilogue, int64_t row_bcast_rows = 0) {
   LOWBIT_RETURN_IF_ERROR(config_list(
-      opt, parse_fp8_config, [&](Fp8GemmConfig* c) { return choose_fp8_config(m, n, k, c, epilogue, row_bcast_rows); },
-      cfgs));
+      opt, parse_fp8_config,
+      [&](Fp8GemmConfig* c) { return choose_fp8_config(m, n, k, c, epilogue, row_bcast_rows, opt.out); }, cfgs));
   *workspace_bytes = 0;
   for (const auto& c : *cfgs) *workspace_bytes = std::max(*workspace_bytes, fp8_gemm_workspace_size(m, n, k, c));
   return Status::Ok();

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <utility>
 #include <vector>
 
@@ -138,15 +140,50 @@ TEST(Fp8Config, LeadParsedAndPrinted) {
   ASSERT_TRUE(parse_fp8_config("bn=128", &c).ok());
   EXPECT_EQ(c.lead, 0);
   EXPECT_EQ(c.to_string().find("lead"), std::string::npos) << c.to_string();
-  // The chooser staggers only the measured case: 256-wide tiles promoting every two K blocks in
-  // units of at most two groups (K <= 512), with two consumer warpgroups.
-  const auto short_k = fp8::score_fp8_candidates(4096, 32768, 512, 132);
-  ASSERT_FALSE(short_k.empty());
-  for (const auto& cand : short_k)
-    EXPECT_EQ(cand.config.lead, cand.config.block_n == 256 && cand.config.promote_every == 2 ? 1 : 0)
-        << cand.config.to_string();
-  for (const auto& cand : fp8::score_fp8_candidates(4096, 8192, 8192, 132)) EXPECT_EQ(cand.config.lead, 0);
-  for (const auto& cand : fp8::score_fp8_candidates(64, 32768, 512, 132)) EXPECT_EQ(cand.config.lead, 0);
+  // The chooser no longer staggers (the overlapped epilogue beat it): a lead is forced only.
+  for (const auto& shape : {std::array<int64_t, 3>{4096, 32768, 512}, {4096, 8192, 8192}, {64, 32768, 512}})
+    for (const auto& cand : fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132))
+      EXPECT_EQ(cand.config.lead, 0) << cand.config.to_string();
+}
+
+// The overlapped epilogue: compiled for bn=256 promote=2 (BF16 out) and bn=128 promote=1, plain
+// epilogue, unsplit; the chooser takes it where it was measured to win, and a candidate whose
+// output or epilogue has no overlapped twin runs without it.
+TEST(Fp8Config, OverlappedEpilogue) {
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1", &c).ok());
+  EXPECT_TRUE(c.overlap);
+  EXPECT_NE(c.to_string().find("overlap=1"), std::string::npos) << c.to_string();
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, false));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, true));  // FP32 out
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false));
+  Fp8GemmConfig usable = c;
+  ASSERT_TRUE(fp8::fp8_usable_config(&usable, Fp8EpilogueKind::kPlain, true));
+  EXPECT_FALSE(usable.overlap);
+  for (const char* text : {"bn=176,promote=2,overlap=1", "bn=128,promote=2,overlap=1", "bn=192,promote=2,overlap=1",
+                           "bn=64,overlap=1", "bn=64,bm=64,overlap=1", "bn=256,overlap=1"}) {
+    ASSERT_TRUE(parse_fp8_config(text, &c).ok()) << text;
+    EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, false)) << text;
+  }
+  ASSERT_TRUE(parse_fp8_config("bn=128,overlap=1", &c).ok());
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, true));
+  EXPECT_EQ(parse_fp8_config("bn=128,overlap=2", &c).code(), StatusCode::kInvalidArgument);
+
+  // M = 4096: the 256-wide tile, overlapped; W1's square shapes too (8192^3 went from the 176-wide
+  // tile to it: 870 vs 903 us).
+  for (const auto& shape : {std::array<int64_t, 3>{4096, 32768, 512}, {4096, 24576, 1536}, {4096, 8192, 8192},
+                            {8192, 8192, 8192}, {4096, 7168, 2048}}) {
+    const auto best = fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132).front().config;
+    EXPECT_TRUE(best.block_n == 256 && best.promote_every == 2 && best.overlap) << best.to_string();
+  }
+  // 4096 x 2112: 256-wide tiles leave the third wave nearly empty; the 176-wide tile stays.
+  EXPECT_EQ(fp8::score_fp8_candidates(4096, 2112, 7168, 132).front().config.block_n, 176);
+  // Never with a split.
+  for (const auto& cand : fp8::score_fp8_candidates(128, 4096, 7168, 132)) {
+    if (cand.config.splits > 1) {
+      EXPECT_FALSE(cand.config.overlap) << cand.config.to_string();
+    }
+  }
 }
 
 // Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide

@@ -82,33 +82,36 @@ struct Fp8GemmConfig {
   // this many of its promotion groups, so one warpgroup's epilogue runs while the other still
   // issues MMAs (instead of both storing while the tensor cores idle). 0 = they start together;
   // at most stages / promote - 1 (the ring must hold the lead). Compiled for bn=256,promote=2
-  // with the plain epilogue (no bias) only, where the chooser uses it; ignored where one
-  // consumer warpgroup works (M <= 64).
+  // with the plain epilogue (no bias) only; forced only since the overlapped epilogue beat it
+  // where the chooser used it (docs/perf.md W1 v11); ignored where one consumer warpgroup works
+  // (M <= 64).
   int lead = 0;
   // The next tile's first MMAs are issued before this tile's epilogue, so the tensor cores work
-  // while the consumers stage and store the output. Compiled for bn=256/176 with promote=2 and
-  // bn=128 with promote 1 or 2 (bn=256: BF16 out only): the plain epilogue without a bias,
-  // splits=1, no cluster or lead.
+  // while the consumers stage and store the output. Compiled for bn=256 with promote=2 (BF16
+  // out) and bn=128 with promote=1: the plain epilogue without a bias, splits=1, no cluster or
+  // lead. The chooser takes it where it was measured to win (docs/perf.md W1 v11).
   bool overlap = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
 // Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,lead=1" (any subset; also
-// stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is checked by
-// fp8_gemm.
+// stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is
+// checked by fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
 // activation or residual). Kernels are compiled per epilogue, so it narrows the configs.
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
-// The configuration lowbit would pick for this shape and epilogue on this device, with its reason
-// (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one). It assumes the
+// The configuration lowbit would pick for this shape, epilogue and output type on this device,
+// with its reason (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one). It
+// assumes the
 // workspace its splits need (fp8_gemm_workspace_size); fp8_gemm without a forced config and
 // with less workspace takes the best candidate that fits instead. Refuses shapes fp8_gemm refuses.
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
-                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0);
+                         Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0,
+                         OutType out_type = OutType::kBF16);
 
 // A printable table of the 12 best candidates the chooser scored for this shape (the cost model,
 // for the plain epilogue).

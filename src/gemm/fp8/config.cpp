@@ -52,12 +52,21 @@ double tile_efficiency(int block_m, int block_n, int promote_every) {
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
 // 32768 x 512 took 9.8 us with 128 and 12.0 us with 192 (docs/perf.md W1 v2, v4).
 double stream_efficiency(int block_n) { return block_n <= 128 ? 1.0 : 0.85; }
-// Where the chooser staggers the consumer warpgroups (Fp8GemmConfig::lead = 1): the measured
-// case only (two consumer warpgroups, the 256-wide tile promoting every two K blocks, units of
-// at most two groups).
-bool stagger_pays(int block_m, int block_n, int promote_every, int unit_groups, int64_t m) {
-  return block_m == 128 && m > 64 && block_n == 256 && promote_every == 2 && unit_groups <= 2;
+// Where the chooser overlaps each unit's epilogue with the next unit's first MMAs
+// (Fp8GemmConfig::overlap): the measured wins only (docs/perf.md W1 v11). The 256-wide tile
+// promoting every two K blocks, unsplit, gained 4-9% at M = 4096 (K = 512 ... 8192) and 3.8% at
+// 8192^3; the 128-wide tile promoting every block gained 5-6% at M = 64 and 128 (N = 32768,
+// K = 512). The 176-wide tile tied and the 128-wide one promoting every two blocks lost 2-10%
+// at M = 4096, so neither is compiled.
+bool overlap_pays(int block_m, int block_n, int promote_every, int splits, int64_t m) {
+  if (block_m != 128 || splits != 1) return false;
+  return (block_n == 256 && promote_every == 2 && m > 64) || (block_n == 128 && promote_every == 1 && m <= 128);
 }
+// The overlapped 256-wide tile, fitted at M = 4096 and 8192 (session 24): per round it runs like
+// the 176-wide tile's mainloop (0.963 of the model's rate) and hides all but ~0.3 us of its
+// epilogue (1.5 us without).
+constexpr double kOverlapEfficiency = 0.963;
+constexpr double kOverlapUnitOverheadUs = 0.3;
 }  // namespace model
 
 // A wave of S CTAs walking g tile rows at a time touches g*BM rows of A and (S/g)*BN rows of B;
@@ -98,11 +107,11 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
   return false;
 }
 
-bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
-  // Overlapped epilogues: twins of the large-M plain tiles only (launch.cu).
+bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32) {
+  // Overlapped epilogues: twins of two plain tiles only (launch.cu); bn=256 in BF16 only.
   if (c.overlap && !(c.block_m == 128 && c.cluster == 1 && c.lead == 0 && !c.resident_rows &&
                      epilogue == Fp8EpilogueKind::kPlain &&
-                     ((c.promote_every == 2 && (c.block_n == 256 || c.block_n == 176 || c.block_n == 128)) ||
+                     ((c.promote_every == 2 && c.block_n == 256 && !out_fp32) ||
                       (c.promote_every == 1 && c.block_n == 128))))
     return false;
   // Staggered consumers are compiled into one variant only, the one the chooser staggers
@@ -119,6 +128,14 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue) {
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
     }
   return false;
+}
+
+bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32) {
+  if (fp8_config_compiled(*c, epilogue, out_fp32)) return true;
+  if (!c->overlap) return false;
+  c->overlap = false;
+  c->reason += " (overlap not compiled for this epilogue or output: off)";
+  return fp8_config_compiled(*c, epilogue, out_fp32);
 }
 
 int fp8_resident_tiles_n(int64_t n) { return static_cast<int>((n + kFp8ResidentBlockN - 1) / kFp8ResidentBlockN); }
@@ -181,9 +198,13 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // (Fp8KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams its bytes.
       const int work_rows = m <= 64 ? 64 : v.block_m;
       const double unit_flops = 2.0 * work_rows * v.block_n * 128.0 * unit_kb;
-      const double unit_us =
-          unit_flops / (model::kFp8TflopsPerSm * model::tile_efficiency(work_rows, v.block_n, promote) * 1e6);
-      c.t_compute_us = rounds * (unit_us + model::kUnitOverheadUs);
+      const bool overlap = model::overlap_pays(v.block_m, v.block_n, promote, splits, m);
+      const bool overlap_256 = overlap && v.block_n == 256;
+      const double efficiency =
+          overlap_256 ? model::kOverlapEfficiency : model::tile_efficiency(work_rows, v.block_n, promote);
+      const double unit_us = unit_flops / (model::kFp8TflopsPerSm * efficiency * 1e6);
+      c.t_compute_us =
+          rounds * (unit_us + (overlap_256 ? model::kOverlapUnitOverheadUs : model::kUnitOverheadUs));
       const double out_bytes = static_cast<double>(m) * n * 2.0;
       const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
       const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
@@ -210,13 +231,11 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
       c.config.reason = reason;
-      // Staggered consumers pay off only where a unit is a couple of groups long, so an epilogue
-      // is a large share of it: bn=256,promote=2 at 4096 x 32768 x 512 (2 groups) ran 2.9-3.6%
-      // faster with lead=1 in three A/Bs; at 6, 8 and 32 groups the lead cost 0.3-4.5% (a
-      // lagging warpgroup holds ring stages the producer would fill ahead). docs/perf.md W1 v8.
-      if (model::stagger_pays(v.block_m, v.block_n, promote, (groups + splits - 1) / splits, m)) {
-        c.config.lead = 1;
-        c.config.reason += "; lead=1 (a unit of <= 2 groups: one warpgroup stores under the other's MMAs)";
+      // The overlapped epilogue replaces the staggered consumers (lead=1, forced only now): at
+      // 4096 x 32768 x 512 it ran 157.1 us against the lead's 167.2 (docs/perf.md W1 v11).
+      if (overlap) {
+        c.config.overlap = true;
+        c.config.reason += "; overlap=1 (the next unit's first MMAs run under the epilogue)";
       }
       out.push_back(c);
     }
@@ -305,14 +324,14 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
 }
 
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue,
-                         int64_t row_bcast_rows) {
+                         int64_t row_bcast_rows, OutType out_type) {
   if (!out) return Status::Invalid("choose_fp8_config: null out");
   // The shapes fp8_gemm takes (the scorer's tile counts assume them).
   LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_fp8_config", m, n, k, 16));
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
-  for (const auto& c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
-    if (fp8::fp8_config_compiled(c.config, epilogue)) {
+  for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
+    if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32)) {
       *out = c.config;
       if (epilogue == Fp8EpilogueKind::kFused && fp8::fp8_resident_by_default(m, n, row_bcast_rows, dev.sm_count))
         fp8::fp8_make_resident(out, n, dev.sm_count);
@@ -334,13 +353,13 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bm  bn stages splits promote lead  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
+  os << "   bm  bn stages splits promote overlap  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
   char line[192];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %4d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
+    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %7d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
                   i == 0 ? "*" : " ", c.config.block_m, c.config.block_n, c.config.stages, c.config.splits,
-                  c.config.promote_every, c.config.lead, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
+                  c.config.promote_every, c.config.overlap ? 1 : 0, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
                   c.t_total_us, c.bound);
     os << line;
   }

@@ -94,11 +94,11 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
-  if (!fp8::fp8_config_compiled(c, epilogue_kind(a)))
+  if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
                            "lead: bn=256,promote=2 plain without a bias; "
-                           "overlap: bn=256/176 promote=2, bn=128 promote 1 or 2, plain without a bias, no cluster or lead; "
+                           "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias, no cluster or lead; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -191,17 +191,15 @@ const VariantEntry kEntries[] = {
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     // Staggered consumers (fp8_config_compiled): the chooser's one use, bn=256 promote=2.
     entry<256, false, false, false, 1, 2, 128, 0, true>(), entry<256, true, false, false, 1, 2, 128, 0, true>(),
-    // Overlapped epilogues (fp8_config_compiled): the large-M tiles the chooser runs unsplit.
+    // Overlapped epilogues (fp8_config_compiled): the two tiles where they were measured to win.
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
-    overlap_entry<256, false, 2>(), overlap_entry<176, false, 2>(), overlap_entry<176, true, 2>(),
-    overlap_entry<128, false, 2>(), overlap_entry<128, true, 2>(), overlap_entry<128, false, 1>(),
-    overlap_entry<128, true, 1>(),
+    overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead
   // twins, the overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 2 + 7;
+  int n = 4 + 2 + 2 + 2 + 3;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -245,11 +243,11 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   } else {
     // Best candidate whose workspace the caller can hold (splits = 1 needs none) and that is
     // compiled for this epilogue.
-    const auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
+    auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
     bool found = false;
-    for (const auto& c : cands)
+    for (auto& c : cands)
       if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
-          fp8::fp8_config_compiled(c.config, epilogue_kind(args))) {
+          fp8::fp8_usable_config(&c.config, epilogue_kind(args), args.out_type == OutType::kFP32)) {
         cfg = c.config;
         found = true;
         break;
@@ -279,9 +277,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
                                          cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.lead > 0, cfg.overlap);
-  if (!entry)
-    return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string() +
-                           (cfg.overlap ? " with this output type (overlap=1 at bn=256: BF16 out only)" : ""));
+  if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
                          "fp8_gemm: kernel needs " + std::to_string(entry->smem_bytes()) +
