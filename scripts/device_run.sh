@@ -36,8 +36,10 @@ if [ "$what" = all ] || [ "$what" = sanitize ]; then
     # excluding them with --kernel-name-exclude crashed the sanitizer, so count lowbit's apart.
     # Racecheck also reports the known bulk-copy class (cp.async.bulk writes against reads made
     # after the full barrier's wait; docs/perf.md, "Racecheck"): anything else fails the run.
-    outside=$(grep -E 'Race reported|Invalid|Error:' "$OUT/$tool.log" | grep -vc nvjet)
-    unknown=$(grep -E 'Race reported|Invalid|Error:' "$OUT/$tool.log" | grep -v nvjet | grep -vc cp_async_bulk)
+    # A report names its two accesses on two lines, in either order: judge them together.
+    reports=$(awk '/Race reported|Invalid|Error:/ { first = $0; getline second; print first " " second }' "$OUT/$tool.log")
+    outside=$(printf '%s\n' "$reports" | grep -E 'Race reported|Invalid|Error:' | grep -vc nvjet)
+    unknown=$(printf '%s\n' "$reports" | grep -E 'Race reported|Invalid|Error:' | grep -v nvjet | grep -vc cp_async_bulk)
     echo "  reports outside cuBLASLt's nvjet kernels: $outside (outside the known bulk-copy class: $unknown)"
     grep -E "tests? ran|PASSED|FAILED  \]" "$OUT/$tool.log" | tail -2
     grep -qE '^\[  PASSED  \]' "$OUT/$tool.log" && ! grep -qE '^\[  FAILED  \]' "$OUT/$tool.log" || rc=1
