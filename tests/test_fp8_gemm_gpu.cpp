@@ -583,6 +583,14 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastExact) {
     expect_exact({48, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1", 7, true});  // one consumer warpgroup
     for (Activation act : {Activation::kGelu, Activation::kSilu})
       expect_exact({259, 384, 256, out, true, Inputs::kSmallInts, "bn=128,resident=1", 49, true, act});
+    // The overlapped twin (bias and row broadcast only): periods that do and do not divide the
+    // tile, one group per unit (K = 16), many units per CTA, rows past M in the last tile row
+    // (M = 150), one working warpgroup (M = 48), no bias.
+    for (int64_t P : {1, 7, 196, 256})
+      expect_exact({1000, 208, 384, out, true, Inputs::kSmallInts, "bn=128,resident=1,overlap=1", P});
+    expect_exact({150, 208, 16, out, true, Inputs::kSmallInts, "bn=128,resident=1,overlap=1", 13});
+    expect_exact({1000, 208, 640, out, true, Inputs::kSmallInts, "bn=128,resident=1,overlap=1,group=1,grid=4", 100});
+    expect_exact({48, 208, 384, out, false, Inputs::kSmallInts, "bn=128,resident=1,overlap=1", 7});
   }
   // The chooser takes it for a fused call with a short period once the 128 x 128 tiles fill a
   // wave, and not for a period past 256.
@@ -622,8 +630,14 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastRejectsWhatItCannotRun) {
   EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kOk);
   CUDA_OK(cudaDeviceSynchronize());
   for (const char* bad : {"bn=192,resident=1", "bn=128,resident=1,splits=2", "bn=128,resident=1,group=4",
-                          "bn=128,resident=1,grid=3", "bn=128,resident=1,promote=2"})
+                          "bn=128,resident=1,grid=3", "bn=128,resident=1,promote=2", "bn=128,overlap=1"})
     EXPECT_EQ(run(bad), StatusCode::kInvalidArgument) << bad;
+  // The overlapped twin applies the bias and row broadcast only.
+  a.activation = Activation::kSilu;
+  EXPECT_EQ(run("bn=128,resident=1,overlap=1"), StatusCode::kInvalidArgument);
+  a.activation = Activation::kNone;
+  EXPECT_EQ(run("bn=128,resident=1,overlap=1"), StatusCode::kOk);
+  CUDA_OK(cudaDeviceSynchronize());
   a.row_bcast_rows = 257;  // past the resident buffer
   EXPECT_EQ(run("bn=128,resident=1"), StatusCode::kInvalidArgument);
   a.row_bcast = nullptr;  // nothing to keep resident

@@ -103,6 +103,22 @@ struct FusedEpilogue {
     }
   }
 
+  // The overlapped resident twin (T::kOverlapEpilogue), whose next unit's first MMAs are in
+  // flight during the epilogue: alpha, the bias and the row broadcast only (the launcher runs it
+  // without an activation or residual), with no barrier wait and no branch per lane or per
+  // warpgroup (rows past M compute harmlessly and TMA clips their store). The kernel waits for
+  // the resident rows once, before its first unit (wait_resident).
+  __device__ __forceinline__ static void wait_resident(typename T::SharedStorage& ss) {
+    static_assert(kResident, "only resident rows stay complete");
+    hopper::mbarrier_wait(&ss.ops.full, 0u);
+  }
+  __device__ __forceinline__ static void apply_overlapped(const typename T::SharedStorage& ss, int wg,
+                                                          const Fp8KernelParams& p, const gemm::WorkUnit& w,
+                                                          float alpha, float (&acc)[T::kBlockN / 2]) {
+    static_assert(kResident && T::kOverlapEpilogue, "the overlapped twin keeps its rows resident");
+    math<gemm::EpilogueActivation::kNone, false>(ss, wg, p, w, alpha, acc);
+  }
+
   // Consumer warpgroup `wg` after the unit's mainloop (and split-K fix-up): waits for the staged
   // operands, applies the fused steps to acc when `finish` (this unit completes the tile and has
   // rows for this warpgroup), and hands the buffer back. `phase` flips per unit.

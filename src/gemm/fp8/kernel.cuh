@@ -140,6 +140,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // The loop is shaped so that every path into its next iteration has just issued the
       // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
       // and the last unit's epilogue runs with nothing in flight.
+      if constexpr (T::kFused) Fused::wait_resident(ss);
       if (first_unit < num_units) {
         int u = first_unit;
         gemm::WorkUnit w = unit_at(u);
@@ -147,7 +148,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
-          Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
+          else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
           const int next = u + unit_step;
           if (next >= num_units) {
             epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);

@@ -98,7 +98,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
                            "lead: bn=256,promote=2 plain without a bias; "
-                           "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias, no cluster or lead; "
+                           "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias or resident rows, "
+                           "no cluster or lead; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -195,11 +196,14 @@ const VariantEntry kEntries[] = {
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
     overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
+    // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
+    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
+    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead
   // twins, the overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 2 + 3;
+  int n = 4 + 2 + 2 + 2 + 3 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -273,6 +277,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       return Status::Invalid("fp8_gemm: resident=1 runs bn=128, splits=1, promote=1, group=1 and a grid that is a "
                              "multiple of the N tiles (" + std::to_string(tn) + "), at most the SM count; config " +
                              cfg.to_string());
+  }
+  // The overlapped resident kernel applies the bias and row broadcast only.
+  if (cfg.overlap && fused && (args.activation != Activation::kNone || args.residual != nullptr)) {
+    if (forced)
+      return Status::Invalid("fp8_gemm: overlap=1 with a fused epilogue applies the bias and row broadcast only "
+                             "(no activation or residual); config " + cfg.to_string());
+    cfg.overlap = false;
   }
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,

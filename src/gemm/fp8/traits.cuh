@@ -85,7 +85,9 @@ struct RegisterSplit {
 // kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
 // tensor cores work while the consumers stage and store (Consumer::start). Only where nothing
 // in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
-// without a bias, no split-K fix-up (the launcher refuses splits), single CTAs, no lead. A
+// without a bias, or the fused one with resident rows and neither activation nor residual
+// (FusedEpilogue::apply_overlapped); no split-K fix-up (the launcher refuses splits), single
+// CTAs, no lead. A
 // divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the kernel
 // (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated instruction.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
@@ -108,8 +110,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr bool kLead = kLead_;
   static_assert(!kLead || (kBlockM == 128 && !kFused_ && kClusterM_ == 1), "a lead needs two consumer warpgroups");
   static constexpr bool kOverlapEpilogue = kOverlap_;
-  static_assert(!kOverlap_ || (!kFused_ && !kStaged_ && kClusterM_ == 1 && !kLead_),
-                "the overlapped epilogue: plain, unstaged, single CTAs, no lead");
+  static_assert(!kOverlap_ || (kClusterM_ == 1 && !kLead_ && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
+                "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs, no lead");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
