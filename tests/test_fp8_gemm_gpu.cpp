@@ -597,14 +597,17 @@ TEST_F(Fp8GemmGpu, ResidentRowBroadcastExact) {
   Fp8GemmConfig c;
   ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kFused, 196).ok());
   EXPECT_TRUE(c.resident_rows) << c.to_string();
+  EXPECT_TRUE(c.overlap) << c.to_string();
   EXPECT_EQ(c.raster_group, 1);
   EXPECT_EQ(c.grid % 6, 0) << c.to_string();
   ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kFused, 576).ok());
   EXPECT_FALSE(c.resident_rows) << c.to_string();
   ASSERT_TRUE(choose_fp8_config(128 * 24, 768, 768, &c, Fp8EpilogueKind::kBias, 196).ok());
   EXPECT_FALSE(c.resident_rows) << c.to_string();
-  // And the library's own choice runs it: a W2-like shape, every element checked.
+  // And the library's own choice runs it: a W2-like shape, every element checked; with a GELU
+  // (the same pick, run without the overlap).
   expect_exact({128 * 24 + 5, 768, 128, OutType::kBF16, true, Inputs::kSmallInts, nullptr, 196});
+  expect_exact({128 * 24 + 5, 768, 128, OutType::kFP32, true, Inputs::kSmallInts, nullptr, 196, true, Activation::kGelu});
 }
 
 TEST_F(Fp8GemmGpu, ResidentRowBroadcastRejectsWhatItCannotRun) {

@@ -89,7 +89,10 @@ struct Fp8GemmConfig {
   // The next tile's first MMAs are issued before this tile's epilogue, so the tensor cores work
   // while the consumers stage and store the output. Compiled for bn=256 with promote=2 (BF16
   // out) and bn=128 with promote=1: the plain epilogue without a bias, splits=1, no cluster or
-  // lead. The chooser takes it where it was measured to win (docs/perf.md W1 v11).
+  // lead; and for resident=1 with the bias and row broadcast only (a chooser's resident pick
+  // carries it and runs without it when the call has an activation or residual; a config
+  // written with it is refused there). The chooser takes it where it was measured to win
+  // (docs/perf.md W1 v11, W2 v5).
   bool overlap = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;

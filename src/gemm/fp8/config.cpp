@@ -159,8 +159,12 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
   c->raster_group = 1;
   if (c->grid <= 0 || c->grid > sm_count || c->grid % tn != 0) c->grid = sm_count / tn * tn;
   c->resident_rows = true;
+  // Overlapped too (the next unit's first MMAs under the epilogue): 2-3% at W2's 928256 rows,
+  // even at 116032 (docs/perf.md W2 v5). With an activation or residual the launcher runs it
+  // without the overlap.
+  c->overlap = true;
   c->reason = "row broadcast resident in shared memory (period <= " + std::to_string(kFp8ResidentMaxRows) +
-              "): no per-tile gather (docs/perf.md W2 v4)";
+              "): no per-tile gather (docs/perf.md W2 v4); overlapped epilogue (W2 v5)";
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {

@@ -278,9 +278,10 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              "multiple of the N tiles (" + std::to_string(tn) + "), at most the SM count; config " +
                              cfg.to_string());
   }
-  // The overlapped resident kernel applies the bias and row broadcast only.
+  // The overlapped resident kernel applies the bias and row broadcast only: a config written
+  // with overlap=1 is refused for more, the chooser's pick runs without the overlap.
   if (cfg.overlap && fused && (args.activation != Activation::kNone || args.residual != nullptr)) {
-    if (forced)
+    if (cfg.reason == "forced")
       return Status::Invalid("fp8_gemm: overlap=1 with a fused epilogue applies the bias and row broadcast only "
                              "(no activation or residual); config " + cfg.to_string());
     cfg.overlap = false;
