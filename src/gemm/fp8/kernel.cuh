@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float acc[T::kBlockN / 2];
     if constexpr (T::kOverlapEpilogue) {
       // Each unit's first group is in flight while the previous unit is staged and stored. No
-      // split-K fix-up here (the launcher refuses splits) and no staged operands: nothing waits
-      // or branches per lane while the group runs.
+      // split-K fix-up here (the launcher refuses splits), no staged bias, and resident rows are
+      // waited for once, up front: nothing waits or branches per lane while the group runs.
       // The loop is shaped so that every path into its next iteration has just issued the
       // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
       // and the last unit's epilogue runs with nothing in flight.
@@ -164,27 +164,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
     } else {
-    uint32_t parity = 0;
-    for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
-      const gemm::WorkUnit w = unit_at(u);
-      // Mainloop.
-      consumer.run(w, acc);
-      // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
-      // waited for and released, finished here or not, so the loader stays in step.
-      const bool finish = p.sched.splits == 1 ||
-                          gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
-                                              static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
-      if constexpr (T::kFused) {
-        Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
-      } else {
-        if constexpr (T::kStaged)
-          if (staged) StagedOps::wait(ss, parity);
-        if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
-        if constexpr (T::kStaged)
-          if (staged) StagedOps::release(ss);
+      uint32_t parity = 0;
+      for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
+        const gemm::WorkUnit w = unit_at(u);
+        // Mainloop.
+        consumer.run(w, acc);
+        // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
+        // waited for and released, finished here or not, so the loader stays in step.
+        const bool finish = p.sched.splits == 1 ||
+                            gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+                                                static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
+        if constexpr (T::kFused) {
+          Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
+        } else {
+          if constexpr (T::kStaged)
+            if (staged) StagedOps::wait(ss, parity);
+          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          if constexpr (T::kStaged)
+            if (staged) StagedOps::release(ss);
+        }
+        if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
       }
-      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
-    }
     }
     epilogue.drain();
   }
