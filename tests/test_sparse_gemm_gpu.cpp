@@ -251,46 +251,6 @@ TEST_F(SparseGemmGpu, ClusterPairsExact) {
     }
 }
 
-// The overlapped epilogue (overlap=1: the next unit's first MMAs under the epilogue; the
-// fast-accumulating path packs the tile before its next MMAs overwrite acc): M = 1 and 48 (one
-// working warpgroup), 150 (a second warpgroup wholly below M), many units per CTA (grid = 3),
-// units of one K block (K = 32 E4M3 fast), every element; random inputs within the bound.
-TEST_F(SparseGemmGpu, OverlappedEpilogue) {
-  for (int64_t m : {1, 48, 150, 300, 1000})
-    for (int64_t k : {32, 416, 1536})
-      for (const char* cfg : {"bn=256,overlap=1", "bn=256,overlap=1,grid=3,group=1"}) {
-        expect_exact({SparseType::kE4M3, m, 208, k, true, cfg, true});
-        expect_exact({SparseType::kE4M3, m, 208, k, true, cfg, false});
-        expect_exact({SparseType::kF16, m, 208, k, true, cfg, false, SparseOut::kFP16});
-      }
-  expect_close({SparseType::kE4M3, 512, 1024, 2048, false, "bn=256,overlap=1", true});
-  expect_close({SparseType::kE4M3, 512, 1024, 2048, false, "bn=256,overlap=1", false});
-  expect_close({SparseType::kF16, 512, 1024, 2048, false, "bn=256,overlap=1", false, SparseOut::kFP16});
-}
-
-TEST_F(SparseGemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
-  Buf V(256 * 512 / 2), M(sparse24_meta_bytes(256, 512, SparseType::kE4M3)), B(256 * 512), D(256 * 256 * 2),
-      ws(size_t(16) << 20);
-  ASSERT_TRUE(workspace_init(ws.p, size_t(16) << 20, nullptr).ok());
-  Sparse24GemmArgs g;
-  g.m = 256;
-  g.n = 256;
-  g.k = 512;
-  g.a_values = V.p;
-  g.a_meta = M.p;
-  g.b = B.p;
-  g.d = D.p;
-  g.workspace = ws.p;
-  g.workspace_bytes = size_t(16) << 20;
-  for (const char* bad : {"bn=128,overlap=1", "bn=64,overlap=1", "bn=256,overlap=1,splits=2", "bn=256,overlap=1,cluster=2"}) {
-    Sparse24GemmConfig cfg;
-    ASSERT_TRUE(parse_sparse24_config(bad, &cfg).ok()) << bad;
-    EXPECT_EQ(sparse24_gemm(g, nullptr, &cfg).code(), StatusCode::kInvalidArgument) << bad;
-  }
-  Sparse24GemmConfig cfg;
-  EXPECT_EQ(parse_sparse24_config("bn=256,overlap=2", &cfg).code(), StatusCode::kInvalidArgument);
-}
-
 // There are no 128-wide CTA pairs (docs/perf.md W3) and no E4M3 -> FP16 kernels: errors, not
 // another kernel.
 TEST_F(SparseGemmGpu, MissingKernelIsAnError) {

@@ -79,14 +79,11 @@ struct Sparse24GemmConfig {
   int raster_group = 0;  // 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (bn=256, M > 64, splits = 1)
-  // The next tile's first MMAs run under this tile's epilogue (as Fp8GemmConfig::overlap):
-  // bn=256, single CTAs, splits = 1; E4M3 to BF16 (promoted or fast-accumulating), F16 to FP16.
-  bool overlap = false;
   std::string reason;
   std::string to_string() const;
 };
 
-// Parses "bn=128,splits=2,group=8,grid=132,cluster=2,overlap=1" (any subset).
+// Parses "bn=128,splits=2,group=8,grid=132,cluster=2" (any subset).
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out);
 // `fast_accum` as Sparse24GemmArgs::fast_accum (the kernels differ).
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,

@@ -89,45 +89,9 @@ struct Fp8Epilogue {
     }
   }
 
-  // Where a round's values come from: the FP32 accumulator, or the tile already packed to the
-  // 16-bit output type (pack; the direct path's overlap, whose next MMAs write acc itself).
-  // pair(g, h): fragment group g's two columns in row half h, packed; f32: the same as floats.
-  struct FromAcc {
-    const float (&acc)[T::kBlockN / 2];
-    __device__ __forceinline__ uint32_t pair(int g, int h) const { return pack16(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]); }
-    __device__ __forceinline__ float2 f32(int g, int h) const {
-      return make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
-    }
-  };
-  struct FromPacked {
-    const uint32_t (&v)[T::kBlockN / 4];
-    __device__ __forceinline__ uint32_t pair(int g, int h) const { return v[2 * g + h]; }
-    __device__ __forceinline__ float2 f32(int, int) const { return make_float2(0.0f, 0.0f); }  // 16-bit out only
-  };
-
-  __device__ __forceinline__ static void pack(const float (&acc)[T::kBlockN / 2], uint32_t (&packed)[T::kBlockN / 4]) {
-    static_assert(!T::kOutFp32, "packing is for 16-bit outputs");
-#pragma unroll
-    for (int i = 0; i < T::kBlockN / 4; ++i) packed[i] = pack16(acc[2 * i], acc[2 * i + 1]);
-  }
-
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
                                         const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
                                         float (&acc)[T::kBlockN / 2]) {
-    store_from(ss, consumer_wg, tm_d, m, n, w, FromAcc{acc});
-  }
-  __device__ __forceinline__ void store_packed(typename T::SharedStorage& ss, int consumer_wg,
-                                               const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
-                                               const uint32_t (&packed)[T::kBlockN / 4]) {
-    static_assert(!T::kOutFp32, "packed values are 16-bit outputs");
-    store_from(ss, consumer_wg, tm_d, m, n, w, FromPacked{packed});
-  }
-
- private:
-  template <class Frag>
-  __device__ __forceinline__ void store_from(typename T::SharedStorage& ss, int consumer_wg,
-                                             const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
-                                             const Frag& frag) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
@@ -159,10 +123,10 @@ struct Fp8Epilogue {
         for (int j = 0; j < T::kEpiRoundCols / 16; ++j) {
           if (round_col + 16 * j >= T::kBlockN) break;  // compile-time: the last round's tail
           const int g = (round_col + 16 * j) / 8;
-          const uint32_t r0 = frag.pair(g, 0);
-          const uint32_t r1 = frag.pair(g, 1);
-          const uint32_t r2 = frag.pair(g + 1, 0);
-          const uint32_t r3 = frag.pair(g + 1, 1);
+          const uint32_t r0 = pack16(acc[4 * g + 0], acc[4 * g + 1]);
+          const uint32_t r1 = pack16(acc[4 * g + 2], acc[4 * g + 3]);
+          const uint32_t r2 = pack16(acc[4 * g + 4], acc[4 * g + 5]);
+          const uint32_t r3 = pack16(acc[4 * g + 6], acc[4 * g + 7]);
           const int mi = lane / 8;
           const int row = warp * 16 + (mi % 2) * 8 + lane % 8;
           hopper::stmatrix_x4(staged(buf, row, 32 * j + 16 * (mi / 2)), r0, r1, r2, r3);
@@ -176,7 +140,7 @@ struct Fp8Epilogue {
           for (int h = 0; h < 2; ++h) {
             const int row = warp * 16 + lane / 4 + 8 * h;
             const int byte = 4 * (8 * gl + 2 * (lane % 4));  // in the round's 128-byte row
-            *reinterpret_cast<float2*>(staged(buf, row, byte)) = frag.f32(g, h);
+            *reinterpret_cast<float2*>(staged(buf, row, byte)) = make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
           }
         }
       }
@@ -203,7 +167,6 @@ struct Fp8Epilogue {
     }
   }
 
- public:
   // Where byte `byte` of row `row` of a round (128 bytes per row) lands in its slot: the chunk
   // it falls in (64 rows x kEpiRowBytes each, one after the other), then the row, then its
   // 16-byte unit in the chunk's swizzle.

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if (first_unit < num_units) {
         int u = first_unit;
         gemm::WorkUnit w = unit_at(u);
-        consumer.start(w, acc);
+        consumer.start(w);
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
@@ -156,19 +156,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             break;
           }
           const gemm::WorkUnit w_next = unit_at(next);
-          if constexpr (Operands::kPromote) {
-            consumer.start(w_next, acc);
-            // Epilogue, under the next unit's first MMAs.
-            epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
-          } else {
-            // The direct path's first group writes acc itself: the tile leaves it packed to the
-            // 16-bit output first (64 registers instead of a 128-register partial).
-            uint32_t packed[T::kBlockN / 4];
-            Fp8Epilogue<T>::pack(acc, packed);
-            consumer.start(w_next, acc);
-            // Epilogue, under the next unit's first MMAs.
-            epilogue.store_packed(ss, consumer_wg, &tm_d, p.m, p.n, w, packed);
-          }
+          consumer.start(w_next);
+          // Epilogue, under the next unit's first MMAs.
+          epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
           u = next;
           w = w_next;
         }

@@ -251,13 +251,10 @@ struct Consumer {
     for (int i = 0; i < kGroup; ++i) Operands::hold(g.regs[i]);
     release(g.stage);
   }
-  // kIssuedAhead: start() issued the first group into g0 (d0).
-  template <bool kIssuedAhead = false>
   __device__ __forceinline__ void run_direct(int kb_begin, int kb_end, float (&acc)[kRegs]) {
-    DirectGroup& g0 = d0;
-    DirectGroup& g1 = d1;
+    DirectGroup g0, g1;
     int kb = kb_begin;  // the scheduler's units are never empty
-    if constexpr (!kIssuedAhead) issue_direct(g0, acc, /*first=*/true);
+    issue_direct(g0, acc, /*first=*/true);
     kb += kGroup;
     while (true) {
       if (kb == kb_end) {
@@ -303,26 +300,20 @@ struct Consumer {
     hopper::wait_progress(&ss.bars.lead_released, released + static_cast<uint32_t>(ahead_groups));
   }
 
-  // The partials (promoted paths) and direct groups, members so that a unit's first group can
-  // be issued before run() (start).
+  // The partials, members so that a unit's first group can be issued before run() (start).
   Partial p0, p1;
-  DirectGroup d0, d1;
 
-  // Issues the unit's first group. With kIssuedAhead the kernel calls it before the previous
-  // unit's epilogue, so the tensor cores work while the warpgroup stores
-  // (Fp8Traits::kOverlapEpilogue); otherwise run() calls it. Promoted paths: the first column
-  // part into p0, acc untouched. Direct path: into acc itself (overwriting it), so the caller
-  // must have taken the previous unit out of acc first (Fp8Epilogue::pack).
-  __device__ __forceinline__ void start(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
+  // Issues the unit's first group (its first column part) into p0 without touching acc. With
+  // kIssuedAhead the kernel calls it before the previous unit's epilogue, so the tensor cores
+  // work while the warpgroup stores (Fp8Traits::kOverlapEpilogue); otherwise run() calls it.
+  // Promoted paths only: the direct path's first group overwrites acc.
+  __device__ __forceinline__ void start(const gemm::WorkUnit& w) {
+    static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
     follow(w.kb_end - w.kb_begin);
     const int kb_begin = w.kb_begin * kGroup;
     kb_last = w.kb_end * kGroup - kGroup;
     promotion.issued(ahead, kb_begin);
-    if constexpr (Operands::kPromote) {
-      issue(p0, kb_begin);
-    } else {
-      issue_direct(d0, acc, /*first=*/true);
-    }
+    issue(p0, kb_begin);
   }
 
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
@@ -335,15 +326,14 @@ struct Consumer {
     }
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     if constexpr (!Operands::kPromote) {
-      if constexpr (!kIssuedAhead) {
-        follow(w.kb_end - w.kb_begin);
-        kb_last = kb_end - kGroup;
-        promotion.issued(ahead, kb_begin);
-      }
-      run_direct<kIssuedAhead>(kb_begin, kb_end, acc);
+      static_assert(!kIssuedAhead, "the direct path issues its own first group");
+      follow(w.kb_end - w.kb_begin);
+      kb_last = kb_end - kGroup;
+      promotion.issued(ahead, kb_begin);
+      run_direct(kb_begin, kb_end, acc);
     } else if constexpr (T::kDoubleBuffer) {
       // Unrolled by two so each partial stays a fixed register array.
-      if constexpr (!kIssuedAhead) start(w, acc);
+      if constexpr (!kIssuedAhead) start(w);
       int kb = kb_begin + kGroup;
       while (true) {
         if (kb == kb_end) {
@@ -363,7 +353,7 @@ struct Consumer {
       }
     } else {
       // Serially retired parts through one partial; the first part of the first group is start's.
-      if constexpr (!kIssuedAhead) start(w, acc);
+      if constexpr (!kIssuedAhead) start(w);
       retire<0>(p0, acc, 0);
 #pragma unroll
       for (int part_n = 1; part_n < kParts; ++part_n) {

@@ -53,10 +53,10 @@ bool variant_exists(int block_n) {
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                  const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
 
-template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16, bool kOverlap>
+template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16, kOverlap>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
                                                            device, stream, launched, a, b, d, d, p);  // no row broadcast
 }
@@ -67,18 +67,16 @@ struct Entry {
   int cluster;
   bool promote;
   bool out_fp16;
-  bool overlap;  // the next unit's first MMAs under the epilogue (Sparse24GemmConfig::overlap)
   LaunchFn launch;
   int smem_bytes;
 };
 template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote = kType == Sparse24Type::kE4M3,
-          bool kOutFp16 = false, bool kOverlap = false>
+          bool kOutFp16 = false>
 constexpr Entry entry() {
-  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16, kOverlap>;
+  using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   static_assert(T::Operands::kBlocksPerPromotion == (kPromote ? 2 : 1), "sparse24_gemm counts K groups this way");
-  return {kType,    kBlockN,  kCluster,
-          kPromote, kOutFp16, kOverlap,
-          &launch_variant<kType, kBlockN, kCluster, kPromote, kOutFp16, kOverlap>, T::kSmemBytes};
+  return {kType,    kBlockN, kCluster, kPromote, kOutFp16, &launch_variant<kType, kBlockN, kCluster, kPromote, kOutFp16>,
+          T::kSmemBytes};
 }
 // Every variant x {E4M3 promoted, E4M3 fast-accumulating, F16 to BF16, F16 to FP16}, and CTA
 // pairs of the widest tile (the promoted 128-wide tile spills with the pair's bookkeeping; the
@@ -100,14 +98,9 @@ const Entry kEntries[] = {
     entry<Sparse24Type::kE4M3, 256, 2, false>(),
     entry<Sparse24Type::kF16, 256, 2>(),
     entry<Sparse24Type::kF16, 256, 2, false, true>(),
-    // The overlapped epilogue (fp8::Fp8Traits::kOverlapEpilogue) on the widest tile: E4M3
-    // promoted and fast-accumulating, F16 to FP16.
-    entry<Sparse24Type::kE4M3, 256, 1, true, false, true>(),
-    entry<Sparse24Type::kE4M3, 256, 1, false, false, true>(),
-    entry<Sparse24Type::kF16, 256, 1, false, true, true>(),
 };
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 4 + 3,
-              "every variant is compiled for each mainloop and output, the pairs and the overlapped twins");
+static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == 4 * sizeof(kSparseVariants) / sizeof(kSparseVariants[0]) + 4,
+              "every variant is compiled for each mainloop and output");
 
 // E4M3 promotes unless the caller asked for fast accumulation; F16 never promotes.
 bool promotes(Sparse24Type type, bool fast_accum) { return type == Sparse24Type::kE4M3 && !fast_accum; }
@@ -119,11 +112,10 @@ int k_groups(int64_t k, Sparse24Type type, bool promote) {
   return static_cast<int>((k + group_k(type, promote) - 1) / group_k(type, promote));
 }
 
-const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote, bool out_fp16,
-                        bool overlap = false) {
+const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promote, bool out_fp16) {
   for (const auto& e : kEntries)
     if (e.type == type && e.block_n == block_n && e.cluster == cluster && e.promote == promote &&
-        e.out_fp16 == out_fp16 && e.overlap == overlap)
+        e.out_fp16 == out_fp16)
       return &e;
   return nullptr;
 }
@@ -216,7 +208,6 @@ std::string Sparse24GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",splits=" << splits << ",group=" << raster_group << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
-  if (overlap) os << ",overlap=1";
   return os.str();
 }
 
@@ -228,9 +219,7 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
     else if (key == "cluster") c.cluster = value;
-    else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
-    else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
-    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster, overlap)");
+    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster)");
     return Status::Ok();
   }));
   if (!variant_exists(c.block_n))
@@ -288,9 +277,6 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
     if (cfg.cluster == 2 && (args.m <= 64 || cfg.splits != 1 || !find_entry(type, cfg.block_n, 2, promote, out_fp16)))
       return Status::Invalid("sparse24_gemm: cluster=2 needs a compiled pair kernel, M > 64 and splits=1; config " +
                              cfg.to_string());
-    if (cfg.overlap && (cfg.splits != 1 || cfg.cluster != 1 || !find_entry(type, cfg.block_n, 1, promote, out_fp16, true)))
-      return Status::Invalid("sparse24_gemm: overlap=1 is compiled for bn=256 single CTAs, splits=1 (E4M3 to BF16, "
-                             "F16 to FP16); config " + cfg.to_string());
     const size_t need = sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, cfg);
     if (need > args.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "sparse24_gemm: config " + cfg.to_string() + " needs " +
@@ -306,7 +292,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
       }
     if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
   }
-  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16, cfg.overlap);
+  const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16);
   if (!entry)
     return Status::Invalid("sparse24_gemm: no kernel for config " + cfg.to_string() +
                            (args.fast_accum ? " with fast accumulation" : ""));

@@ -23,10 +23,8 @@ constexpr int sparse_stages_for(int block_n) {
 // kPromote_: E4M3 partials promoted into FP32 every two K blocks (the default), or accumulated
 // by the tensor cores across the whole K range (F16 always: its MMAs accumulate in FP32).
 // kOutFp16_: D in FP16 instead of BF16.
-// kOverlap_: the next unit's first MMAs run under the epilogue (fp8::Fp8Traits::kOverlapEpilogue),
-// single CTAs only.
 template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1,
-          bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false, bool kOverlap_ = false>
+          bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false>
 struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::RegisterSplit {
   static constexpr formats::Sparse24Type kSparseType = kType;
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
@@ -40,8 +38,6 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
   static constexpr bool kLead = false;  // no staggered consumers (fp8::Consumer::lead)
-  static constexpr bool kOverlapEpilogue = kOverlap_;
-  static_assert(!kOverlap_ || kClusterM_ == 1, "the overlapped epilogue runs single CTAs");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
