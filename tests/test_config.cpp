@@ -161,7 +161,7 @@ TEST(Fp8Config, OverlappedEpilogue) {
   ASSERT_TRUE(fp8::fp8_usable_config(&usable, Fp8EpilogueKind::kPlain, true));
   EXPECT_FALSE(usable.overlap);
   for (const char* text : {"bn=176,promote=2,overlap=1", "bn=128,promote=2,overlap=1", "bn=192,promote=2,overlap=1",
-                           "bn=64,overlap=1", "bn=64,bm=64,overlap=1", "bn=256,overlap=1", "bn=128,overlap=1,cluster=2"}) {
+                           "bn=64,overlap=1", "bn=64,bm=64,overlap=1", "bn=256,overlap=1"}) {
     ASSERT_TRUE(parse_fp8_config(text, &c).ok()) << text;
     EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, false)) << text;
   }

@@ -111,12 +111,11 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool 
   // Overlapped epilogues: twins of two plain tiles (bn=256 in BF16 only) and of the resident
   // fused kernel (launch.cu).
   if (c.overlap &&
-      !(c.block_m == 128 && c.lead == 0 &&
+      !(c.block_m == 128 && c.cluster == 1 && c.lead == 0 &&
         ((!c.resident_rows && epilogue == Fp8EpilogueKind::kPlain &&
-          ((c.promote_every == 2 && c.block_n == 256 && !out_fp32) ||
-           (c.promote_every == 1 && c.block_n == 128 && c.cluster == 1))) ||
+          ((c.promote_every == 2 && c.block_n == 256 && !out_fp32) || (c.promote_every == 1 && c.block_n == 128))) ||
          (c.resident_rows && epilogue == Fp8EpilogueKind::kFused && c.block_n == kFp8ResidentBlockN &&
-          c.promote_every == 1 && c.cluster == 1))))
+          c.promote_every == 1))))
     return false;
   // Staggered consumers are compiled into one variant only, the one the chooser staggers
   // (Fp8Traits::kLead: as a run-time switch everywhere it slowed the calls without a lead).

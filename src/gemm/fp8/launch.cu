@@ -196,7 +196,6 @@ const VariantEntry kEntries[] = {
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
     overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
-    entry<256, false, false, false, 2, 2, 128, 0, false, true>(),  // as CTA pairs
     // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
@@ -204,7 +203,7 @@ const VariantEntry kEntries[] = {
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead
   // twins, the overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 2 + 4 + 2;
+  int n = 4 + 2 + 2 + 2 + 3 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }

@@ -110,8 +110,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr bool kLead = kLead_;
   static_assert(!kLead || (kBlockM == 128 && !kFused_ && kClusterM_ == 1), "a lead needs two consumer warpgroups");
   static constexpr bool kOverlapEpilogue = kOverlap_;
-  static_assert(!kOverlap_ || (!kLead_ && (kFused_ ? kResidentRows_ > 0 && kClusterM_ == 1 : !kStaged_)),
-                "the overlapped epilogue: plain and unstaged, or fused with resident rows (single CTAs); no lead");
+  static_assert(!kOverlap_ || (kClusterM_ == 1 && !kLead_ && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
+                "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs, no lead");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
