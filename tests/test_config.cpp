@@ -128,22 +128,10 @@ TEST(Fp8Config, SmallMTilesTieByWhatBinds) {
   EXPECT_DOUBLE_EQ(tall->t_stream_us, short_tile->t_stream_us);
 }
 
-// Staggered consumers: parsed and printed; absent from the text when off.
-TEST(Fp8Config, LeadParsedAndPrinted) {
+// The staggered consumers (lead=1) were removed: the key is refused like any unknown one.
+TEST(Fp8Config, LeadIsGone) {
   Fp8GemmConfig c;
-  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,lead=1", &c).ok());
-  EXPECT_EQ(c.lead, 1);
-  EXPECT_NE(c.to_string().find("lead=1"), std::string::npos) << c.to_string();
-  Fp8GemmConfig again;
-  ASSERT_TRUE(parse_fp8_config(c.to_string(), &again).ok());
-  EXPECT_EQ(again.lead, 1);
-  ASSERT_TRUE(parse_fp8_config("bn=128", &c).ok());
-  EXPECT_EQ(c.lead, 0);
-  EXPECT_EQ(c.to_string().find("lead"), std::string::npos) << c.to_string();
-  // The chooser no longer staggers (the overlapped epilogue beat it): a lead is forced only.
-  for (const auto& shape : {std::array<int64_t, 3>{4096, 32768, 512}, {4096, 8192, 8192}, {64, 32768, 512}})
-    for (const auto& cand : fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132))
-      EXPECT_EQ(cand.config.lead, 0) << cand.config.to_string();
+  EXPECT_EQ(parse_fp8_config("bn=256,promote=2,lead=1", &c).code(), StatusCode::kInvalidArgument);
 }
 
 // The overlapped epilogue: compiled for bn=256 promote=2 (BF16 out) and bn=128 promote=1, plain

@@ -378,7 +378,7 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueExact) {
 
 TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   for (const char* bad : {"bn=256,promote=2,overlap=1,splits=2", "bn=192,promote=2,overlap=1", "bn=64,overlap=1",
-                          "bn=64,bm=64,overlap=1", "bn=256,overlap=1", "bn=256,promote=2,overlap=1,lead=1",
+                          "bn=64,bm=64,overlap=1", "bn=256,overlap=1",
                           "bn=256,promote=2,overlap=1,cluster=2", "bn=176,promote=2,overlap=1",
                           "bn=128,promote=2,overlap=1"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
@@ -386,32 +386,6 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   // The FP32 twin of bn=256 is not compiled (it spilled).
   EXPECT_EQ(run_forced("bn=256,promote=2,overlap=1", 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(run_forced("bn=128,overlap=1", 256, false, OutType::kFP32).ok());
-}
-
-// Staggered consumer warpgroups (lead=N): warpgroup 1 starts each unit N groups behind
-// warpgroup 0. Compiled for bn=256,promote=2 (4 stages: a lead of 1 group). Units of one group
-// (K = 16) and of fewer groups than the lead, many units per CTA (grid=3), split K, one consumer
-// warpgroup (M = 48: the lead is ignored); every element checked.
-TEST_F(Fp8GemmGpu, StaggeredConsumersExact) {
-  for (int64_t m : {129, 1000})
-    for (int64_t k : {16, 384, 1280})
-      expect_exact({m, 208, k, m == 129 ? OutType::kFP32 : OutType::kBF16, false, Inputs::kSmallInts,
-                    "bn=256,promote=2,lead=1"});
-  expect_exact({1000, 208, 1280, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,lead=1,grid=3"});
-  expect_exact({1000, 208, 1280, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,lead=1,grid=5"});
-  expect_exact({256, 384, 1280, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,splits=3,lead=1"});
-  expect_exact({48, 208, 384, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,lead=1"});
-  expect_close({300, 1536, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=256,promote=2,lead=1"});
-}
-
-// Leads the ring cannot hold, and leads where no variant is compiled with them (every other
-// tile, promotion, epilogue).
-TEST_F(Fp8GemmGpu, StaggeredConsumersRejectLeadsTheRingCannotHold) {
-  for (const char* bad : {"bn=256,promote=2,lead=2", "bn=128,lead=1", "bn=128,promote=2,lead=1", "bn=256,lead=1",
-                          "bn=64,bm=64,lead=1", "bn=128,lead=-1", "bn=192,promote=2,lead=1"})
-    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
-  EXPECT_EQ(run_forced("bn=256,promote=2,lead=1", 256, true).code(), StatusCode::kInvalidArgument)
-      << "with a bias";
 }
 
 // A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size

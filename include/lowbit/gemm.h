@@ -78,18 +78,10 @@ struct Fp8GemmConfig {
   // a grid that is a multiple of the N tiles (a forced config must say so; grid=0 takes the
   // largest such grid). Chosen by default where it applies and the tiles fill a wave.
   bool resident_rows = false;
-  // Staggered consumer warpgroups: warpgroup 1 starts each tile once warpgroup 0 has finished
-  // this many of its promotion groups, so one warpgroup's epilogue runs while the other still
-  // issues MMAs (instead of both storing while the tensor cores idle). 0 = they start together;
-  // at most stages / promote - 1 (the ring must hold the lead). Compiled for bn=256,promote=2
-  // with the plain epilogue (no bias) only; forced only since the overlapped epilogue beat it
-  // where the chooser used it (docs/perf.md W1 v11); ignored where one consumer warpgroup works
-  // (M <= 64).
-  int lead = 0;
   // The next tile's first MMAs are issued before this tile's epilogue, so the tensor cores work
   // while the consumers stage and store the output. Compiled for bn=256 with promote=2 (BF16
-  // out) and bn=128 with promote=1: the plain epilogue without a bias, splits=1, no cluster or
-  // lead; and for resident=1 with the bias and row broadcast only (a chooser's resident pick
+  // out) and bn=128 with promote=1: the plain epilogue without a bias, splits=1, no cluster;
+  // and for resident=1 with the bias and row broadcast only (a chooser's resident pick
   // carries it and runs without it when the call has an activation or residual; a config
   // written with it is refused there). The chooser takes it where it was measured to win
   // (docs/perf.md W1 v11, W2 v5).
@@ -98,7 +90,7 @@ struct Fp8GemmConfig {
   std::string to_string() const;
 };
 
-// Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,lead=1" (any subset; also
+// Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,overlap=1" (any subset; also
 // stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is
 // checked by fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);

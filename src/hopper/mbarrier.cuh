@@ -35,17 +35,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                                              cuda::ptx::space_shared, bar, bytes);
 }
 
-// A monotonic progress count in shared memory, published by one thread and awaited by others
-// of the same CTA. For pacing only: it orders nothing else (the data itself is ordered by
-// mbarriers). Atomic instructions on both sides (relaxed loads and stores compile to plain
-// LDS/STS, which compute-sanitizer racecheck reports as a race).
-__device__ __forceinline__ void publish_progress(uint32_t* word, uint32_t count) { atomicMax_block(word, count); }
-__device__ __forceinline__ void wait_progress(uint32_t* word, uint32_t at_least) {
-  // The waiters share their SM sub-partitions with the warpgroup they wait for: sleep between
-  // polls rather than take its issue slots.
-  while (atomicOr_block(word, 0u) < at_least) __nanosleep(32);
-}
-
 // Position in a ring of kStages buffers; the phase bit flips each time the ring wraps.
 // Producer and consumers each keep one and advance it in the same order.
 template <int kStages>
@@ -62,9 +51,6 @@ struct RingPosition {
 
 // full[s]: the producer arms it with the tile's byte count and TMA completes it.
 // empty[s]: every consumer warp arrives once it no longer reads stage s.
-// lead_released: how many stage groups the leading consumer warpgroup has handed back so far,
-// for a follower that starts each tile a few groups behind it (fp8::Consumer::lead). Only a
-// pacing hint: the stages' data is ordered by full/empty alone.
 // peers_free[s] (CTA clusters whose producers multicast into each other's stages): every peer's
 // relay thread arrives once that peer's consumers have released stage s, so this producer may
 // write into the peer's copy (relay_to_peers, wait_peers).
@@ -73,7 +59,6 @@ struct StageBarriers {
   uint64_t full[kStages];
   uint64_t empty[kStages];
   uint64_t peers_free[kStages];
-  uint32_t lead_released;
 
   // `peers`: the other CTAs of the cluster that multicast into this CTA's stages (0: none).
   __device__ __forceinline__ void init(uint32_t consumer_arrivals, uint32_t peers = 0) {
@@ -83,7 +68,6 @@ struct StageBarriers {
       mbarrier_init(&empty[s], consumer_arrivals);
       if (peers > 0) mbarrier_init(&peers_free[s], peers);
     }
-    lead_released = 0;
   }
   // A fresh barrier reports its preceding (parity 1) phase complete, so the producer's first
   // pass over the ring does not wait.

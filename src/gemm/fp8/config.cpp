@@ -111,16 +111,11 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool 
   // Overlapped epilogues: twins of two plain tiles (bn=256 in BF16 only) and of the resident
   // fused kernel (launch.cu).
   if (c.overlap &&
-      !(c.block_m == 128 && c.cluster == 1 && c.lead == 0 &&
+      !(c.block_m == 128 && c.cluster == 1 &&
         ((!c.resident_rows && epilogue == Fp8EpilogueKind::kPlain &&
           ((c.promote_every == 2 && c.block_n == 256 && !out_fp32) || (c.promote_every == 1 && c.block_n == 128))) ||
          (c.resident_rows && epilogue == Fp8EpilogueKind::kFused && c.block_n == kFp8ResidentBlockN &&
           c.promote_every == 1))))
-    return false;
-  // Staggered consumers are compiled into one variant only, the one the chooser staggers
-  // (Fp8Traits::kLead: as a run-time switch everywhere it slowed the calls without a lead).
-  if (c.lead > 0 && !(c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
-                      !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain))
     return false;
   for (const auto& v : kFp8Variants)
     if (v.block_m == c.block_m && v.block_n == c.block_n) {
@@ -238,8 +233,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
       c.config.reason = reason;
-      // The overlapped epilogue replaces the staggered consumers (lead=1, forced only now): at
-      // 4096 x 32768 x 512 it ran 157.1 us against the lead's 167.2 (docs/perf.md W1 v11).
+      // (It replaced the staggered consumers, lead=1, removed in session 24: at 4096 x 32768 x 512
+      // it ran 157.1 us against the lead's 167.2, docs/perf.md W1 v11.)
       if (overlap) {
         c.config.overlap = true;
         c.config.reason += "; overlap=1 (the next unit's first MMAs run under the epilogue)";
@@ -291,7 +286,6 @@ std::string Fp8GemmConfig::to_string() const {
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
-  if (lead != 0) os << ",lead=" << lead;
   if (overlap) os << ",overlap=1";
   return os.str();
 }
@@ -308,13 +302,12 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "stages") c.stages = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
-    else if (key == "lead") c.lead = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, lead, overlap)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap)");
     return Status::Ok();
   }));
   int stages = 0;

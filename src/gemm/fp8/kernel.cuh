@@ -129,9 +129,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    // Staggered consumers (Consumer::lead) only in the variants compiled for them (Fp8Traits).
-    Consumer<T, PlainPromotion, Operands, T::kLead> consumer{ss, consumer_wg, pos};
-    if constexpr (T::kLead) consumer.lead = consumer_wgs == 2 ? p.lead_groups : 0;
+    Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
     float acc[T::kBlockN / 2];
     if constexpr (T::kOverlapEpilogue) {
       // Each unit's first group is in flight while the previous unit is staged and stored. No

@@ -82,11 +82,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
-  const int max_lead = stages / c.promote_every - 1;
-  if (c.lead < 0 || c.lead > max_lead || (c.lead > 0 && c.block_m != 128))
-    return Status::Invalid("fp8_gemm: lead must be in [0, " + std::to_string(max_lead) +
-                           "] (stages / promote - 1) and needs bm=128 (two consumer warpgroups); config " +
-                           c.to_string());
   const bool plain = !a.bias && !fused_epilogue(a);
   if (c.overlap && c.splits != 1)
     return Status::Invalid("fp8_gemm: overlap=1 runs unsplit (no split-K fix-up while MMAs are in flight); config " +
@@ -97,9 +92,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
                            " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
-                           "lead: bn=256,promote=2 plain without a bias; "
                            "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias or resident rows, "
-                           "no cluster or lead; "
+                           "no cluster; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias)");
   return Status::Ok();
@@ -112,10 +106,10 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows, bool kLead, bool kOverlap>
+          int kResidentRows, bool kOverlap>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kLead, kOverlap>;
+                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -136,23 +130,22 @@ struct VariantEntry {
   int cluster;
   int promote_every;
   bool resident;  // fused with the row-broadcast rows resident (variants.h)
-  bool lead;      // compiled with staggered consumers (Fp8GemmConfig::lead > 0)
   bool overlap;   // the next unit's first MMAs run during the epilogue (Fp8GemmConfig::overlap)
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
 template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
-          bool Lead = false, bool Overlap = false>
+          bool Overlap = false>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Lead, Overlap>;
-  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Lead, Overlap, &V::launch,
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap>;
+  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Overlap, &V::launch,
                       &V::smem_bytes};
 }
 // The overlapped-epilogue twin of a plain, unstaged, single-CTA large-M tile (fp8_config_compiled).
 template <int BN, bool F32, int Promote>
 constexpr VariantEntry overlap_entry() {
-  return entry<BN, F32, false, false, 1, Promote, 128, 0, false, true>();
+  return entry<BN, F32, false, false, 1, Promote, 128, 0, true>();
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -190,20 +183,18 @@ const VariantEntry kEntries[] = {
     entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
-    // Staggered consumers (fp8_config_compiled): the chooser's one use, bn=256 promote=2.
-    entry<256, false, false, false, 1, 2, 128, 0, true>(), entry<256, true, false, false, 1, 2, 128, 0, true>(),
     // Overlapped epilogues (fp8_config_compiled): the two tiles where they were measured to win.
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
     overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
     // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
-    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
-    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, false, true>(),
+    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
+    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
 };
 constexpr int expected_entries() {
-  // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the lead
-  // twins, the overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 2 + 3 + 2;
+  // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
+  // overlapped-epilogue twins.
+  int n = 4 + 2 + 2 + 3 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -211,11 +202,11 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
-                               int promote_every, bool resident, bool lead, bool overlap) {
+                               int promote_every, bool resident, bool overlap) {
   for (const auto& e : kEntries)
     if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
         e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&
-        e.lead == lead && e.overlap == overlap)
+        e.overlap == overlap)
       return &e;
   return nullptr;
 }
@@ -288,7 +279,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   }
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
-                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.lead > 0, cfg.overlap);
+                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
@@ -341,7 +332,6 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                               cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
-  p.lead_groups = cfg.lead;
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
   p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);

@@ -117,10 +117,7 @@ struct PlainPromotion {
 // tile (256 columns: a 128-register acc) issues each K block in two 128-column parts through one
 // 64-register partial, so acc + partial still fit; its 128 x 256 tile reads a quarter fewer
 // operand bytes per FLOP from L2 than 128 x 128.
-// kLead: the staggered-consumer bookkeeping (`lead`) is compiled in. Only the FP8 variant
-// compiled for a lead has it (Fp8Traits::kLead): as a run-time switch in every consumer it cost
-// the small-M shapes 2-7% (docs/perf.md W1 v10), though it was off.
-template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands, bool kLead = false>
+template <class T, class Promotion = PlainPromotion, class Operands = DenseOperands>
 struct Consumer {
   static constexpr int kPartN = T::kBlockN > 192 ? T::kBlockN / 2 : T::kBlockN;  // columns per partial
   static constexpr int kParts = T::kBlockN / kPartN;
@@ -153,18 +150,6 @@ struct Consumer {
   // the MMAs of a serially retired part, and the adds waited for it.
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
-  // Staggered consumers (set by the kernel; 0 = off). Both warpgroups work on the same tile, so
-  // without a stagger they finish its MMAs together and both run the epilogue while the tensor
-  // cores idle. With lead = L, warpgroup 1 starts each unit only once warpgroup 0 has handed back
-  // L of that unit's groups: warpgroup 0 then reaches the epilogue about L groups earlier and
-  // stores while warpgroup 1 still issues MMAs, and the other way round at the next unit's start.
-  // Warpgroup 0 never waits for warpgroup 1 here (only through the ring), so the ring bounds
-  // the lead: L <= kMaxLead keeps the groups warpgroup 0 must finish within the stages the
-  // producer can fill while warpgroup 1 still holds the previous ones.
-  static constexpr int kMaxLead = T::kStages / kGroup - 1;
-  static_assert(!kLead || T::kConsumerWarpgroups == 2, "a lead needs a second consumer warpgroup to follow");
-  int lead = 0;           // read only when kLead
-  uint32_t released = 0;  // groups this warpgroup handed back, over all units (kLead)
 
   // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
   // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
@@ -280,24 +265,10 @@ struct Consumer {
   // before its next bulk copy into the stage, produce_rows).
   __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
     if constexpr (kReadsStage) __syncwarp();
-    if constexpr (kLead) ++released;
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) ss.bars.consumer_release(stages[i]);
-      // The leader's first thread publishes its count for the follower (see `lead`).
-      if constexpr (kLead)
-        if (threadIdx.x % 128 == 0 && consumer_wg == 0) hopper::publish_progress(&ss.bars.lead_released, released);
     }
-  }
-
-  // The follower (warpgroup 1) waits at a unit's start until the leader has handed back `lead`
-  // of the unit's groups (all of them for a shorter unit). Both walk the same units, so the
-  // leader's count at this unit's start equals the follower's own.
-  __device__ __forceinline__ void follow(int unit_groups) {
-    if constexpr (!kLead) return;
-    if (lead <= 0 || consumer_wg != 1) return;
-    const int ahead_groups = min(min(lead, kMaxLead), unit_groups);
-    hopper::wait_progress(&ss.bars.lead_released, released + static_cast<uint32_t>(ahead_groups));
   }
 
   // The partials, members so that a unit's first group can be issued before run() (start).
@@ -309,7 +280,6 @@ struct Consumer {
   // Promoted paths only: the direct path's first group overwrites acc.
   __device__ __forceinline__ void start(const gemm::WorkUnit& w) {
     static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
-    follow(w.kb_end - w.kb_begin);
     const int kb_begin = w.kb_begin * kGroup;
     kb_last = w.kb_end * kGroup - kGroup;
     promotion.issued(ahead, kb_begin);
@@ -327,7 +297,6 @@ struct Consumer {
     const int kb_begin = w.kb_begin * kGroup, kb_end = w.kb_end * kGroup;
     if constexpr (!Operands::kPromote) {
       static_assert(!kIssuedAhead, "the direct path issues its own first group");
-      follow(w.kb_end - w.kb_begin);
       kb_last = kb_end - kGroup;
       promotion.issued(ahead, kb_begin);
       run_direct(kb_begin, kb_end, acc);

@@ -79,20 +79,16 @@ struct RegisterSplit {
 // kResidentRows_ (fused only): > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many,
 // for the CTA's N block in shared memory for the whole kernel, loaded once; the launcher walks
 // each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
-// kLead_: compiled with the staggered-consumer bookkeeping (fp8::Consumer, `lead`). Only the
-// variant the chooser staggers has it: as a run-time switch in every kernel it cost the
-// small-M shapes 2-7% while off (docs/perf.md W1 v10).
 // kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
 // tensor cores work while the consumers stage and store (Consumer::start). Only where nothing
 // in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
 // without a bias, or the fused one with resident rows and neither activation nor residual
 // (FusedEpilogue::apply_overlapped); no split-K fix-up (the launcher refuses splits), single
-// CTAs, no lead. A
-// divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the kernel
-// (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated instruction.
+// CTAs. A divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the
+// kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated
+// instruction.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kLead_ = false,
-          bool kOverlap_ = false>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -107,11 +103,9 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
                 "64-row tiles: plain or bias epilogue, single CTAs");
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kResidentRows = kResidentRows_;
-  static constexpr bool kLead = kLead_;
-  static_assert(!kLead || (kBlockM == 128 && !kFused_ && kClusterM_ == 1), "a lead needs two consumer warpgroups");
   static constexpr bool kOverlapEpilogue = kOverlap_;
-  static_assert(!kOverlap_ || (kClusterM_ == 1 && !kLead_ && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
-                "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs, no lead");
+  static_assert(!kOverlap_ || (kClusterM_ == 1 && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
+                "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
@@ -181,9 +175,6 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
-  // Groups of K blocks consumer warpgroup 0 runs ahead of warpgroup 1 at each unit's start
-  // (fp8::Consumer::lead); 0 = they start together.
-  int lead_groups;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
