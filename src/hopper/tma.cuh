@@ -47,17 +47,10 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
   cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, gmem_src, bytes, bar);
 }
 
-// 2-D tile store shared -> global; the hardware clips the box at the tensor's edges.
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem_src,
-                                             int32_t inner, int32_t outer) {
-  const int32_t coords[2] = {inner, outer};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords,
-                                  smem_src);
-}
-
-// The same store issued only where `issue` holds, as a predicated instruction rather than a
-// branch: code that runs while a wgmma group is in flight must not diverge per lane, or ptxas
-// serializes every wgmma of the kernel (C7518). cuda::ptx has no predicated form.
+// 2-D tile store shared -> global, issued only where `issue` holds; the hardware clips the box
+// at the tensor's edges. A predicated instruction rather than a branch: code that runs while a
+// wgmma group is in flight must not diverge per lane, or ptxas serializes every wgmma of the
+// kernel (C7518). cuda::ptx has no predicated form.
 __device__ __forceinline__ void tma_store_2d_if(bool issue, const CUtensorMap* map, const void* smem_src,
                                                 int32_t inner, int32_t outer) {
   asm volatile(

@@ -107,14 +107,12 @@ struct Fp8Epilogue {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
       if (col0 + round_col >= n) break;  // uniform over the warpgroup
       uint8_t* buf = ss.epi[consumer_wg][round_counter % T::kEpiSlots];
-      // The stores issued kEpiSlots rounds ago read this slot; wait until they have. With the
-      // next unit's MMAs in flight (kOverlapEpilogue) every thread waits and commits, so no lane
-      // branches: the others have only empty groups, which the wait passes at once.
-      if constexpr (T::kOverlapEpilogue) {
-        hopper::tma_store_wait_read<T::kEpiSlots - 1>();
-      } else {
-        if (t == 0) hopper::tma_store_wait_read<T::kEpiSlots - 1>();
-      }
+      // The stores issued kEpiSlots rounds ago read this slot; wait until they have. Thread 0
+      // issues the stores. With the next unit's MMAs in flight (kOverlapEpilogue) every thread
+      // waits and commits, so no lane branches: the others have only empty groups, which the
+      // wait passes at once.
+      const bool bulk_thread = T::kOverlapEpilogue || t == 0;
+      if (bulk_thread) hopper::tma_store_wait_read<T::kEpiSlots - 1>();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
 
       if constexpr (!T::kOutFp32) {
@@ -146,20 +144,12 @@ struct Fp8Epilogue {
       }
       hopper::fence_async_shared();
       hopper::named_barrier_sync(barrier(consumer_wg), 128);
-      if constexpr (T::kOverlapEpilogue) {
+      if (bulk_thread) {
 #pragma unroll
         for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
           const int chunk_col = round_col + q * T::kEpiChunkCols;
           if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;  // uniform over the warpgroup
           hopper::tma_store_2d_if(t == 0, tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col, row0);
-        }
-        hopper::tma_store_commit();
-      } else if (t == 0) {
-#pragma unroll
-        for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
-          const int chunk_col = round_col + q * T::kEpiChunkCols;
-          if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;
-          hopper::tma_store_2d(tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col, row0);
         }
         hopper::tma_store_commit();
       }
@@ -201,11 +191,7 @@ struct Fp8Epilogue {
 
   // Shared memory must outlive the stores that read it.
   __device__ __forceinline__ void drain() {
-    if constexpr (T::kOverlapEpilogue) {
-      hopper::tma_store_wait_all<0>();  // every thread (see store): no lane branch
-    } else {
-      if (threadIdx.x % 128 == 0) hopper::tma_store_wait_all<0>();
-    }
+    if (T::kOverlapEpilogue || threadIdx.x % 128 == 0) hopper::tma_store_wait_all<0>();  // the bulk threads (store)
   }
 
  private:
