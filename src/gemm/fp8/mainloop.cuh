@@ -105,14 +105,6 @@ struct PlainPromotion {
   }
 };
 
-// Whether T runs a unit's whole first group under the previous unit's epilogue
-// (Fp8Traits::kOverlapGroup; traits without the member never do).
-template <class T, class = void>
-struct OverlapsFirstGroup : std::false_type {};
-template <class T>
-struct OverlapsFirstGroup<T, std::void_t<decltype(T::kOverlapGroup)>>
-    : std::bool_constant<T::kOverlapEpilogue && T::kOverlapGroup> {};
-
 // One consumer warpgroup computes its 64 x BN slice of the unit. The tensor cores' FP8
 // accumulator keeps fewer mantissa bits than FP32, so each K block (4 wgmma k-steps) goes into a
 // fresh partial accumulator that is then added to the FP32 `acc` in registers ("promotion").
@@ -302,7 +294,7 @@ struct Consumer {
   // issues the remaining parts straight into their slices of acc -- the first group of a unit is
   // its own partial, so nothing is lost by not promoting it. run<true> then takes p0 as acc's
   // first part.
-  static constexpr bool kGroupUnderEpilogue = kParts > 1 && OverlapsFirstGroup<T>::value;
+  static constexpr bool kGroupUnderEpilogue = T::kOverlapEpilogue && kParts > 1 && T::kOverlapGroup;
   __device__ __forceinline__ void start_rest(float (&acc)[kRegs]) {
     static_assert(kGroupUnderEpilogue, "serially retired parts with the overlapped epilogue");
 #pragma unroll
