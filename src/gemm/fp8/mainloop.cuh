@@ -306,8 +306,7 @@ struct Consumer {
   // kIssuedAhead: start(w) already issued the first group (and start_rest its other parts).
   template <bool kIssuedAhead = false>
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
-    // (Under the epilogue, start_rest's parts already fill acc's other parts.)
-    if constexpr (Operands::kPromote && !(kIssuedAhead && kGroupUnderEpilogue)) {
+    if constexpr (Operands::kPromote) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
     }
