@@ -367,14 +367,6 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueExact) {
           if (out == OutType::kFP32 && std::string(cfg).find("bn=256") != std::string::npos) continue;  // not compiled
           expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
         }
-  // overlap=2: the whole first group under the epilogue, acc's second half stored first. N = 112
-  // leaves that half wholly past N, 400 a partial last tile.
-  for (int64_t m : {1, 129, 300})
-    for (int64_t n : {112, 208, 400})
-      for (int64_t k : {16, 400, 1280})
-        for (const char* cfg : {"bn=256,promote=2,overlap=2", "bn=256,promote=2,overlap=2,grid=3,group=1"})
-          expect_exact({m, n, k, OutType::kBF16, false, Inputs::kSmallInts, cfg});
-  expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=2"});
   expect_close({300, 1536, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1"});
   expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1"});
   expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,overlap=1"});

@@ -85,7 +85,7 @@ struct Fp8GemmConfig {
   // carries it and runs without it when the call has an activation or residual; a config
   // written with it is refused there). The chooser takes it where it was measured to win
   // (docs/perf.md W1 v11, W2 v5).
-  int overlap = 0;  // EXPERIMENT: 2 = the whole first group (bn=256 promote=2)
+  bool overlap = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };

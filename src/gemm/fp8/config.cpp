@@ -110,9 +110,6 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32) {
   // Overlapped epilogues: twins of two plain tiles (bn=256 in BF16 only) and of the resident
   // fused kernel (launch.cu).
-  if (c.overlap == 2 && !(c.block_m == 128 && c.cluster == 1 && !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain &&
-                          c.promote_every == 2 && c.block_n == 256 && !out_fp32))
-    return false;
   if (c.overlap &&
       !(c.block_m == 128 && c.cluster == 1 &&
         ((!c.resident_rows && epilogue == Fp8EpilogueKind::kPlain &&
@@ -289,7 +286,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (cluster != 1) os << ",cluster=" << cluster;
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
-  if (overlap) os << ",overlap=" << overlap;
+  if (overlap) os << ",overlap=1";
   return os.str();
 }
 
@@ -306,7 +303,7 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "cluster") c.cluster = value;
     else if (key == "promote") c.promote_every = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
-    else if (key == "overlap" && value >= 0 && value <= 2) c.overlap = value;
+    else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +

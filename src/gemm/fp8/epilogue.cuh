@@ -89,18 +89,9 @@ struct Fp8Epilogue {
     }
   }
 
-  struct NoHook {
-    __device__ __forceinline__ void operator()() const {}
-  };
-  // `half_read` runs once the rounds of acc's second half are staged. With T::kOverlapGroup
-  // that half goes first, and the hook issues the next unit's MMAs into it
-  // (Consumer::start_rest) while the first half is still stored.
-  template <class Hook = NoHook>
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
                                         const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
-                                        float (&acc)[T::kBlockN / 2], Hook half_read = {}) {
-    static_assert(!T::kOverlapGroup || (T::kEpiRounds % 2 == 0 && T::kEpiRounds / 2 * T::kEpiRoundCols == T::kBlockN / 2),
-                  "acc's halves are whole rounds");
+                                        float (&acc)[T::kBlockN / 2]) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
@@ -112,16 +103,9 @@ struct Fp8Epilogue {
     if (!T::kOverlapEpilogue && row0 >= m) return;
 
 #pragma unroll
-    for (int s = 0; s < T::kEpiRounds; ++s) {
-      const int r = T::kOverlapGroup ? (s + T::kEpiRounds / 2) % T::kEpiRounds : s;
+    for (int r = 0; r < T::kEpiRounds; ++r) {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
-      if (s == T::kEpiRounds / 2) half_read();
-      // Uniform over the warpgroup. In order, no later round is inside N either; last part
-      // first, a later round may be.
-      if (col0 + round_col >= n) {
-        if constexpr (T::kOverlapGroup) continue;
-        else break;
-      }
+      if (col0 + round_col >= n) break;  // uniform over the warpgroup
       uint8_t* buf = ss.epi[consumer_wg][round_counter % T::kEpiSlots];
       // The stores issued kEpiSlots rounds ago read this slot; wait until they have. Thread 0
       // issues the stores. With the next unit's MMAs in flight (kOverlapEpilogue) every thread

@@ -143,7 +143,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         int u = first_unit;
         gemm::WorkUnit w = unit_at(u);
         consumer.start(w);
-        if constexpr (decltype(consumer)::kGroupUnderEpilogue) consumer.start_rest(acc);
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
@@ -156,11 +155,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
           const gemm::WorkUnit w_next = unit_at(next);
           consumer.start(w_next);
-          // Epilogue, under the next unit's first MMAs (its whole first group: start_rest).
-          if constexpr (decltype(consumer)::kGroupUnderEpilogue)
-            epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc, [&] { consumer.start_rest(acc); });
-          else
-            epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+          // Epilogue, under the next unit's first MMAs.
+          epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
           u = next;
           w = w_next;
         }

@@ -106,7 +106,7 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows, int kOverlap>
+          int kResidentRows, bool kOverlap>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
                            kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap>;
@@ -130,22 +130,22 @@ struct VariantEntry {
   int cluster;
   int promote_every;
   bool resident;  // fused with the row-broadcast rows resident (variants.h)
-  int overlap;   // the next unit's first MMAs run during the epilogue (Fp8GemmConfig::overlap)
+  bool overlap;   // the next unit's first MMAs run during the epilogue (Fp8GemmConfig::overlap)
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
 template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
-          int Overlap = 0>
+          bool Overlap = false>
 constexpr VariantEntry entry() {
   using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap>;
   return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Overlap, &V::launch,
                       &V::smem_bytes};
 }
 // The overlapped-epilogue twin of a plain, unstaged, single-CTA large-M tile (fp8_config_compiled).
-template <int BN, bool F32, int Promote, int Level = 1>
+template <int BN, bool F32, int Promote>
 constexpr VariantEntry overlap_entry() {
-  return entry<BN, F32, false, false, 1, Promote, 128, 0, Level>();
+  return entry<BN, F32, false, false, 1, Promote, 128, 0, true>();
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -186,15 +186,15 @@ const VariantEntry kEntries[] = {
     // Overlapped epilogues (fp8_config_compiled): the two tiles where they were measured to win.
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
-    overlap_entry<256, false, 2>(), overlap_entry<256, false, 2, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
+    overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
     // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
-    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, 1>(),
-    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, 1>(),
+    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
+    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
   // overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 4 + 2;
+  int n = 4 + 2 + 2 + 3 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -202,7 +202,7 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
-                               int promote_every, bool resident, int overlap) {
+                               int promote_every, bool resident, bool overlap) {
   for (const auto& e : kEntries)
     if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
         e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&

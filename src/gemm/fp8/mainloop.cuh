@@ -155,9 +155,7 @@ struct Consumer {
   // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
   // the ring on. Straight-line code between the fence and the commit: a wait loop or a branch
   // inside a wgmma group makes ptxas serialize every wgmma of the kernel (C7520).
-  __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) { issue(part, kb, part_n, part.r); }
-  // The same into `r` instead of the part's own registers (a slice of acc: start_rest).
-  __device__ __forceinline__ void issue(Partial& part, int kb, int part_n, float (&r)[kPartRegs]) {
+  __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
     if (part_n == 0) {
       part.pending = ahead;
       promotion.issued(ahead, min(kb + kGroup, kb_last));
@@ -172,11 +170,11 @@ struct Consumer {
       part.stage[i] = at.stage;
       part.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
-    hopper::fence_operands(r);
+    hopper::fence_operands(part.r);
     hopper::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, kPartN>(ss, part.stage[i], part.regs[i], consumer_wg, part_n, r,
+      Operands::template mma<T, kPartN>(ss, part.stage[i], part.regs[i], consumer_wg, part_n, part.r,
                                         /*accumulate=*/i > 0);
     hopper::wgmma_commit_group();
     if (part_n == kParts - 1) pos = at;
@@ -288,22 +286,8 @@ struct Consumer {
     issue(p0, kb_begin);
   }
 
-  // With the overlapped epilogue and serially retired parts (the 256-wide tile), the whole first
-  // group runs under the previous unit's epilogue: start() issues part 0 into p0 before it, and
-  // once the epilogue has read acc's last part (Fp8Epilogue::store, last part first), start_rest
-  // issues the remaining parts straight into their slices of acc -- the first group of a unit is
-  // its own partial, so nothing is lost by not promoting it. run<true> then takes p0 as acc's
-  // first part.
-  static constexpr bool kGroupUnderEpilogue = T::kOverlapEpilogue && kParts > 1 && T::kOverlapGroup;
-  __device__ __forceinline__ void start_rest(float (&acc)[kRegs]) {
-    static_assert(kGroupUnderEpilogue, "serially retired parts with the overlapped epilogue");
-#pragma unroll
-    for (int part_n = 1; part_n < kParts; ++part_n)
-      issue(p0, /*kb=*/0, part_n, *reinterpret_cast<float(*)[kPartRegs]>(acc + part_n * kPartRegs));
-  }
-
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
-  // kIssuedAhead: start(w) already issued the first group (and start_rest its other parts).
+  // kIssuedAhead: start(w) already issued the first group.
   template <bool kIssuedAhead = false>
   __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
     if constexpr (Operands::kPromote) {
@@ -335,22 +319,6 @@ struct Consumer {
         issue(p0, kb);
         kb += kGroup;
         retire<1>(p1, acc);
-      }
-    } else if constexpr (kIssuedAhead && kGroupUnderEpilogue) {
-      // Group 0: part 0 in p0, the others in acc (start, start_rest). p0 becomes acc's first
-      // part once the whole group has retired.
-      hopper::wgmma_wait_group<0>();
-      hopper::fence_operands(p0.r);
-      hopper::fence_operands(acc);
-#pragma unroll
-      for (int i = 0; i < kPartRegs; ++i) acc[i] = p0.r[i];
-      release(p0.stage);
-      for (int kb = kb_begin + kGroup; kb < kb_end; kb += kGroup) {
-#pragma unroll
-        for (int part_n = 0; part_n < kParts; ++part_n) {
-          issue(p0, kb, part_n);
-          retire<0>(p0, acc, part_n);
-        }
       }
     } else {
       // Serially retired parts through one partial; the first part of the first group is start's.

@@ -48,7 +48,6 @@ struct EpilogueStaging {
   static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
   // Whether the next unit's first MMA group runs during the store (Fp8Traits overrides it).
   static constexpr bool kOverlapEpilogue = false;
-  static constexpr bool kOverlapGroup = false;
   static_assert(kBlockN % kEpiChunkCols == 0, "whole chunks per tile row");
   // The 16-byte unit of a staged row that holds unit u of row r, in the TMA swizzle of the
   // chunk's width (128B: u ^ r % 8; 64B: u ^ (r / 2) % 4; 32B: u ^ (r / 4) % 2). Conflict-free
@@ -89,7 +88,7 @@ struct RegisterSplit {
 // kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated
 // instruction.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, int kOverlap_ = 0>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -104,11 +103,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
                 "64-row tiles: plain or bias epilogue, single CTAs");
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kResidentRows = kResidentRows_;
-  static constexpr bool kOverlapEpilogue = kOverlap_ > 0;
-  // 2: the whole first group under the epilogue, not only its first part (Consumer::start_rest).
-  static constexpr bool kOverlapGroup = kOverlap_ == 2;
-  static_assert(kOverlap_ >= 0 && kOverlap_ <= 2 && (kOverlap_ < 2 || (!kFused_ && kBlockN_ > 192)),
-                "overlap 2: plain tiles whose K block is issued in parts");
+  static constexpr bool kOverlapEpilogue = kOverlap_;
   static_assert(!kOverlap_ || (kClusterM_ == 1 && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
                 "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
