@@ -1,16 +1,12 @@
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <array>
-#include <map>
-#include <set>
 
 #include <utility>
 #include <vector>
 
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variants.h"
-#include "gemm/tile_scheduler.cuh"
 #include "lowbit/gemm.h"
 
 using namespace lowbit;
@@ -277,93 +273,4 @@ TEST(TileSchedule, RasterCoversEveryTileOnceForAnyGroup) {
       }
       for (int v : seen) EXPECT_EQ(v, 1) << tm << "x" << tn << " group " << group;
     }
-}
-
-// The stream-K tail, checked as a property over many shapes and grids: every (tile, K block) is
-// computed by exactly one unit; the units of a tile agree on how it is summed (parts, counter,
-// first slot) and number themselves 0..parts-1; no two parts share a workspace slot; counters and
-// slots stay inside what the workspace holds; and every CTA gets the same number of K blocks,
-// to within one (the point of the tail).
-TEST(TileSchedule, StreamKTailCoversEveryBlockOnce) {
-  struct Case { int tiles_m, tiles_n, k_blocks, grid; };
-  const Case cases[] = {{32, 32, 32, 132}, {64, 32, 32, 132}, {32, 33, 32, 132}, {3, 5, 7, 4},  {1, 1, 9, 4},
-                        {1, 3, 1, 4},      {2, 3, 1, 7},      {5, 7, 64, 12},   {32, 28, 64, 132}, {11, 13, 3, 16},
-                        {4, 4, 2, 3},      {1, 200, 5, 132},  {7, 7, 1, 5}};
-  for (const Case& cs : cases) {
-    gemm::TileSchedule s;
-    s.tiles_m = cs.tiles_m;
-    s.tiles_n = cs.tiles_n;
-    s.k_blocks = cs.k_blocks;
-    s.group_m = 4;
-    s.set_stream_k(cs.grid);
-    const int tiles = s.num_tiles();
-    SCOPED_TRACE(::testing::Message() << cs.tiles_m << "x" << cs.tiles_n << " tiles, " << cs.k_blocks
-                                      << " K blocks, grid " << cs.grid);
-    if (tiles % cs.grid == 0) {
-      EXPECT_EQ(s.sk_chunks, 0) << "no partial wave: nothing to share";
-      continue;
-    }
-    ASSERT_GT(s.sk_chunks, 0);
-    EXPECT_EQ(s.dp_tiles % cs.grid, 0);
-    std::vector<int> covered(static_cast<size_t>(tiles) * cs.k_blocks, 0);
-    std::vector<int> per_cta(cs.grid, 0);
-    std::map<int, std::vector<gemm::FixUp>> parts_of_tile;
-    std::set<int> slots;
-    for (int u = 0; u < s.num_units(); ++u) {
-      const gemm::WorkUnit w = s.unit(u);
-      if (w.empty()) continue;
-      ASSERT_GE(w.kb_begin, 0);
-      ASSERT_LE(w.kb_end, cs.k_blocks);
-      ASSERT_GE(w.tile, 0);
-      ASSERT_LT(w.tile, tiles);
-      int mb = 0, nb = 0;
-      gemm::raster_tile(w.tile, s.tiles_m, s.tiles_n, s.group_m, &mb, &nb);
-      EXPECT_EQ(mb, w.m_block);
-      EXPECT_EQ(nb, w.n_block);
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) ++covered[static_cast<size_t>(w.tile) * cs.k_blocks + kb];
-      per_cta[u % cs.grid] += w.kb_end - w.kb_begin;
-      const gemm::FixUp f = s.fixup(u);
-      if (w.tile < s.dp_tiles) {
-        EXPECT_EQ(f.parts, 1);
-        EXPECT_EQ(w.kb_end - w.kb_begin, cs.k_blocks);
-        continue;
-      }
-      ASSERT_GE(f.parts, 1);
-      EXPECT_GE(f.part, 0);
-      EXPECT_LT(f.part, f.parts);
-      EXPECT_EQ(f.counter, w.tile - s.dp_tiles);
-      EXPECT_LT(f.counter, s.fixup_counters());
-      EXPECT_LT(f.slot0 + f.part, s.fixup_slots());
-      EXPECT_TRUE(slots.insert(f.slot0 + f.part).second) << "slot " << f.slot0 + f.part << " taken twice";
-      parts_of_tile[w.tile].push_back(f);
-    }
-    for (size_t i = 0; i < covered.size(); ++i)
-      ASSERT_EQ(covered[i], 1) << "tile " << i / cs.k_blocks << " K block " << i % cs.k_blocks;
-    for (const auto& [tile, fs] : parts_of_tile) {
-      std::set<int> idx;
-      for (const auto& f : fs) {
-        EXPECT_EQ(f.parts, static_cast<int>(fs.size())) << "tile " << tile;
-        EXPECT_EQ(f.slot0, fs[0].slot0);
-        EXPECT_EQ(f.counter, fs[0].counter);
-        idx.insert(f.part);
-      }
-      EXPECT_EQ(static_cast<int>(idx.size()), static_cast<int>(fs.size())) << "tile " << tile;
-    }
-    const auto [lo, hi] = std::minmax_element(per_cta.begin(), per_cta.end());
-    EXPECT_LE(*hi - *lo, 1) << "K blocks per CTA " << *lo << ".." << *hi;
-  }
-}
-
-TEST(Fp8Config, StreamK) {
-  Fp8GemmConfig c;
-  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1,streamk=1,grid=132", &c).ok());
-  EXPECT_TRUE(c.stream_k);
-  EXPECT_NE(c.to_string().find("streamk=1"), std::string::npos) << c.to_string();
-  EXPECT_EQ(parse_fp8_config("bn=128,streamk=2", &c).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,streamk=1,grid=132", &c).ok());
-  // 4096 x 8192 in 128 x 256 tiles: 1024 tiles = 7 waves of 132 + 100; the tail's 100 x 32
-  // promotion groups shared by 132 CTAs: 100 + 131 partial slots after the counter region.
-  EXPECT_EQ(fp8_gemm_workspace_size(4096, 8192, 8192, c), 16384u + 231u * 128 * 256 * 4);
-  // 1056 tiles = exactly 8 waves: no tail, no workspace.
-  EXPECT_EQ(fp8_gemm_workspace_size(4096, 8448, 8192, c), 0u);
 }

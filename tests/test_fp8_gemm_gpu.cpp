@@ -376,46 +376,6 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueExact) {
   expect_close({1024, 4096, 2048, OutType::kFP32, false, Inputs::kUniform, nullptr});
 }
 
-// The stream-K tail: small grids force every way a tile can be shared (one chunk spanning two
-// tiles, several chunks in one tile, fewer chunks than CTAs when the tail has fewer K blocks
-// than the grid), with both promotion intervals, odd K-block counts, both output types, and the
-// overlapped kernels, whose whole tiles keep the overlap and whose tail runs without it.
-TEST_F(Fp8GemmGpu, StreamKTailExact) {
-  for (const char* cfg : {"bn=128,streamk=1,grid=3", "bn=128,streamk=1,grid=7", "bn=64,streamk=1,grid=9",
-                          "bn=128,promote=2,streamk=1,grid=7", "bn=192,promote=2,streamk=1,grid=4",
-                          "bn=256,promote=2,streamk=1,grid=3", "bn=256,promote=2,overlap=1,streamk=1,grid=3",
-                          "bn=256,promote=2,overlap=1,streamk=1,grid=5", "bn=128,overlap=1,streamk=1,grid=7"})
-    for (int64_t k : {1280, 1152, 128})
-      for (OutType out : {OutType::kBF16, OutType::kFP32}) {
-        if (out == OutType::kFP32 && std::string(cfg).find("bn=256,promote=2,overlap") != std::string::npos)
-          continue;  // not compiled
-        expect_exact({1000, 208, k, out, false, Inputs::kSmallInts, cfg});
-      }
-  // One CTA per SM (the default grid): 144 tiles of 128 x 256 = one wave and 12 tail tiles, whose
-  // 24 promotion groups (K = 512) are fewer than the CTAs.
-  expect_exact({2048, 2304, 512, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,overlap=1,streamk=1"});
-  expect_exact({2048, 2304, 2048, OutType::kFP32, false, Inputs::kSmallInts, "bn=256,promote=2,streamk=1"});
-  expect_close({1024, 2304, 2048, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1,streamk=1,grid=50"});
-  expect_close({1024, 2304, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,streamk=1,grid=100"});
-}
-
-TEST_F(Fp8GemmGpu, StreamKIsDeterministic) {
-  Case c{1000, 640, 4096, OutType::kFP32, false, Inputs::kUniform, "bn=128,streamk=1,grid=7"};
-  Outcome first;
-  run_case(c, &first);
-  for (int rep = 0; rep < 3; ++rep) {
-    Outcome again;
-    run_case(c, &again);
-    EXPECT_EQ(first.raw, again.raw) << "stream-K result changed between identical runs (rep " << rep << ")";
-  }
-}
-
-TEST_F(Fp8GemmGpu, StreamKRejectsWhatItCannotRun) {
-  for (const char* bad : {"bn=128,streamk=1,splits=2", "bn=128,streamk=1,cluster=2"})
-    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
-  EXPECT_EQ(run_forced("bn=128,streamk=1", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
-}
-
 TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   for (const char* bad : {"bn=256,promote=2,overlap=1,splits=2", "bn=192,promote=2,overlap=1", "bn=64,overlap=1",
                           "bn=64,bm=64,overlap=1", "bn=256,overlap=1",

@@ -86,18 +86,12 @@ struct Fp8GemmConfig {
   // written with it is refused there). The chooser takes it where it was measured to win
   // (docs/perf.md W1 v11, W2 v5).
   bool overlap = false;
-  // A stream-K tail (splits=1, no cluster, the plain epilogue without a bias). The tiles of
-  // whole waves run whole; the K blocks of the tiles left over for a last, partial wave are
-  // shared out evenly over the grid (`grid` CTAs, or one per SM when 0), and the CTAs that share
-  // a tile sum their parts through the workspace (fp8_gemm_workspace_size), so no SM idles for a
-  // whole tile at the end. With overlap, the whole tiles keep it and the tail runs without.
-  bool stream_k = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
 // Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,overlap=1" (any subset; also
-// stages=, resident=, overlap= and streamk=); unknown keys are an error. Whether a config is compiled is
+// stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is
 // checked by fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 

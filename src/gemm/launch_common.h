@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "gemm/tile_scheduler.cuh"
 #include "lowbit/status.h"
 
 namespace lowbit::gemm {
@@ -60,18 +59,10 @@ inline Status check_split_tiles(const char* who, int64_t tiles, int splits) {
   return Status::Ok();
 }
 
-// The fix-up workspace of a schedule, split-K or a stream-K tail (whose counters, one per tail
-// tile, are fewer than the grid): the counter region, then one FP32 block_m x block_n partial
-// per slot. 0 when no tile is summed from parts.
-inline size_t fixup_workspace_bytes(const TileSchedule& s, int block_m, int block_n) {
-  if (s.fixup_slots() == 0) return 0;
-  return kSplitKCounterBytes + static_cast<size_t>(s.fixup_slots()) * block_m * block_n * sizeof(float);
-}
-
-// Points the kernel parameters' fix-up buffers into the workspace (nothing without parts).
+// Points the kernel parameters' split-K buffers into the workspace (nothing without a split).
 template <class Params>
 void bind_split_k_workspace(Params& p, void* workspace) {
-  if (p.sched.fixup_slots() == 0) return;
+  if (p.sched.splits <= 1) return;
   p.tile_counters = static_cast<int*>(workspace);
   p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + kSplitKCounterBytes);
 }

@@ -83,7 +83,7 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
 }
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count, int stream_k_grid) {
+                                int splits, int raster_group, int sm_count) {
   gemm::TileSchedule s;
   s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
@@ -91,7 +91,6 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   s.splits = splits;
   s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
   s.group_m = std::max(1, std::min({s.group_m, s.tiles_m, gemm::kMaxRasterGroup}));
-  if (stream_k_grid > 0) s.set_stream_k(stream_k_grid);
   return s;
 }
 
@@ -288,7 +287,6 @@ std::string Fp8GemmConfig::to_string() const {
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
   if (overlap) os << ",overlap=1";
-  if (stream_k) os << ",streamk=1";
   return os.str();
 }
 
@@ -307,11 +305,9 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
-    else if (key == "streamk" && (value == 0 || value == 1)) c.stream_k = value == 1;
-    else if (key == "streamk") return Status::Invalid("streamk must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, streamk)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -370,25 +366,12 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   return os.str();
 }
 
-size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config) {
+size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
   // 0 for what no launch takes (block_n = 0 divided by zero; a negative M wrapped the size).
   if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
     return 0;
-  if (!config.stream_k)
-    return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
-                                         config.splits, config.block_m, config.block_n);
-  // A stream-K tail is cut for the grid that runs: `grid`, or one CTA per SM of this device.
-  if (k <= 0 || config.splits != 1) return 0;
-  int grid = config.grid;
-  if (grid <= 0) {
-    DeviceInfo dev;
-    if (!query_device(&dev).ok()) return 0;  // no device: nothing can run
-    grid = dev.sm_count;
-  }
-  const gemm::TileSchedule s = fp8::fp8_schedule(m, n, fp8::fp8_promotion_groups(k, config.promote_every),
-                                                 config.block_m, config.block_n, config.cluster, 1,
-                                                 config.raster_group, grid, grid);
-  return gemm::fixup_workspace_bytes(s, config.block_m, config.block_n);
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
+                                       config.splits, config.block_m, config.block_n);
 }
 
 }  // namespace lowbit

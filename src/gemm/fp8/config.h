@@ -31,9 +31,9 @@ int fp8_k_blocks(int64_t k);
 int fp8_promotion_groups(int64_t k, int promote_every);
 // The persistent schedule of an M x N output in block_m x block_n tiles (cluster rows of
 // `cluster` tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for /
-// cluster; stream_k_grid > 0: a stream-K tail for that many CTAs (TileSchedule::set_stream_k).
+// cluster.
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count, int stream_k_grid = 0);
+                                int splits, int raster_group, int sm_count);
 int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);

@@ -100,7 +100,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = first_unit; u < num_units; u += unit_step) {
         const gemm::WorkUnit w = unit_at(u);
-        if (w.empty()) continue;  // a stream-K chunk without a second piece: skipped by every role
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
       }
@@ -132,42 +131,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Fp8Epilogue<T> epilogue;
     Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
     float acc[T::kBlockN / 2];
-    // A unit summed from parts (split-K, a stream-K tail) goes through the fix-up; the part that
-    // arrives last finishes the tile. Every unit's staged operands are waited for and released,
-    // finished here or not, so the loader stays in step. (The launcher runs a stream-K tail with
-    // the unstaged plain epilogue only, and skips its empty units like the producer does.)
-    uint32_t parity = 0;
-    auto run_and_fix = [&](int u, const gemm::WorkUnit& w) {
-      // Mainloop.
-      consumer.run(w, acc);
-      // Epilogue. The fix-up's slots are worked out here, not kept in registers through the mainloop.
-      const gemm::FixUp fix = p.sched.fixup(u);
-      const bool finish = fix.parts == 1 || gemm::split_k_fixup(acc, fix, p.partials, p.tile_counters,
-                                                                static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
-      if constexpr (T::kFused) {
-        Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
-      } else {
-        if constexpr (T::kStaged)
-          if (staged) StagedOps::wait(ss, parity);
-        if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
-        if constexpr (T::kStaged)
-          if (staged) StagedOps::release(ss);
-      }
-      if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
-      parity ^= 1u;
-    };
-    int u = first_unit;
     if constexpr (T::kOverlapEpilogue) {
-      // Each whole unit's first group is in flight while the previous unit is staged and stored.
-      // No fix-up here (whole tiles only; the launcher refuses splits), no staged bias, and
-      // resident rows are waited for once, up front: nothing waits or branches per lane while
-      // the group runs. The loop is shaped so that every path into its next iteration has just
-      // issued the group (a merge of an issued and an idle partial made ptxas serialize the
-      // wgmmas, C7514), and the last whole unit's epilogue runs with nothing in flight. A
-      // stream-K tail's units follow without the overlap: their fix-up branches per lane.
+      // Each unit's first group is in flight while the previous unit is staged and stored. No
+      // split-K fix-up here (the launcher refuses splits), no staged bias, and resident rows are
+      // waited for once, up front: nothing waits or branches per lane while the group runs.
+      // The loop is shaped so that every path into its next iteration has just issued the
+      // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
+      // and the last unit's epilogue runs with nothing in flight.
       if constexpr (T::kFused) Fused::wait_resident(ss);
-      const int whole_units = p.sched.whole_units();
-      if (u < whole_units) {
+      if (first_unit < num_units) {
+        int u = first_unit;
         gemm::WorkUnit w = unit_at(u);
         consumer.start(w);
         while (true) {
@@ -176,9 +149,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
           else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
           const int next = u + unit_step;
-          if (next >= whole_units) {
+          if (next >= num_units) {
             epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
-            u = next;
             break;
           }
           const gemm::WorkUnit w_next = unit_at(next);
@@ -189,13 +161,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           w = w_next;
         }
       }
-    }
-    // (The overlapped fused kernel has no tail: the launcher never gives it one.)
-    if constexpr (!(T::kOverlapEpilogue && T::kFused)) {
-      for (; u < num_units; u += unit_step) {
+    } else {
+      uint32_t parity = 0;
+      for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
         const gemm::WorkUnit w = unit_at(u);
-        if (w.empty()) continue;  // skipped alike by the producer: no barrier phase
-        run_and_fix(u, w);
+        // Mainloop.
+        consumer.run(w, acc);
+        // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
+        // waited for and released, finished here or not, so the loader stays in step.
+        const bool finish = p.sched.splits == 1 ||
+                            gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+                                                static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
+        if constexpr (T::kFused) {
+          Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
+        } else {
+          if constexpr (T::kStaged)
+            if (staged) StagedOps::wait(ss, parity);
+          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          if constexpr (T::kStaged)
+            if (staged) StagedOps::release(ss);
+        }
+        if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
       }
     }
     epilogue.drain();

@@ -83,9 +83,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
   const bool plain = !a.bias && !fused_epilogue(a);
-  if (c.stream_k && (c.splits != 1 || c.cluster != 1 || c.resident_rows || a.bias || fused_epilogue(a)))
-    return Status::Invalid("fp8_gemm: streamk=1 runs splits=1, no cluster, the plain epilogue without a bias (it is "
-                           "its own K split); config " + c.to_string());
   if (c.overlap && c.splits != 1)
     return Status::Invalid("fp8_gemm: overlap=1 runs unsplit (no split-K fix-up while MMAs are in flight); config " +
                            c.to_string());
@@ -332,11 +329,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
-  // A stream-K tail is cut for exactly the grid that is launched: one chunk per CTA.
-  const int grid = cfg.stream_k && cfg.grid <= 0 ? dev.sm_count : cfg.grid;
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
-                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count,
-                              cfg.stream_k ? grid : 0);
+                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
@@ -348,7 +342,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry->launch(grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
   auto describe = [&] {
     return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
            cfg.to_string();

@@ -109,8 +109,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // than kept live across the mainloop, where the registers are taken.
       const Nvfp4UnitView v = problems.resolve(u);
       if (!kGrouped && p.splits > 1) {
-        const gemm::FixUp fix{p.splits, v.w.split, v.w.tile * p.splits, v.w.tile};
-        if (!gemm::split_k_fixup(acc, fix, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128, 256))
+        gemm::WorkUnit wu{};
+        wu.tile = v.w.tile;
+        wu.split = v.w.split;
+        if (!gemm::split_k_fixup(acc, wu, p.splits, p.partials, p.tile_counters, static_cast<int>(threadIdx.x) - 128,
+                                 256))
           return;  // dense: this CTA's only unit
       }
       nvfp4_store_tile<T>(ss, v, consumer_wg, acc);
