@@ -174,6 +174,27 @@ TEST(Fp8Config, OverlappedEpilogue) {
   }
 }
 
+// The balanced grid: where long units would leave a partial last round, the chooser runs as many
+// CTAs as give every one the same number of units; short units and whole waves keep one per SM.
+TEST(Fp8Config, BalancedGrid) {
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  // 2048 tiles of 128 x 256: 16 rounds either way, 128 CTAs run exactly 16 each.
+  EXPECT_EQ(best(8192, 8192, 8192).grid, 128) << best(8192, 8192, 8192).to_string();
+  EXPECT_EQ(best(4096, 8192, 8192).grid, 128);  // 1024 tiles, 8 rounds
+  EXPECT_EQ(best(4096, 8448, 8192).grid, 0);    // 1056 tiles: exactly 8 waves of 132
+  EXPECT_EQ(best(4096, 24576, 1536).grid, 0);   // 12 K blocks per unit: measured to lose
+  EXPECT_EQ(best(4096, 32768, 512).grid, 0);
+  for (int units : {133, 1000, 2048, 3072})
+    for (int sms : {114, 132}) {
+      const int g = lowbit::fp8::balanced_grid(units, sms, 64);
+      ASSERT_GT(g, 0);
+      EXPECT_LE(g, sms);
+      EXPECT_EQ((units + g - 1) / g, (units + sms - 1) / sms) << "same rounds: " << units << " units, " << sms;
+    }
+  EXPECT_EQ(lowbit::fp8::balanced_grid(100, 132, 64), 0);  // one round: one CTA per unit already
+  EXPECT_EQ(lowbit::fp8::balanced_grid(264, 132, 64), 0);  // whole waves
+}
+
 // Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide
 // tiles; the chooser takes it only where it models a gain (compute-bound shapes), never for a
 // bias or a fused epilogue.

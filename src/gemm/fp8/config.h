@@ -60,4 +60,8 @@ bool fp8_resident_by_default(int64_t m, int64_t n, int64_t period, int sm_count)
 // that is a multiple of the N tiles (or `c`'s own grid if it is one).
 void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count);
 
+// CTAs that run `units` units of `unit_k_blocks` K blocks each in the same rounds as one CTA
+// per SM, every CTA the same number (0: one per SM is as good; config.cpp says where measured).
+int balanced_grid(int units, int sm_count, int unit_k_blocks);
+
 }  // namespace lowbit::fp8
