@@ -62,7 +62,10 @@ struct Fp8GemmConfig {
   int stages = 6;        // shared-memory pipeline depth (fixed per block_n by the compiled variant)
   int splits = 1;        // split-K factor: each output tile is summed from this many K ranges
   int raster_group = 0;  // tiles walked in groups of this many M-blocks for L2 reuse; 0 = auto
-  int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
+  // Persistent CTAs; 0 = min(work units, SM count). The chooser sets fewer where long units
+  // would leave a partial last round: as many as run the same rounds with every CTA doing the
+  // same number of units (2048 tiles: 128 CTAs x 16; docs/perf.md W1 v12).
+  int grid = 0;
   // 2: CTA pairs along M share each B tile by TMA multicast: M > 64, splits = 1, the plain
   // epilogue only (no bias, row broadcast, activation or residual); bn=128/192, or bn=256 with
   // promote=2.
