@@ -184,6 +184,8 @@ TEST(Fp8Config, BalancedGrid) {
   EXPECT_EQ(best(4096, 8448, 8192).grid, 0);    // 1056 tiles: exactly 8 waves of 132
   EXPECT_EQ(best(4096, 24576, 1536).grid, 0);   // 12 K blocks per unit: measured to lose
   EXPECT_EQ(best(4096, 32768, 512).grid, 0);
+  EXPECT_EQ(best(4096, 2112, 7168).block_n, 176);
+  EXPECT_EQ(best(4096, 2112, 7168).grid, 0);  // the 176-wide tile lost 0.5% with it
   for (int units : {133, 1000, 2048, 3072})
     for (int sms : {114, 132}) {
       const int g = lowbit::fp8::balanced_grid(units, sms, 64);

@@ -74,7 +74,9 @@ constexpr double kOverlapUnitOverheadUs = 0.3;
 // per SM, without a last round that leaves some SMs idle. Measured against one CTA per SM
 // (docs/perf.md W1 session 25, same process): 8192^3 1.004-1.014 (four runs), 4096 x 8192 x 8192
 // 0.999-1.008, 4096 x 4096 x 7168 and 4096 x 7168 x 16384 1.002-1.003, the 2:4 sparse kernel
-// 1.009; short units lose (4096 x 24576 x 1536 0.972, 4096 x 32768 x 512 0.982). 0 = one per SM.
+// 1.009; short units lose (4096 x 24576 x 1536 0.972, 4096 x 32768 x 512 0.982), and so did the
+// 176-wide tile at 4096 x 2112 x 7168 (0.995, three rounds), so the choosers apply it to the
+// 256-wide tile. 0 = one per SM.
 int balanced_grid(int units, int sm_count, int unit_k_blocks) {
   if (unit_k_blocks < 32 || units <= sm_count || units % sm_count == 0) return 0;
   const int rounds = (units + sm_count - 1) / sm_count;
@@ -251,7 +253,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         c.config.overlap = true;
         c.config.reason += "; overlap=1 (the next unit's first MMAs run under the epilogue)";
       }
-      if (const int g = balanced_grid(units, sm_count, unit_kb); g > 0) {
+      // The 256-wide tile only: the 176-wide one ran 0.995 with it at 4096 x 2112 x 7168 (v12).
+      if (const int g = v.block_n == 256 ? balanced_grid(units, sm_count, unit_kb) : 0; g > 0) {
         c.config.grid = g;
         c.config.reason += "; grid=" + std::to_string(g) + " (the same number of units on every CTA)";
       }

@@ -165,7 +165,8 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
       s.config.reason = reason;
       // The dense chooser's balanced grid (fp8::balanced_grid; 1.009 at 4096 x 8192 x 8192 and
       // 8192^3 here, docs/perf.md W1 v12): its threshold counts K blocks of 128.
-      if (const int g = fp8::balanced_grid(units, sm_count, unit_kb * group_k(type, promote) / 128); g > 0) {
+      const int g = v.block_n == 256 ? fp8::balanced_grid(units, sm_count, unit_kb * group_k(type, promote) / 128) : 0;
+      if (g > 0) {
         s.config.grid = g;
         s.config.reason += "; grid=" + std::to_string(g) + " (the same number of units on every CTA)";
       }
