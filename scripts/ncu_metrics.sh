@@ -15,11 +15,9 @@ ncu --metrics "$m" -k "regex:$regex" --launch-skip 3 --launch-count 6 --csv --pa
   build-dev/lowbit-bench --samples 50 "$@" > "$OUT/$name.csv" 2> "$OUT/$name.err"
 python3 - "$OUT/$name.csv" "$name" <<'PY'
 import csv, sys
-# ncu's CSV follows the bench's own output, whose lines may hold commas: start at its "ID" header.
-rows = list(csv.reader(open(sys.argv[1])))
-start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
-if start is None or len(rows) < start + 3: print(sys.argv[2], "no ncu rows"); sys.exit(0)
-hdr, units, body = rows[start], rows[start + 1], rows[start + 2:]
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+if not rows: print(sys.argv[2], "no ncu rows"); sys.exit(0)
+hdr, units, body = rows[0], rows[1], rows[2:]
 col = {h: i for i, h in enumerate(hdr)}
 def v(r, k):
     try: return float(r[col[k]].replace(",", ""))

@@ -388,27 +388,6 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   EXPECT_TRUE(run_forced("bn=128,overlap=1", 256, false, OutType::kFP32).ok());
 }
 
-// Serpentine K (every other unit of a CTA loaded last to first): grids of 3-5 CTAs so each
-// runs several units in both directions, with partial K blocks, an odd number of K blocks under
-// promote=2 (the pair past K is zero fill, loaded first when descending), splits, pairs and the
-// overlapped epilogue.
-TEST_F(Fp8GemmGpu, SerpentineKExact) {
-  for (int64_t m : {1, 129, 300, 1000})
-    for (int64_t k : {16, 400, 1280})
-      for (const char* cfg : {"bn=128,grid=3,group=2,serpentine=1", "bn=256,promote=2,overlap=1,grid=3,group=1,serpentine=1",
-                              "bn=64,splits=3,grid=5,serpentine=1", "bn=256,promote=2,cluster=2,grid=4,group=1,serpentine=1",
-                              "bn=64,bm=64,grid=3,serpentine=1"}) {
-        if (m <= 64 && std::string(cfg).find("cluster") != std::string::npos) continue;  // pairs need M > 64
-        expect_exact({m, 208, k, OutType::kBF16, false, Inputs::kSmallInts, cfg});
-      }
-  expect_exact({300, 208, 1280, OutType::kFP32, true, Inputs::kSmallInts, "bn=128,grid=3,serpentine=1"});
-  expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1,grid=7,serpentine=1"});
-  for (const char* bad : {"bn=128,serpentine=2", "bn=128,serpentine=-1"}) {
-    Fp8GemmConfig c;
-    EXPECT_EQ(parse_fp8_config(bad, &c).code(), StatusCode::kInvalidArgument) << bad;
-  }
-}
-
 // A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size
 // and left tiles unwritten); the largest one runs, every element checked.
 TEST_F(Fp8GemmGpu, ForcedRasterGroupIsBounded) {

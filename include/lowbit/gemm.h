@@ -89,11 +89,6 @@ struct Fp8GemmConfig {
   // written with it is refused there). The chooser takes it where it was measured to win
   // (docs/perf.md W1 v11, W2 v5).
   bool overlap = false;
-  // Serpentine K: every other round of a CTA's units walks K from the last block to the first,
-  // so a round starts on the A rows (and K columns) the previous round read last, which are
-  // still in L2; ascending every time, a raster band's A has been evicted by then (LRU over
-  // A band + B columns > L2). Only the load order changes; the sums differ in rounding only.
-  bool serpentine = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };

@@ -79,7 +79,6 @@ struct Sparse24GemmConfig {
   int raster_group = 0;  // 0 = auto
   int grid = 0;          // persistent CTAs; 0 = min(work units, SM count)
   int cluster = 1;       // 2: CTA pairs along M share each B tile by TMA multicast (bn=256, M > 64, splits = 1)
-  bool serpentine = false;  // every other round walks K backwards (Fp8GemmConfig::serpentine)
   std::string reason;
   std::string to_string() const;
 };

@@ -306,7 +306,6 @@ std::string Fp8GemmConfig::to_string() const {
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
   if (overlap) os << ",overlap=1";
-  if (serpentine) os << ",serpentine=1";
   return os.str();
 }
 
@@ -324,12 +323,10 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "promote") c.promote_every = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
-    else if (key == "serpentine" && (value == 0 || value == 1)) c.serpentine = value == 1;
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
-    else if (key == "serpentine") return Status::Invalid("serpentine must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, serpentine)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap)");
     return Status::Ok();
   }));
   int stages = 0;

@@ -98,14 +98,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       hopper::RingPosition<T::kStages> pos;
-      // Serpentine K: every other round walks K backwards, starting where the last round ended,
-      // on the A rows it just read (Fp8GemmConfig::serpentine).
-      bool k_descending = false;
-      for (int u = first_unit; u < num_units; u += unit_step, k_descending ^= p.k_serpentine) {
+      for (int u = first_unit; u < num_units; u += unit_step) {
         const gemm::WorkUnit w = unit_at(u);
         auto extra = Operands::template stage_extra<T>(ss, p, w);
-        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra,
-                                                   k_descending);
+        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).

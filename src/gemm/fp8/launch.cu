@@ -332,7 +332,6 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                               cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
-  p.k_serpentine = cfg.serpentine;
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
   p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);

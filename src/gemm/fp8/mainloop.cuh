@@ -24,9 +24,6 @@ namespace lowbit::fp8 {
 // With a cluster of T::kClusterM CTAs along M (all on the same B tile), each CTA loads
 // 1/kClusterM of the B rows and multicasts them to every CTA of the cluster: L2 serves each B
 // tile once per cluster instead of once per CTA.
-// With `k_descending` the K blocks are loaded last to first (the serpentine K order, see
-// Fp8GemmConfig::serpentine): only the producer knows, since every K block adds into the same
-// accumulator; promotions that read per-K-block data by index (block scales) never ask for it.
 // Stage extras (scales, sparse metadata) are read by the consumers with ordinary loads, and the
 // next bulk copy into the stage is an async-proxy write: one proxy fence here, after the empty
 // barrier's acquire has ordered every consumer's reads before it, keeps those reads ahead of the
@@ -37,10 +34,9 @@ template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperan
 __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
-                                             const StageExtra& extra = StageExtra{}, bool k_descending = false) {
+                                             const StageExtra& extra = StageExtra{}) {
   constexpr bool kReadByLoads = Operands::kReadsStage || !std::is_same_v<StageExtra, NoStageExtra>;
-  for (int i = kb_begin; i < kb_end; ++i) {
-    const int kb = k_descending ? kb_end - 1 - (i - kb_begin) : i;
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
     ss.bars.producer_acquire(pos);
     if constexpr (T::kClusterM > 1) ss.bars.wait_peers(pos);
     if constexpr (kReadByLoads) hopper::fence_async_shared();
@@ -66,11 +62,10 @@ template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperan
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
-                                             const StageExtra& extra = StageExtra{}, bool k_descending = false) {
+                                             const StageExtra& extra = StageExtra{}) {
   constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
   produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN,
-                                        w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra,
-                                        k_descending);
+                                        w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
 
 // The relay thread of a CTA cluster (StageBarriers::relay_to_peers): the same stage fills as

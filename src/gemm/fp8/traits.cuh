@@ -171,7 +171,6 @@ struct Fp8KernelParams {
   // slower than M=128 on the same N, K), so for M <= 64 a 128-row tile's A box stops at row 64
   // and only consumer warpgroup 0 works.
   int a_box_rows;
-  bool k_serpentine;  // odd rounds of each CTA load K last to first (Fp8GemmConfig::serpentine)
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;

@@ -215,7 +215,6 @@ std::string Sparse24GemmConfig::to_string() const {
   std::ostringstream os;
   os << "bn=" << block_n << ",splits=" << splits << ",group=" << raster_group << ",grid=" << grid;
   if (cluster != 1) os << ",cluster=" << cluster;
-  if (serpentine) os << ",serpentine=1";
   return os.str();
 }
 
@@ -227,9 +226,7 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
     else if (key == "group") c.raster_group = value;
     else if (key == "grid") c.grid = value;
     else if (key == "cluster") c.cluster = value;
-    else if (key == "serpentine" && (value == 0 || value == 1)) c.serpentine = value == 1;
-    else if (key == "serpentine") return Status::Invalid("serpentine must be 0 or 1");
-    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster, serpentine)");
+    else return Status::Invalid("unknown sparse config key '" + key + "' (bn, splits, group, grid, cluster)");
     return Status::Ok();
   }));
   if (!variant_exists(c.block_n))
@@ -347,7 +344,6 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   p.sched = fp8::fp8_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.row_period = 1;
-  p.k_serpentine = cfg.serpentine;
   p.sparse_meta = static_cast<const uint8_t*>(args.a_meta);
   p.sparse_meta_block_stride = formats::sparse24_slabs(args.m) * formats::kSparseMetaBlockBytes;
   gemm::bind_split_k_workspace(p, args.workspace);
