@@ -49,9 +49,7 @@ struct Nvfp4Consumer {
 
   __device__ __forceinline__ static void fence_frag(uint32_t (&f)[kSteps][4]) {
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f[s][i])::"memory");
+    for (int s = 0; s < kSteps; ++s) hopper::fence_operands(f[s]);
   }
 
   // Dequantizes this thread's share of the stage's weights into the m64k16 A fragments of the
