@@ -10,14 +10,16 @@ name=$1 regex=$2
 shift 2
 m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum
 m+=,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
-m+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+m+=,sm__inst_executed_pipe_tensor_op_gmma.sum
 ncu --metrics "$m" -k "regex:$regex" --launch-skip 3 --launch-count 6 --csv --page raw --print-units base \
   build-dev/lowbit-bench --samples 50 "$@" > "$OUT/$name.csv" 2> "$OUT/$name.err"
 python3 - "$OUT/$name.csv" "$name" <<'PY'
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows: print(sys.argv[2], "no ncu rows"); sys.exit(0)
-hdr, units, body = rows[0], rows[1], rows[2:]
+# ncu's CSV follows the bench's own output, whose lines may hold commas: start at its "ID" header.
+rows = list(csv.reader(open(sys.argv[1])))
+start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
+if start is None or len(rows) < start + 3: print(sys.argv[2], "no ncu rows"); sys.exit(0)
+hdr, units, body = rows[start], rows[start + 1], rows[start + 2:]
 col = {h: i for i, h in enumerate(hdr)}
 def v(r, k):
     try: return float(r[col[k]].replace(",", ""))
@@ -28,5 +30,5 @@ for r in body:
     print(f"{sys.argv[2]:>14} {r[col['Kernel Name']][:48]:48} t={t*scale:8.2f}us "
           f"dramR={v(r,'dram__bytes_read.sum')/1e6:7.1f}MB L2->SM={v(r,'lts__t_sectors_srcunit_tex_op_read.sum')*32/1e6:7.1f}MB "
           f"L2%={v(r,'lts__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} DRAM%={v(r,'dram__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f} "
-          f"gmma%={v(r,'sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed'):5.1f}")
+          f"gmma_warp_inst={v(r,'sm__inst_executed_pipe_tensor_op_gmma.sum'):.0f}")
 PY
