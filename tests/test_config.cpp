@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <string>
 
 #include <utility>
 #include <vector>
@@ -178,9 +180,19 @@ TEST(Fp8Config, OverlappedEpilogue) {
 // CTAs as give every one the same number of units; short units and whole waves keep one per SM.
 TEST(Fp8Config, BalancedGrid) {
   auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  // The best even-column candidate (the uneven twin fills whole waves instead: UnevenColumnLayout).
+  auto best_even = [](int64_t m, int64_t n, int64_t k) {
+    for (const auto& c : fp8::score_fp8_candidates(m, n, k, 132))
+      if (!c.config.uneven) return c.config;
+    return Fp8GemmConfig{};
+  };
   // 2048 tiles of 128 x 256: 16 rounds either way, 128 CTAs run exactly 16 each.
-  EXPECT_EQ(best(8192, 8192, 8192).grid, 128) << best(8192, 8192, 8192).to_string();
-  EXPECT_EQ(best(4096, 8192, 8192).grid, 128);  // 1024 tiles, 8 rounds
+  EXPECT_EQ(best_even(8192, 8192, 8192).grid, 128) << best_even(8192, 8192, 8192).to_string();
+  EXPECT_EQ(best_even(4096, 8192, 8192).grid, 128);  // 1024 tiles, 8 rounds
+  // Uneven columns: 33 tiles a row, 2112 and 1056 units, whole waves of 132.
+  EXPECT_TRUE(best(8192, 8192, 8192).uneven) << best(8192, 8192, 8192).to_string();
+  EXPECT_EQ(best(8192, 8192, 8192).grid, 0);
+  EXPECT_TRUE(best(4096, 8192, 8192).uneven);
   EXPECT_EQ(best(4096, 8448, 8192).grid, 0);    // 1056 tiles: exactly 8 waves of 132
   EXPECT_EQ(best(4096, 24576, 1536).grid, 0);   // 12 K blocks per unit: measured to lose
   EXPECT_EQ(best(4096, 32768, 512).grid, 0);
@@ -195,6 +207,75 @@ TEST(Fp8Config, BalancedGrid) {
     }
   EXPECT_EQ(lowbit::fp8::balanced_grid(100, 132, 64), 0);  // one round: one CTA per unit already
   EXPECT_EQ(lowbit::fp8::balanced_grid(264, 132, 64), 0);  // whole waves
+}
+
+// Uneven columns: every tile row covers [0, N) exactly with 248- and 256-wide tiles, in column
+// order, each tile's B box inside [0, N); the wide ones spread so that no CTA of the grid runs
+// more than its share (8192^3 on 132 SMs: 15 narrow + 1 wide at most, against 16 x 256 before).
+TEST(Fp8Config, UnevenColumnLayout) {
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 256), 33);
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(7688, 256), 31);  // 31 x 248: all narrow
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(608, 256), 0);   // 2 x 256 < 608 < 3 x 248
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(240, 256), 0);   // narrower than one tile
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8200, 256), 33);
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8196, 256), 0);  // not a multiple of 8
+  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, 132).wide, 1);
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1,uneven=1", &c).ok());
+  EXPECT_TRUE(c.uneven);
+  EXPECT_NE(c.to_string().find("uneven=1"), std::string::npos);
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, /*out_fp32=*/true));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  c.overlap = false;
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
+  EXPECT_FALSE(parse_fp8_config("bn=256,uneven=2", &c).ok());
+
+  struct Shape {
+    int64_t m, n;
+    int group, grid;
+  };
+  for (const Shape& sh : {Shape{8192, 8192, 16, 132}, Shape{4096, 8192, 16, 132}, Shape{300, 496, 1, 3},
+                          Shape{1000, 1000, 1, 5}, Shape{1000, 2000, 2, 5}, Shape{4096, 24576, 16, 132},
+                          Shape{4096, 32768, 16, 132}, Shape{129, 256, 1, 1}, Shape{640, 7688, 3, 7},
+                          Shape{2048, 8200, 4, 13}}) {
+    SCOPED_TRACE(std::to_string(sh.m) + "x" + std::to_string(sh.n) + " group " + std::to_string(sh.group) +
+                 " grid " + std::to_string(sh.grid));
+    const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven=*/true);
+    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, sh.grid);
+    ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.n, 256));
+    std::vector<std::vector<std::pair<int, int>>> rows(s.tiles_m);  // (col0, width) per tile row
+    std::vector<int64_t> cta_columns(sh.grid, 0);
+    for (int u = 0; u < s.num_units(); ++u) {
+      gemm::WorkUnit w = s.unit(u);
+      layout.place(s, &w);
+      ASSERT_TRUE(w.trim == 0 || w.trim == 8);
+      ASSERT_TRUE(w.b_skip == 0 || w.b_skip == 8);
+      const int width = 256 - w.trim;
+      ASSERT_GE(w.col0 - w.b_skip, 0);
+      ASSERT_LE(w.col0 - w.b_skip + 256, sh.n) << "the B box stays inside N";
+      ASSERT_GE(w.col0 - w.b_skip + 256, w.col0 + width) << "the B box holds the tile";
+      rows[w.m_block].push_back({w.col0, width});
+      cta_columns[u % sh.grid] += width;
+    }
+    for (auto& row : rows) {
+      std::sort(row.begin(), row.end());
+      ASSERT_EQ(static_cast<int>(row.size()), s.tiles_n);
+      int at = 0, wide = 0;
+      for (auto [col0, width] : row) {
+        ASSERT_EQ(col0, at) << "tiles follow each other without a gap or an overlap";
+        at += width;
+        wide += width == 256;
+      }
+      EXPECT_EQ(at, sh.n);
+      EXPECT_EQ(wide, layout.wide);
+    }
+    if (sh.m == 8192 || sh.m == 4096) {
+      const int64_t most = *std::max_element(cta_columns.begin(), cta_columns.end());
+      const int rounds = s.num_units() / sh.grid;
+      EXPECT_LE(most, (rounds - 1) * 248 + 256) << "at most one wide tile per CTA";
+    }
+  }
 }
 
 // Promotion every two K blocks: parsed, printed, compiled only for the plain epilogue of the wide

@@ -243,17 +243,17 @@ void expect_close(const Case& c) {
 
 // The Status of a forced config on an M x 256 x 512 problem (4 K blocks), with or without a
 // bias: for the configs the launcher must refuse.
-Status run_forced(const char* config, int64_t m, bool with_bias, OutType out = OutType::kBF16) {
+Status run_forced(const char* config, int64_t m, bool with_bias, OutType out = OutType::kBF16, int64_t n = 256) {
   Fp8GemmConfig cfg;
   const Status parsed = parse_fp8_config(config, &cfg);
   if (!parsed.ok()) {  // a typo in the test must not pass as a refusal
     ADD_FAILURE() << "test config does not parse: " << config;
     return Status::Ok();
   }
-  Buf A(m * 512), B(256 * 512), D(m * 256 * 4), bias(256 * 2);
+  Buf A(m * 512), B(n * 512), D(m * n * 4), bias(n * 2);
   Fp8GemmArgs a;
   a.m = m;
-  a.n = 256;
+  a.n = n;
   a.k = 512;
   a.a = A.p;
   a.b = B.p;
@@ -386,6 +386,45 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   // The FP32 twin of bn=256 is not compiled (it spilled).
   EXPECT_EQ(run_forced("bn=256,promote=2,overlap=1", 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(run_forced("bn=128,overlap=1", 256, false, OutType::kFP32).ok());
+}
+
+// Uneven columns (uneven=1): rows of 248- and 256-wide tiles that cover N exactly, every element
+// checked. All tiles narrow (N = 496, 744: the last one's B box starts 8 rows before it), one or
+// two wide among narrow ones (504, 752, 1000, 2000), the run of wide tiles moving from band to
+// band (group = 1 or 2 with several tile rows; grids of 3 and 5: many units per CTA, the
+// overlapped epilogue between them), a last tile row whose second warpgroup lies below M
+// (M = 129, 300), one K block and odd counts; then N = 8192, the layout the chooser picks.
+TEST_F(Fp8GemmGpu, UnevenColumnsExact) {
+  for (int64_t n : {496, 504, 744, 752, 1000, 2000})
+    for (int64_t m : {1, 129, 300})
+      for (int64_t k : {16, 400})
+        for (const char* cfg : {"bn=256,promote=2,overlap=1,uneven=1", "bn=256,promote=2,overlap=1,uneven=1,grid=3,group=1",
+                                "bn=256,promote=2,overlap=1,uneven=1,grid=5,group=2"})
+          expect_exact({m, n, k, OutType::kBF16, false, Inputs::kSmallInts, cfg});
+  expect_exact({1000, 1000, 1280, OutType::kBF16, false, Inputs::kSmallInts,
+                "bn=256,promote=2,overlap=1,uneven=1,grid=5,group=1"});
+  expect_exact({300, 8192, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,overlap=1,uneven=1"});
+  expect_close({512, 8192, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1,uneven=1"});
+  expect_close({1024, 8192, 2048, OutType::kBF16, false, Inputs::kUniform, nullptr});
+}
+
+TEST_F(Fp8GemmGpu, UnevenColumnsRejectWhatTheyCannotRun) {
+  for (const char* bad : {"bn=256,promote=2,uneven=1", "bn=128,overlap=1,uneven=1", "bn=256,overlap=1,uneven=1",
+                          "bn=256,promote=2,overlap=1,uneven=1,cluster=2"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  const char* ok = "bn=256,promote=2,overlap=1,uneven=1";
+  EXPECT_EQ(run_forced(ok, 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
+  EXPECT_EQ(run_forced(ok, 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument) << "FP32 out";
+  // N = 608 is not a sum of 248s and 256s in floor(608 / 248) = 2 tiles; N = 240 is narrower
+  // than one tile.
+  for (int64_t n : {608, 240}) {
+    const Status s = run_forced(ok, 256, false, OutType::kBF16, n);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << n;
+    EXPECT_NE(s.message().find("uneven"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(run_forced(ok, 256, false).ok());  // N = 256: one wide tile
+  EXPECT_TRUE(run_forced(ok, 129, false, OutType::kBF16, 496).ok());
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 // A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size

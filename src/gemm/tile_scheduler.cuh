@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>  // __host__ __device__ for host-only includers
 
 #include <cstdint>
+#include <type_traits>
 
 namespace lowbit::gemm {
 
@@ -18,6 +19,13 @@ struct WorkUnit {
   int split;     // which K range of the tile
   int kb_begin;  // first K block (of kBlockK) of this unit
   int kb_end;    // one past the last
+  // Uneven columns only, set by UnevenColumnLayout::place (left unset otherwise: zeroing them
+  // here changed the code of kernels that never read them): the tile's first output column,
+  // the columns it is short of the full width (0 or 8), and the B rows its box starts before
+  // col0 (the last tile of a row loads its full-width box ending at N, not past it).
+  int col0;
+  int trim;
+  int b_skip;
 };
 
 // The most work units one launch walks. Persistent loops step `u += grid` in an int, and a grid
@@ -67,6 +75,51 @@ struct TileSchedule {
   }
 };
 
+// Uneven columns (Fp8GemmConfig::uneven): a row of tiles_n tiles covers exactly n columns with
+// tiles `width` and `width - 8` wide, so that N = 8192 is 33 tiles of 248 / 256 columns instead
+// of 32 of 256: 2112 tiles of 128 rows fill 16 waves of 132 SMs where 2048 left a partial last
+// one (an m64nN wgmma takes N / 2 cycles, any N: the narrower tile costs proportionally less;
+// docs/perf.md W1 session 27). `wide` tiles of each row are wide: a cyclic run whose start moves
+// from band to band so that each band's wide tiles fall on other CTAs of the `grid` walking the
+// units. Kept apart from TileSchedule (at the end of the kernel parameters) so that kernels
+// without it keep their parameter layout.
+struct UnevenColumnLayout {
+  int width = 0;
+  int wide = 0;
+  int grid = 1;
+  int n = 0;  // the output's columns
+
+  // The first column of the band's run of wide tiles: where its first wide tile lands on the CTA
+  // just past the previous band's run (unit u runs on CTA u % grid), rounded to a column.
+  __host__ __device__ int run_start(const TileSchedule& s, int band) const {
+    // Raster position p of band b is unit b * group_m * tiles_n + p; the run starts at
+    // p = group_m * c. Target CTA b * group_m * wide: c * group_m = b * group_m * (wide - tiles_n) mod grid.
+    const int64_t t = (static_cast<int64_t>(band) * s.group_m * (s.tiles_n - wide)) % grid;
+    const int target = static_cast<int>((grid - t) % grid);
+    return ((target + s.group_m / 2) / s.group_m) % s.tiles_n;
+  }
+
+  // Fills w's col0, trim and b_skip (WorkUnit) from its tile column.
+  __host__ __device__ void place(const TileSchedule& s, WorkUnit* w) const {
+    const int start = run_start(s, w->m_block / s.group_m);
+    const int end = start + wide;  // the run: columns [start, end), wrapping past tiles_n
+    const int j = w->n_block;
+    int wide_before;  // wide columns left of j
+    bool is_wide;
+    if (end <= s.tiles_n) {
+      wide_before = j < start ? 0 : (j - start < wide ? j - start : wide);
+      is_wide = j >= start && j < end;
+    } else {
+      wide_before = (j < end - s.tiles_n ? j : end - s.tiles_n) + (j > start ? j - start : 0);
+      is_wide = j >= start || j < end - s.tiles_n;
+    }
+    w->col0 = j * (width - 8) + 8 * wide_before;
+    w->trim = is_wide ? 0 : 8;
+    const int over = w->col0 + width - n;
+    w->b_skip = over > 0 ? over : 0;
+  }
+};
+
 // Grouped layout: the tiles of G problems laid end to end. tile_start[g] is the first tile of
 // group g (an exclusive prefix sum written on the device, tile_start[G] = all tiles), so the
 // whole walk is sized on the device and a CUDA graph can be replayed with new group sizes.
@@ -87,5 +140,26 @@ struct GroupedTileSchedule {
     return lo;
   }
 };
+
+// Whether T lays its columns out unevenly (Fp8Traits::kUneven, gemm::UnevenColumnLayout):
+// tiles of kBlockN and kBlockN - 8 columns, each unit saying where its tile starts. Traits
+// without the member (block-scaled, sparse, MoE) are even.
+template <class T, class = void>
+struct UnevenColumns : std::false_type {};
+template <class T>
+struct UnevenColumns<T, std::void_t<decltype(T::kUneven)>> : std::bool_constant<T::kUneven> {};
+
+// The first output column of unit w's tile, and the first B row its box loads (the last tile of
+// an uneven row loads its full-width box ending at N: w.b_skip rows before col0).
+template <class T>
+__host__ __device__ __forceinline__ int tile_col0(const gemm::WorkUnit& w) {
+  if constexpr (UnevenColumns<T>::value) return w.col0;
+  else return w.n_block * T::kBlockN;
+}
+template <class T>
+__host__ __device__ __forceinline__ int tile_b_row(const gemm::WorkUnit& w) {
+  if constexpr (UnevenColumns<T>::value) return w.col0 - w.b_skip;
+  else return w.n_block * T::kBlockN;
+}
 
 }  // namespace lowbit::gemm

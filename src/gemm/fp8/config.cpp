@@ -1,6 +1,7 @@
 #include "gemm/fp8/config.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -97,7 +98,7 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
 }
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count) {
+                                int splits, int raster_group, int sm_count, bool uneven) {
   gemm::TileSchedule s;
   s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
@@ -105,7 +106,23 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   s.splits = splits;
   s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
   s.group_m = std::max(1, std::min({s.group_m, s.tiles_m, gemm::kMaxRasterGroup}));
+  if (uneven) s.tiles_n = fp8_uneven_tiles_n(n, block_n);
   return s;
+}
+
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int grid) {
+  gemm::UnevenColumnLayout u;
+  u.width = block_n;
+  u.wide = static_cast<int>(n / 8 - static_cast<int64_t>(fp8_uneven_tiles_n(n, block_n)) * (block_n / 8 - 1));
+  u.grid = std::max(1, grid);
+  u.n = static_cast<int>(n);
+  return u;
+}
+
+int fp8_uneven_tiles_n(int64_t n, int block_n) {
+  if (n % 8 != 0 || n < block_n || block_n <= 8 || n > INT_MAX) return 0;
+  const int64_t tiles = n / (block_n - 8);
+  return tiles * block_n >= n && tiles <= INT_MAX ? static_cast<int>(tiles) : 0;
 }
 
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
@@ -122,6 +139,10 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
 }
 
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32) {
+  // Uneven columns: the overlapped 256-wide tile promoting every two K blocks, BF16, plain.
+  if (c.uneven && !(c.overlap && c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
+                    !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain && !out_fp32))
+    return false;
   // Overlapped epilogues: twins of two plain tiles (bn=256 in BF16 only) and of the resident
   // fused kernel (launch.cu).
   if (c.overlap &&
@@ -147,6 +168,10 @@ bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32
   if (!c->overlap) return false;
   c->overlap = false;
   c->reason += " (overlap not compiled for this epilogue or output: off)";
+  if (c->uneven) {  // compiled with the overlap only; the tiles the model scored are then even
+    c->uneven = false;
+    c->reason += " (uneven off with it)";
+  }
   return fp8_config_compiled(*c, epilogue, out_fp32);
 }
 
@@ -259,6 +284,29 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         c.config.reason += "; grid=" + std::to_string(g) + " (the same number of units on every CTA)";
       }
       out.push_back(c);
+      // Its uneven-columns twin (Fp8GemmConfig::uneven): more, narrower tiles per row. Scored
+      // with the tiles' mean width (a 248-column tile costs 31/32 of a 256-column one: the wgmma
+      // rate is linear in N) and its own rounds.
+      const int uneven_tn = overlap_256 && splits == 1 ? fp8_uneven_tiles_n(n, v.block_n) : 0;
+      if (uneven_tn > 0 && static_cast<int64_t>(uneven_tn) * v.block_n != n) {
+        Fp8Candidate u = c;
+        u.config.uneven = true;
+        u.units = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(tiles_m) * uneven_tn, INT_MAX / 32));
+        u.waves = static_cast<double>(u.units) / sm_count;
+        const double width = static_cast<double>(n) / uneven_tn;
+        u.t_compute_us = std::ceil(u.waves) * (unit_us * width / v.block_n + model::kOverlapUnitOverheadUs);
+        u.t_total_us = std::max({u.t_compute_us, u.t_memory_us, u.t_stream_us});
+        u.bound = u.t_total_us == u.t_compute_us ? "tensor" : u.t_total_us == u.t_memory_us ? "memory" : "stream";
+        char why[200];
+        std::snprintf(why, sizeof(why),
+                      "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us; overlap=1; uneven=1 (%d tiles "
+                      "of 248/256 columns a row)",
+                      u.units, sm_count, u.waves, u.bound, u.t_total_us, uneven_tn);
+        u.config.reason = why;
+        u.config.grid = balanced_grid(u.units, sm_count, unit_kb);
+        if (u.config.grid > 0) u.config.reason += "; grid=" + std::to_string(u.config.grid) + " (the same number of units on every CTA)";
+        out.push_back(u);
+      }
     }
   }
   // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
@@ -306,6 +354,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (promote_every != 1) os << ",promote=" << promote_every;
   if (resident_rows) os << ",resident=1";
   if (overlap) os << ",overlap=1";
+  if (uneven) os << ",uneven=1";
   return os.str();
 }
 
@@ -323,10 +372,12 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "promote") c.promote_every = value;
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
+    else if (key == "uneven" && (value == 0 || value == 1)) c.uneven = value == 1;
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
+    else if (key == "uneven") return Status::Invalid("uneven must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, uneven)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -372,13 +423,14 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   }
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bm  bn stages splits promote overlap  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
+  os << "   bm  bn stages splits promote overlap uneven  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
   char line[192];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %7d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
+    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %7d %6d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
                   i == 0 ? "*" : " ", c.config.block_m, c.config.block_n, c.config.stages, c.config.splits,
-                  c.config.promote_every, c.config.overlap ? 1 : 0, c.units, c.waves, c.t_compute_us, c.t_memory_us, c.t_stream_us,
+                  c.config.promote_every, c.config.overlap ? 1 : 0, c.config.uneven ? 1 : 0, c.units, c.waves,
+                  c.t_compute_us, c.t_memory_us, c.t_stream_us,
                   c.t_total_us, c.bound);
     os << line;
   }

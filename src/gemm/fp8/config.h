@@ -32,8 +32,15 @@ int fp8_promotion_groups(int64_t k, int promote_every);
 // The persistent schedule of an M x N output in block_m x block_n tiles (cluster rows of
 // `cluster` tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for /
 // cluster.
+// `uneven`: uneven columns (Fp8GemmConfig::uneven; fp8_uneven_tiles_n must be > 0): tiles_n
+// counts them.
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count);
+                                int splits, int raster_group, int sm_count, bool uneven = false);
+// The uneven-column layout of N (fp8_uneven_tiles_n(n, block_n) > 0) walked by `grid` CTAs.
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int grid);
+// Tiles per row under uneven columns (block_n and block_n - 8 wide, covering N exactly):
+// floor(N / (block_n - 8)), or 0 where those tiles cannot cover N exactly or N < block_n.
+int fp8_uneven_tiles_n(int64_t n, int block_n);
 int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);

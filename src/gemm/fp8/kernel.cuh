@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
   auto unit_at = [&p](int u) {
     gemm::WorkUnit w = p.sched.unit(u);
+    if constexpr (gemm::UnevenColumns<T>::value) p.uneven.place(p.sched, &w);
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   };

@@ -95,7 +95,12 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias or resident rows, "
                            "no cluster; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
-                           "no cluster, plain or bias)");
+                           "no cluster, plain or bias; uneven: bn=256 promote=2 overlap=1, BF16 out, plain without a "
+                           "bias)");
+  if (c.uneven && fp8::fp8_uneven_tiles_n(a.n, c.block_n) == 0)
+    return Status::Invalid("fp8_gemm: uneven=1 needs N covered exactly by tiles of " + std::to_string(c.block_n - 8) +
+                           " and " + std::to_string(c.block_n) + " columns (N >= " + std::to_string(c.block_n) +
+                           ", a multiple of 8; N >= 7688 always is); N = " + std::to_string(a.n));
   return Status::Ok();
 }
 
@@ -106,10 +111,10 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows, bool kOverlap>
+          int kResidentRows, bool kOverlap, bool kUneven>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap>;
+                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap, kUneven>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -131,21 +136,22 @@ struct VariantEntry {
   int promote_every;
   bool resident;  // fused with the row-broadcast rows resident (variants.h)
   bool overlap;   // the next unit's first MMAs run during the epilogue (Fp8GemmConfig::overlap)
+  bool uneven;    // uneven columns (Fp8GemmConfig::uneven)
   LaunchFn launch;
   int (*smem_bytes)();
 };
 
 template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
-          bool Overlap = false>
+          bool Overlap = false, bool Uneven = false>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap>;
-  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Overlap, &V::launch,
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap, Uneven>;
+  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Overlap, Uneven, &V::launch,
                       &V::smem_bytes};
 }
 // The overlapped-epilogue twin of a plain, unstaged, single-CTA large-M tile (fp8_config_compiled).
-template <int BN, bool F32, int Promote>
+template <int BN, bool F32, int Promote, bool Uneven = false>
 constexpr VariantEntry overlap_entry() {
-  return entry<BN, F32, false, false, 1, Promote, 128, 0, true>();
+  return entry<BN, F32, false, false, 1, Promote, 128, 0, true, Uneven>();
 }
 
 // Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
@@ -187,14 +193,16 @@ const VariantEntry kEntries[] = {
     // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
     // spilled there.
     overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
+    // ... the first with uneven columns (Fp8GemmConfig::uneven),
+    overlap_entry<256, false, 2, true>(),
     // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
-  // overlapped-epilogue twins.
-  int n = 4 + 2 + 2 + 3 + 2;
+  // overlapped-epilogue twins (one with uneven columns).
+  int n = 4 + 2 + 2 + 4 + 2;
   for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
   return n;
 }
@@ -202,11 +210,11 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
               "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
 
 const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
-                               int promote_every, bool resident, bool overlap) {
+                               int promote_every, bool resident, bool overlap, bool uneven) {
   for (const auto& e : kEntries)
     if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
         e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&
-        e.overlap == overlap)
+        e.overlap == overlap && e.uneven == uneven)
       return &e;
   return nullptr;
 }
@@ -279,7 +287,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   }
   const bool staged = fused || args.bias != nullptr;
   const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
-                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap);
+                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
@@ -330,7 +338,12 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
-                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
+                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, cfg.uneven);
+  // Uneven columns place each band's wide tiles by the CTA that runs them: the grid the launch
+  // will take (one CTA per SM at most for these kernels).
+  if (cfg.uneven)
+    p.uneven = fp8::fp8_uneven_layout(
+        args.n, cfg.block_n, hopper::persistent_grid(cfg.grid, dev.sm_count, p.sched.num_units(), 1, /*oversubscribe=*/true));
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);

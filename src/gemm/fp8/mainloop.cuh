@@ -64,7 +64,7 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{}) {
   constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
-  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, w.n_block * T::kBlockN,
+  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, gemm::tile_b_row<T>(w),
                                         w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
 
@@ -130,6 +130,10 @@ struct Consumer {
   // partial at the dense K block's 128 (a sparse K block holds half as many).
   static constexpr int kGroup = Operands::kBlocksPerPromotion;
   static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
+  // Uneven columns: a trimmed tile's last part is 8 columns narrower (issue_part), which needs
+  // serially retired column parts.
+  static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
+  static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
   // A double-buffered consumer holds two groups of stages at once; fewer stages would deadlock.
   static_assert(T::kStages >= (T::kDoubleBuffer ? 2 : 1) * kGroup, "the ring must hold the groups in flight");
 
@@ -150,12 +154,21 @@ struct Consumer {
   // the MMAs of a serially retired part, and the adds waited for it.
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
+  // The unit's tile under uneven columns (start): the stage's B rows before its column 0 (0 or
+  // 8) plus 1 if it is 8 columns short of kBlockN. One register: the overlapped 256-wide kernel
+  // has none to spare (two made ptxas serialize its wgmmas, C7511).
+  int uneven_tile = 0;
+  __device__ __forceinline__ int b_skip() const { return uneven_tile & ~1; }
+  __device__ __forceinline__ bool trimmed() const { return (uneven_tile & 1) != 0; }
 
-  // Part `part_n` (columns [part_n * kPartN, +kPartN)) of the kGroup K blocks from kb, as one
-  // wgmma group into a fresh partial. The first part waits for the stages, the last one moves
-  // the ring on. Straight-line code between the fence and the commit: a wait loop or a branch
-  // inside a wgmma group makes ptxas serialize every wgmma of the kernel (C7520).
+  // Part `part_n` (columns [part_n * kPartN, +kN)) of the kGroup K blocks from kb, as one
+  // wgmma group into a fresh partial (its first kN / 2 registers). The first part waits for the
+  // stages, the last one moves the ring on. Straight-line code between the fence and the
+  // commit: a wait loop or a branch inside a wgmma group makes ptxas serialize every wgmma of
+  // the kernel (C7520).
+  template <int kN = kPartN>
   __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
+    static_assert(kN <= kPartN, "a part fits its partial");
     if (part_n == 0) {
       part.pending = ahead;
       promotion.issued(ahead, min(kb + kGroup, kb_last));
@@ -170,14 +183,29 @@ struct Consumer {
       part.stage[i] = at.stage;
       part.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
+    const int b_row = (kUneven ? b_skip() : 0) + part_n * kPartN;
     hopper::fence_operands(part.r);
     hopper::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, kPartN>(ss, part.stage[i], part.regs[i], consumer_wg, part_n, part.r,
-                                        /*accumulate=*/i > 0);
+      Operands::template mma<T, kN>(ss, part.stage[i], part.regs[i], consumer_wg, b_row,
+                                    *reinterpret_cast<float(*)[kN / 2]>(part.r), /*accumulate=*/i > 0);
     hopper::wgmma_commit_group();
     if (part_n == kParts - 1) pos = at;
+  }
+
+  // Part `part_n` as issue() does it; a trimmed tile's last part (uneven columns) is 8 columns
+  // narrower: a wgmma takes N / 2 cycles for any N (tools/microbench/wgmma_rate.cu), so the 248
+  // columns cost 31/32 of 256. Its partial's last 4 registers keep the previous part's values;
+  // promoted into acc's columns 248-255, which a trimmed tile never stores.
+  __device__ __forceinline__ void issue_part(Partial& part, int kb, int part_n) {
+    if constexpr (kUneven) {
+      if (part_n == kParts - 1 && trimmed()) {
+        issue<kPartN - 8>(part, kb, part_n);
+        return;
+      }
+    }
+    issue(part, kb, part_n);
   }
 
   // Waits until at most kInFlight committed groups remain and promotes the retired part into its
@@ -224,7 +252,7 @@ struct Consumer {
     // made ptxas serialize the wgmmas across the unrolled issue sites, C7520).
 #pragma unroll
     for (int i = 0; i < kGroup; ++i)
-      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, 0, acc,
+      Operands::template mma<T, T::kBlockN>(ss, g.stage[i], g.regs[i], consumer_wg, /*b_row=*/0, acc,
                                             /*accumulate=*/!first || i > 0);
     hopper::wgmma_commit_group();
     pos = at;
@@ -282,6 +310,7 @@ struct Consumer {
     static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
     const int kb_begin = w.kb_begin * kGroup;
     kb_last = w.kb_end * kGroup - kGroup;
+    if constexpr (kUneven) uneven_tile = w.b_skip + (w.trim != 0 ? 1 : 0);
     promotion.issued(ahead, kb_begin);
     issue(p0, kb_begin);
   }
@@ -326,13 +355,13 @@ struct Consumer {
       retire<0>(p0, acc, 0);
 #pragma unroll
       for (int part_n = 1; part_n < kParts; ++part_n) {
-        issue(p0, kb_begin, part_n);
+        issue_part(p0, kb_begin, part_n);
         retire<0>(p0, acc, part_n);
       }
       for (int kb = kb_begin + kGroup; kb < kb_end; kb += kGroup) {
 #pragma unroll
         for (int part_n = 0; part_n < kParts; ++part_n) {
-          issue(p0, kb, part_n);
+          issue_part(p0, kb, part_n);
           retire<0>(p0, acc, part_n);
         }
       }

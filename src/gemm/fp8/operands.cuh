@@ -52,17 +52,17 @@ struct DenseOperandsT {
   // Called after the wait that retires the MMAs which read `regs` (nothing to keep here).
   __device__ __forceinline__ static void hold(StageRegs&) {}
 
-  // Issues columns [part_n * kPartN, +kPartN) of the stage's K block into `r`, adding to it when
-  // `accumulate`, else overwriting it.
+  // Issues the stage's K block for kPartN tile columns, from B row `b_row` of the stage on, into
+  // `r`, adding to it when `accumulate`, else overwriting it.
   template <class T, int kPartN>
   __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs,
-                                             int consumer_wg, int part_n, float (&r)[kPartN / 2], bool accumulate) {
+                                             int consumer_wg, int b_row, float (&r)[kPartN / 2], bool accumulate) {
     using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
     constexpr int kWgmmaK = 32;
     constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes,
                                                    hopper::SmemSwizzle::k128B);
-    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * T::kBlockK, 0, kSwizzleAtomBytes,
+    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + b_row * T::kBlockK, 0, kSwizzleAtomBytes,
                                                    hopper::SmemSwizzle::k128B);
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / kWgmmaK; ++ks)

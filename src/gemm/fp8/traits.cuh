@@ -87,8 +87,12 @@ struct RegisterSplit {
 // CTAs. A divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the
 // kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated
 // instruction.
+// kUneven_: uneven columns (gemm::TileSchedule::uneven_width): tiles of 256 and 248 columns, so
+// that the tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
+// overlapped 256-wide tile promoting every two K blocks, BF16 out, plain without a bias.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false>
+          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
+          bool kUneven_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -104,6 +108,10 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kResidentRows = kResidentRows_;
   static constexpr bool kOverlapEpilogue = kOverlap_;
+  static constexpr bool kUneven = kUneven_;
+  static_assert(!kUneven_ || (kOverlap_ && kBlockN_ == 256 && kPromoteEvery_ == 2 && kBlockM_ == 128 && !kOutFp32_ &&
+                              !kFused_ && !kStaged_ && kClusterM_ == 1),
+                "uneven columns: the overlapped 256-wide tile, promote=2, BF16 out, plain without a bias");
   static_assert(!kOverlap_ || (kClusterM_ == 1 && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
                 "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
@@ -175,6 +183,8 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
+  // Uneven columns (T::kUneven only; last, so the other kernels keep their parameter layout).
+  gemm::UnevenColumnLayout uneven;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,

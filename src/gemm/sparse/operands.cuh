@@ -76,13 +76,13 @@ struct SparseOperands {
 
   template <class T, int kPartN>
   __device__ __forceinline__ static void mma(const typename T::SharedStorage& ss, int stage, StageRegs regs,
-                                             int consumer_wg, int part_n, float (&r)[kPartN / 2], bool accumulate) {
+                                             int consumer_wg, int b_row, float (&r)[kPartN / 2], bool accumulate) {
     using Op = hopper::WgmmaSpOp<kKind, kPartN>;
     static_assert(kSteps * kBBytesPerStep == 128 && kSteps * kABytesPerStep == 64, "one K block = two steps");
     const uint32_t* meta = regs.meta;
     const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * 64, 0, 8 * 64,
                                                    hopper::SmemSwizzle::k64B);
-    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + part_n * kPartN * 128, 0, 8 * 128,
+    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + b_row * 128, 0, 8 * 128,
                                                    hopper::SmemSwizzle::k128B);
     Op::mma(r, desc_a, desc_b, meta[0], accumulate);
     Op::mma(r, hopper::advance_desc(desc_a, kABytesPerStep), hopper::advance_desc(desc_b, kBBytesPerStep), meta[1],
