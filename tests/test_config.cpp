@@ -209,17 +209,22 @@ TEST(Fp8Config, BalancedGrid) {
   EXPECT_EQ(lowbit::fp8::balanced_grid(264, 132, 64), 0);  // whole waves
 }
 
-// Uneven columns: every tile row covers [0, N) exactly with 248- and 256-wide tiles, in column
-// order, each tile's B box inside [0, N); the wide ones spread so that no CTA of the grid runs
-// more than its share (8192^3 on 132 SMs: 15 narrow + 1 wide at most, against 16 x 256 before).
+// Uneven columns: every tile row covers [0, N) exactly with 240- and 256-wide tiles, in column
+// order, each tile's B box inside [0, N); as many tiles a row as fill the waves best; the wide
+// ones spread so that no CTA runs much more than its share (8192^3 on 132 SMs: 10 wide + 6
+// narrow at most, 15.6 tiles of 256 against 16 before).
 TEST(Fp8Config, UnevenColumnLayout) {
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 256), 33);
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(7688, 256), 31);  // 31 x 248: all narrow
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(608, 256), 0);   // 2 x 256 < 608 < 3 x 248
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(240, 256), 0);   // narrower than one tile
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8200, 256), 33);
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8196, 256), 0);  // not a multiple of 8
-  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, 132).wide, 1);
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 8192, 128, 256, 132), 33);  // 2112 tiles: 16 waves
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 8192, 128, 256, 132), 33);  // 1056: 8 waves
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 8192, 128, 256, 128), 32);  // 128 CTAs: 2048 was whole
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 24576, 128, 256, 132), 99);  // 3168 tiles: 24 waves
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 7168, 128, 256, 132), 28);   // 29 or more: more rounds
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 608, 128, 256, 1), 0);   // 2 x 256 < 608 < 3 x 240
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 3344, 128, 256, 1), 0);  // the largest such N
+  EXPECT_GT(fp8::fp8_uneven_tiles_n(1, 3360, 128, 256, 1), 0);
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 240, 128, 256, 1), 0);   // narrower than one tile
+  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 8200, 128, 256, 1), 0);  // not a multiple of 16
+  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, 33, 132).wide, 17);  // 17 x 256 + 16 x 240
   Fp8GemmConfig c;
   ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1,uneven=1", &c).ok());
   EXPECT_TRUE(c.uneven);
@@ -235,22 +240,26 @@ TEST(Fp8Config, UnevenColumnLayout) {
     int64_t m, n;
     int group, grid;
   };
-  for (const Shape& sh : {Shape{8192, 8192, 16, 132}, Shape{4096, 8192, 16, 132}, Shape{300, 496, 1, 3},
-                          Shape{1000, 1000, 1, 5}, Shape{1000, 2000, 2, 5}, Shape{4096, 24576, 16, 132},
-                          Shape{4096, 32768, 16, 132}, Shape{129, 256, 1, 1}, Shape{640, 7688, 3, 7},
-                          Shape{2048, 8200, 4, 13}}) {
+  for (const Shape& sh : {Shape{8192, 8192, 16, 132}, Shape{4096, 8192, 16, 132}, Shape{300, 480, 1, 3},
+                          Shape{1000, 992, 1, 5}, Shape{1000, 2000, 2, 5}, Shape{4096, 24576, 16, 132},
+                          Shape{4096, 32768, 16, 132}, Shape{129, 256, 1, 1}, Shape{640, 7680, 3, 7},
+                          Shape{2048, 8208, 4, 13}, Shape{8192, 3360, 16, 132}}) {
     SCOPED_TRACE(std::to_string(sh.m) + "x" + std::to_string(sh.n) + " group " + std::to_string(sh.group) +
                  " grid " + std::to_string(sh.grid));
-    const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven=*/true);
-    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, sh.grid);
-    ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.n, 256));
+    const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);
+    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, s.tiles_n, sh.grid);
+    ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.m, sh.n, 128, 256, sh.grid));
+    ASSERT_GT(s.tiles_n, 0);
+    ASSERT_GE(layout.wide, 0);
+    ASSERT_LE(layout.wide, s.tiles_n);
     std::vector<std::vector<std::pair<int, int>>> rows(s.tiles_m);  // (col0, width) per tile row
     std::vector<int64_t> cta_columns(sh.grid, 0);
     for (int u = 0; u < s.num_units(); ++u) {
       gemm::WorkUnit w = s.unit(u);
       layout.place(s, &w);
-      ASSERT_TRUE(w.trim == 0 || w.trim == 8);
-      ASSERT_TRUE(w.b_skip == 0 || w.b_skip == 8);
+      ASSERT_TRUE(w.trim == 0 || w.trim == 16);
+      ASSERT_TRUE(w.b_skip == 0 || w.b_skip == 16);
+      ASSERT_EQ(w.col0 % 16, 0) << "every tile starts on a 32-byte sector of a 16-bit output";
       const int width = 256 - w.trim;
       ASSERT_GE(w.col0 - w.b_skip, 0);
       ASSERT_LE(w.col0 - w.b_skip + 256, sh.n) << "the B box stays inside N";
@@ -270,10 +279,14 @@ TEST(Fp8Config, UnevenColumnLayout) {
       EXPECT_EQ(at, sh.n);
       EXPECT_EQ(wide, layout.wide);
     }
-    if (sh.m == 8192 || sh.m == 4096) {
-      const int64_t most = *std::max_element(cta_columns.begin(), cta_columns.end());
-      const int rounds = s.num_units() / sh.grid;
-      EXPECT_LE(most, (rounds - 1) * 248 + 256) << "at most one wide tile per CTA";
+    // The square shapes: 16 (8) rounds, no CTA with more than 10 (5) wide tiles, where the
+    // average is 8.2 (4.1); 16 x 256 (8 x 256) before.
+    const int64_t most = *std::max_element(cta_columns.begin(), cta_columns.end());
+    if (sh.m == 8192 && sh.n == 8192) {
+      EXPECT_LE(most, 10 * 256 + 6 * 240);
+    }
+    if (sh.m == 4096 && sh.n == 8192) {
+      EXPECT_LE(most, 5 * 256 + 3 * 240);
     }
   }
 }

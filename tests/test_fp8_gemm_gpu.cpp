@@ -388,20 +388,20 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
   EXPECT_TRUE(run_forced("bn=128,overlap=1", 256, false, OutType::kFP32).ok());
 }
 
-// Uneven columns (uneven=1): rows of 248- and 256-wide tiles that cover N exactly, every element
-// checked. All tiles narrow (N = 496, 744: the last one's B box starts 8 rows before it), one or
-// two wide among narrow ones (504, 752, 1000, 2000), the run of wide tiles moving from band to
-// band (group = 1 or 2 with several tile rows; grids of 3 and 5: many units per CTA, the
-// overlapped epilogue between them), a last tile row whose second warpgroup lies below M
-// (M = 129, 300), one K block and odd counts; then N = 8192, the layout the chooser picks.
+// Uneven columns (uneven=1): rows of 240- and 256-wide tiles that cover N exactly, every element
+// checked. All tiles narrow (N = 480, 720: the last one's B box starts 16 rows before it), wide
+// ones among narrow ones (496, 736, 976, 2000), the run of wide tiles moving from band to band
+// (group = 1 or 2 with several tile rows; grids of 3 and 5: many units per CTA, the overlapped
+// epilogue between them), a last tile row whose second warpgroup lies below M (M = 129, 300),
+// one K block and odd counts; then N = 8192, the layout the chooser picks.
 TEST_F(Fp8GemmGpu, UnevenColumnsExact) {
-  for (int64_t n : {496, 504, 744, 752, 1000, 2000})
+  for (int64_t n : {480, 496, 720, 736, 976, 2000})
     for (int64_t m : {1, 129, 300})
       for (int64_t k : {16, 400})
         for (const char* cfg : {"bn=256,promote=2,overlap=1,uneven=1", "bn=256,promote=2,overlap=1,uneven=1,grid=3,group=1",
                                 "bn=256,promote=2,overlap=1,uneven=1,grid=5,group=2"})
           expect_exact({m, n, k, OutType::kBF16, false, Inputs::kSmallInts, cfg});
-  expect_exact({1000, 1000, 1280, OutType::kBF16, false, Inputs::kSmallInts,
+  expect_exact({1000, 992, 1280, OutType::kBF16, false, Inputs::kSmallInts,
                 "bn=256,promote=2,overlap=1,uneven=1,grid=5,group=1"});
   expect_exact({300, 8192, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,overlap=1,uneven=1"});
   expect_close({512, 8192, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1,uneven=1"});
@@ -415,15 +415,15 @@ TEST_F(Fp8GemmGpu, UnevenColumnsRejectWhatTheyCannotRun) {
   const char* ok = "bn=256,promote=2,overlap=1,uneven=1";
   EXPECT_EQ(run_forced(ok, 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
   EXPECT_EQ(run_forced(ok, 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument) << "FP32 out";
-  // N = 608 is not a sum of 248s and 256s in floor(608 / 248) = 2 tiles; N = 240 is narrower
-  // than one tile.
+  // N = 608 is not a sum of 240s and 256s (2 x 256 < 608 < 3 x 240); N = 240 is narrower than
+  // one tile.
   for (int64_t n : {608, 240}) {
     const Status s = run_forced(ok, 256, false, OutType::kBF16, n);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << n;
     EXPECT_NE(s.message().find("uneven"), std::string::npos) << s.message();
   }
   EXPECT_TRUE(run_forced(ok, 256, false).ok());  // N = 256: one wide tile
-  EXPECT_TRUE(run_forced(ok, 129, false, OutType::kBF16, 496).ok());
+  EXPECT_TRUE(run_forced(ok, 129, false, OutType::kBF16, 480).ok());
   CUDA_OK(cudaDeviceSynchronize());
 }
 

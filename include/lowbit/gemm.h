@@ -89,13 +89,13 @@ struct Fp8GemmConfig {
   // written with it is refused there). The chooser takes it where it was measured to win
   // (docs/perf.md W1 v11, W2 v5).
   bool overlap = false;
-  // Uneven columns: each row of tiles covers N with floor(N / 248) tiles of 248 and 256 columns
-  // instead of ceil(N / 256) of 256, so the tile count fills whole waves where 256 leaves the
-  // last one partial (N = 8192: 33 tiles a row, 2112 of them at M = 8192: 16 waves of 132 SMs).
-  // Compiled for bn=256, promote=2, overlap=1, BF16 out, the plain epilogue without a bias;
-  // N must be a multiple of 8 that 248- and 256-wide tiles cover exactly (N >= 7688, or
-  // 248k..256k for a smaller k). The chooser takes it where its model says it fills the waves
-  // better (docs/perf.md W1 session 27).
+  // Uneven columns: each row of tiles covers N exactly with tiles of 240 and 256 columns, as many
+  // as fill the waves best (at least ceil(N / 256)), so the tile count fills whole waves where
+  // 256 leaves the last one partial (N = 8192: 33 tiles a row, 2112 of them at M = 8192: 16
+  // waves of 132 SMs). Compiled for bn=256, promote=2, overlap=1, BF16 out, the plain epilogue
+  // without a bias; N must be one that 240- and 256-wide tiles cover exactly (every N >= 3360,
+  // or 240k..256k for a smaller k). The chooser takes it where its model says it fills the
+  // waves better (docs/perf.md W1 session 27).
   bool uneven = false;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;

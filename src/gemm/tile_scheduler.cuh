@@ -21,7 +21,7 @@ struct WorkUnit {
   int kb_end;    // one past the last
   // Uneven columns only, set by UnevenColumnLayout::place (left unset otherwise: zeroing them
   // here changed the code of kernels that never read them): the tile's first output column,
-  // the columns it is short of the full width (0 or 8), and the B rows its box starts before
+  // the columns it is short of the full width (0 or kTrim), and the B rows its box starts before
   // col0 (the last tile of a row loads its full-width box ending at N, not past it).
   int col0;
   int trim;
@@ -76,14 +76,17 @@ struct TileSchedule {
 };
 
 // Uneven columns (Fp8GemmConfig::uneven): a row of tiles_n tiles covers exactly n columns with
-// tiles `width` and `width - 8` wide, so that N = 8192 is 33 tiles of 248 / 256 columns instead
-// of 32 of 256: 2112 tiles of 128 rows fill 16 waves of 132 SMs where 2048 left a partial last
-// one (an m64nN wgmma takes N / 2 cycles, any N: the narrower tile costs proportionally less;
-// docs/perf.md W1 session 27). `wide` tiles of each row are wide: a cyclic run whose start moves
-// from band to band so that each band's wide tiles fall on other CTAs of the `grid` walking the
-// units. Kept apart from TileSchedule (at the end of the kernel parameters) so that kernels
-// without it keep their parameter layout.
+// tiles `width` and `width - kTrim` wide, so that N = 8192 is 33 tiles of 240 / 256 columns
+// instead of 32 of 256: 2112 tiles of 128 rows fill 16 waves of 132 SMs where 2048 left a
+// partial last one (an m64nN wgmma takes N / 2 cycles, any N: a narrower tile costs
+// proportionally less; docs/perf.md W1 session 27). kTrim = 16 keeps every tile's first column
+// on a 32-byte sector of a 16-bit output: with 8 (248-wide tiles) the output stores wrote partial
+// sectors and the write-heavy short-K shapes ran 10% slower. `wide` tiles of each row are wide:
+// a cyclic run whose start moves from band to band so that each band's wide tiles fall on other
+// CTAs of the `grid` walking the units. Kept apart from TileSchedule (at the end of the kernel
+// parameters) so that kernels without it keep their parameter layout.
 struct UnevenColumnLayout {
+  static constexpr int kTrim = 16;
   int width = 0;
   int wide = 0;
   int grid = 1;
@@ -113,8 +116,8 @@ struct UnevenColumnLayout {
       wide_before = (j < end - s.tiles_n ? j : end - s.tiles_n) + (j > start ? j - start : 0);
       is_wide = j >= start || j < end - s.tiles_n;
     }
-    w->col0 = j * (width - 8) + 8 * wide_before;
-    w->trim = is_wide ? 0 : 8;
+    w->col0 = j * (width - kTrim) + kTrim * wide_before;
+    w->trim = is_wide ? 0 : kTrim;
     const int over = w->col0 + width - n;
     w->b_skip = over > 0 ? over : 0;
   }
@@ -142,7 +145,7 @@ struct GroupedTileSchedule {
 };
 
 // Whether T lays its columns out unevenly (Fp8Traits::kUneven, gemm::UnevenColumnLayout):
-// tiles of kBlockN and kBlockN - 8 columns, each unit saying where its tile starts. Traits
+// tiles of kBlockN and kBlockN - kTrim columns, each unit saying where its tile starts. Traits
 // without the member (block-scaled, sparse, MoE) are even.
 template <class T, class = void>
 struct UnevenColumns : std::false_type {};

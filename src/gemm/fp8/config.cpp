@@ -98,7 +98,7 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
 }
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count, bool uneven) {
+                                int splits, int raster_group, int sm_count, int uneven_grid) {
   gemm::TileSchedule s;
   s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
@@ -106,23 +106,34 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   s.splits = splits;
   s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
   s.group_m = std::max(1, std::min({s.group_m, s.tiles_m, gemm::kMaxRasterGroup}));
-  if (uneven) s.tiles_n = fp8_uneven_tiles_n(n, block_n);
+  if (uneven_grid > 0) s.tiles_n = fp8_uneven_tiles_n(m, n, block_m, block_n, uneven_grid);
   return s;
 }
 
-gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int grid) {
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int tiles_n, int grid) {
+  constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
   gemm::UnevenColumnLayout u;
   u.width = block_n;
-  u.wide = static_cast<int>(n / 8 - static_cast<int64_t>(fp8_uneven_tiles_n(n, block_n)) * (block_n / 8 - 1));
+  u.wide = static_cast<int>((n - static_cast<int64_t>(tiles_n) * (block_n - kTrim)) / kTrim);
   u.grid = std::max(1, grid);
   u.n = static_cast<int>(n);
   return u;
 }
 
-int fp8_uneven_tiles_n(int64_t n, int block_n) {
-  if (n % 8 != 0 || n < block_n || block_n <= 8 || n > INT_MAX) return 0;
-  const int64_t tiles = n / (block_n - 8);
-  return tiles * block_n >= n && tiles <= INT_MAX ? static_cast<int>(tiles) : 0;
+int fp8_uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid) {
+  constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
+  if (n % kTrim != 0 || n < block_n || block_n <= kTrim || n > INT_MAX / 2 || m <= 0 || grid <= 0) return 0;
+  const int64_t tiles_m = (m + block_m - 1) / block_m;
+  int best = 0;
+  double best_work = 0.0;
+  for (int64_t c = (n + block_n - 1) / block_n; c * (block_n - kTrim) <= n; ++c) {
+    const double work = static_cast<double>((tiles_m * c + grid - 1) / grid) * static_cast<double>(n) / c;
+    if (best == 0 || work < best_work * (1.0 - 1e-9)) {
+      best = static_cast<int>(c);
+      best_work = work;
+    }
+  }
+  return best;
 }
 
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
@@ -287,7 +298,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // Its uneven-columns twin (Fp8GemmConfig::uneven): more, narrower tiles per row. Scored
       // with the tiles' mean width (a 248-column tile costs 31/32 of a 256-column one: the wgmma
       // rate is linear in N) and its own rounds.
-      const int uneven_tn = overlap_256 && splits == 1 ? fp8_uneven_tiles_n(n, v.block_n) : 0;
+      const int uneven_tn = overlap_256 && splits == 1 ? fp8_uneven_tiles_n(m, n, v.block_m, v.block_n, sm_count) : 0;
       if (uneven_tn > 0 && static_cast<int64_t>(uneven_tn) * v.block_n != n) {
         Fp8Candidate u = c;
         u.config.uneven = true;
@@ -295,16 +306,17 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         u.waves = static_cast<double>(u.units) / sm_count;
         const double width = static_cast<double>(n) / uneven_tn;
         u.t_compute_us = std::ceil(u.waves) * (unit_us * width / v.block_n + model::kOverlapUnitOverheadUs);
+        // Whole waves: the balanced grid's case never arises (and the layout spreads the wide
+        // tiles over one CTA per SM).
         u.t_total_us = std::max({u.t_compute_us, u.t_memory_us, u.t_stream_us});
         u.bound = u.t_total_us == u.t_compute_us ? "tensor" : u.t_total_us == u.t_memory_us ? "memory" : "stream";
         char why[200];
         std::snprintf(why, sizeof(why),
                       "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us; overlap=1; uneven=1 (%d tiles "
-                      "of 248/256 columns a row)",
+                      "of 240/256 columns a row)",
                       u.units, sm_count, u.waves, u.bound, u.t_total_us, uneven_tn);
         u.config.reason = why;
-        u.config.grid = balanced_grid(u.units, sm_count, unit_kb);
-        if (u.config.grid > 0) u.config.reason += "; grid=" + std::to_string(u.config.grid) + " (the same number of units on every CTA)";
+        u.config.grid = 0;
         out.push_back(u);
       }
     }

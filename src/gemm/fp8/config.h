@@ -32,15 +32,17 @@ int fp8_promotion_groups(int64_t k, int promote_every);
 // The persistent schedule of an M x N output in block_m x block_n tiles (cluster rows of
 // `cluster` tiles), k_blocks K blocks split `splits` ways; raster_group 0 = raster_group_for /
 // cluster.
-// `uneven`: uneven columns (Fp8GemmConfig::uneven; fp8_uneven_tiles_n must be > 0): tiles_n
-// counts them.
+// `uneven_grid` > 0: uneven columns (Fp8GemmConfig::uneven; fp8_uneven_tiles_n must be > 0) for
+// that many CTAs: tiles_n counts them.
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count, bool uneven = false);
-// The uneven-column layout of N (fp8_uneven_tiles_n(n, block_n) > 0) walked by `grid` CTAs.
-gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int grid);
-// Tiles per row under uneven columns (block_n and block_n - 8 wide, covering N exactly):
-// floor(N / (block_n - 8)), or 0 where those tiles cannot cover N exactly or N < block_n.
-int fp8_uneven_tiles_n(int64_t n, int block_n);
+                                int splits, int raster_group, int sm_count, int uneven_grid = 0);
+// Tiles per row under uneven columns (block_n and block_n - UnevenColumnLayout::kTrim wide,
+// covering N exactly) for an M-row output walked by `grid` CTAs: the count c >= ceil(N / block_n)
+// with the least work on the busiest CTA, ceil(tiles_m * c / grid) x N / c (the fewest tiles on
+// ties); 0 where no count covers N exactly (N not a multiple of kTrim, or between the sums).
+int fp8_uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid);
+// The layout of those tiles_n tiles a row, walked by `grid` CTAs.
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int tiles_n, int grid);
 int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);

@@ -87,18 +87,20 @@ struct Fp8Epilogue {
     } else {
       apply_alpha(alpha, acc);
     }
-    // Uneven columns: a trimmed tile (8 columns short) stores its last round 8 columns to the
-    // left, [kBlockN - 72, kBlockN - 8), so that the round's box ends at the tile's edge (its
-    // first 8 columns are stored twice, with the same values). Its fragments move one 8-column
-    // group (4 registers) to the left here, in place and before the next unit's first MMAs are
-    // issued: the overlapped kernel has no registers to spare while they are in flight.
+    // Uneven columns: a trimmed tile (kTrim columns short) stores its last round kTrim columns
+    // to the left, so that the round's box ends at the tile's edge (its first kTrim columns are
+    // stored twice, with the same values). Its fragments move kTrim / 8 fragment groups (kTrim / 2
+    // registers) to the left here, in place and before the next unit's first MMAs are issued: the
+    // overlapped kernel has no registers to spare while they are in flight.
     if constexpr (gemm::UnevenColumns<T>::value) {
-      static_assert(!T::kOutFp32 && T::kEpiChunksPerRound == 1 && T::kBlockN % T::kEpiRoundCols == 0,
-                    "uneven columns: BF16 out, one 128-byte chunk per round, whole rounds");
+      constexpr int kShift = gemm::UnevenColumnLayout::kTrim / 2;
+      static_assert(!T::kOutFp32 && T::kEpiChunksPerRound == 1 && T::kBlockN % T::kEpiRoundCols == 0 &&
+                        gemm::UnevenColumnLayout::kTrim % 16 == 0 && gemm::UnevenColumnLayout::kTrim < T::kEpiRoundCols,
+                    "uneven columns: BF16 out, one 128-byte chunk per round, whole rounds, whole stmatrix columns");
       constexpr int kFirst = (T::kBlockN - T::kEpiRoundCols) / 2;  // the last round's first register
       const bool trimmed = w.trim != 0;
 #pragma unroll
-      for (int i = T::kBlockN / 2 - 1; i >= kFirst; --i) acc[i] = trimmed ? acc[i - 4] : acc[i];
+      for (int i = T::kBlockN / 2 - 1; i >= kFirst; --i) acc[i] = trimmed ? acc[i - kShift] : acc[i];
     }
   }
 
@@ -110,8 +112,8 @@ struct Fp8Epilogue {
     const int lane = t % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     const int col0 = gemm::tile_col0<T>(w);
-    // Uneven columns: a trimmed tile's last round is stored 8 columns to the left (apply moved
-    // its fragments there).
+    // Uneven columns: a trimmed tile's last round is stored w.trim columns to the left (apply
+    // moved its fragments there).
     const bool trimmed = gemm::UnevenColumns<T>::value && w.trim != 0;
     // A whole warpgroup slice below the matrix (small M) stores nothing. With the next unit's
     // MMAs in flight it goes through the motions instead (TMA clips the box away): a branch
@@ -166,7 +168,7 @@ struct Fp8Epilogue {
         for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
           const int chunk_col = round_col + q * T::kEpiChunkCols;
           if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;  // uniform over the warpgroup
-          hopper::tma_store_2d_if(t == 0, tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col - (shifted ? 8 : 0),
+          hopper::tma_store_2d_if(t == 0, tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col - (shifted ? w.trim : 0),
                                   row0);
         }
         hopper::tma_store_commit();

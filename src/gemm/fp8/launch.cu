@@ -97,10 +97,15 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
                            "no cluster, plain or bias; uneven: bn=256 promote=2 overlap=1, BF16 out, plain without a "
                            "bias)");
-  if (c.uneven && fp8::fp8_uneven_tiles_n(a.n, c.block_n) == 0)
-    return Status::Invalid("fp8_gemm: uneven=1 needs N covered exactly by tiles of " + std::to_string(c.block_n - 8) +
-                           " and " + std::to_string(c.block_n) + " columns (N >= " + std::to_string(c.block_n) +
-                           ", a multiple of 8; N >= 7688 always is); N = " + std::to_string(a.n));
+  if (c.uneven && fp8::fp8_uneven_tiles_n(1, a.n, c.block_m, c.block_n, 1) == 0)
+    return Status::Invalid("fp8_gemm: uneven=1 needs N covered exactly by tiles of " +
+                           std::to_string(c.block_n - gemm::UnevenColumnLayout::kTrim) + " and " +
+                           std::to_string(c.block_n) + " columns (every N >= 3360 is; below, N in [240k, 256k]); N = " +
+                           std::to_string(a.n));
+  // Its rows hold up to N / 240 tiles: the unit count must stay in range with those too.
+  if (c.uneven)
+    LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles(
+        "fp8_gemm", (a.m + c.block_m - 1) / c.block_m * (a.n / (c.block_n - gemm::UnevenColumnLayout::kTrim)), 1));
   return Status::Ok();
 }
 
@@ -337,13 +342,15 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
+  // Uneven columns: as many tiles a row as fill the waves of the grid best, each band's wide
+  // tiles placed by the CTAs the launch will run them on (one per SM at most for these kernels).
+  const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
-                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, cfg.uneven);
-  // Uneven columns place each band's wide tiles by the CTA that runs them: the grid the launch
-  // will take (one CTA per SM at most for these kernels).
+                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
   if (cfg.uneven)
     p.uneven = fp8::fp8_uneven_layout(
-        args.n, cfg.block_n, hopper::persistent_grid(cfg.grid, dev.sm_count, p.sched.num_units(), 1, /*oversubscribe=*/true));
+        args.n, cfg.block_n, p.sched.tiles_n,
+        hopper::persistent_grid(cfg.grid, dev.sm_count, p.sched.num_units(), 1, /*oversubscribe=*/true));
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);

@@ -130,7 +130,7 @@ struct Consumer {
   // partial at the dense K block's 128 (a sparse K block holds half as many).
   static constexpr int kGroup = Operands::kBlocksPerPromotion;
   static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
-  // Uneven columns: a trimmed tile's last part is 8 columns narrower (issue_part), which needs
+  // Uneven columns: a trimmed tile's last part is kTrim columns narrower (issue_part), which needs
   // serially retired column parts.
   static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
@@ -155,8 +155,9 @@ struct Consumer {
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
   // The unit's tile under uneven columns (start): the stage's B rows before its column 0 (0 or
-  // 8) plus 1 if it is 8 columns short of kBlockN. One register: the overlapped 256-wide kernel
-  // has none to spare (two made ptxas serialize its wgmmas, C7511).
+  // kTrim, even) plus 1 if it is kTrim columns short of kBlockN. One register: the overlapped
+  // 256-wide kernel has none to spare (two made ptxas serialize its wgmmas, C7511).
+  static constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
   int uneven_tile = 0;
   __device__ __forceinline__ int b_skip() const { return uneven_tile & ~1; }
   __device__ __forceinline__ bool trimmed() const { return (uneven_tile & 1) != 0; }
@@ -194,14 +195,14 @@ struct Consumer {
     if (part_n == kParts - 1) pos = at;
   }
 
-  // Part `part_n` as issue() does it; a trimmed tile's last part (uneven columns) is 8 columns
-  // narrower: a wgmma takes N / 2 cycles for any N (tools/microbench/wgmma_rate.cu), so the 248
-  // columns cost 31/32 of 256. Its partial's last 4 registers keep the previous part's values;
-  // promoted into acc's columns 248-255, which a trimmed tile never stores.
+  // Part `part_n` as issue() does it; a trimmed tile's last part (uneven columns) is kTrim columns
+  // narrower: a wgmma takes N / 2 cycles for any N (tools/microbench/wgmma_rate.cu), so 240
+  // columns cost 15/16 of 256. Its partial's last kTrim / 2 registers keep the previous part's
+  // values, promoted into acc's last kTrim columns, which a trimmed tile never stores.
   __device__ __forceinline__ void issue_part(Partial& part, int kb, int part_n) {
     if constexpr (kUneven) {
       if (part_n == kParts - 1 && trimmed()) {
-        issue<kPartN - 8>(part, kb, part_n);
+        issue<kPartN - kTrim>(part, kb, part_n);
         return;
       }
     }

@@ -87,8 +87,8 @@ struct RegisterSplit {
 // CTAs. A divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the
 // kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated
 // instruction.
-// kUneven_: uneven columns (gemm::TileSchedule::uneven_width): tiles of 256 and 248 columns, so
-// that the tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
+// kUneven_: uneven columns (gemm::UnevenColumnLayout): tiles of 256 and 240 columns, so that the
+// tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
 // overlapped 256-wide tile promoting every two K blocks, BF16 out, plain without a bias.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
