@@ -97,9 +97,11 @@ struct UnevenColumnLayout {
   __host__ __device__ int run_start(const TileSchedule& s, int band) const {
     // Raster position p of band b is unit b * group_m * tiles_n + p; the run starts at
     // p = group_m * c. Target CTA b * group_m * wide: c * group_m = b * group_m * (wide - tiles_n) mod grid.
-    const int64_t t = (static_cast<int64_t>(band) * s.group_m * (s.tiles_n - wide)) % grid;
-    const int target = static_cast<int>((grid - t) % grid);
-    return ((target + s.group_m / 2) / s.group_m) % s.tiles_n;
+    // In 32 bits: band * group_m <= tiles_m, and tiles_m * tiles_n units fit an int (kMaxUnits).
+    const int t = (band * s.group_m * (s.tiles_n - wide)) % grid;
+    const int target = t == 0 ? 0 : grid - t;
+    const int c = (target + s.group_m / 2) / s.group_m;
+    return c < s.tiles_n ? c : c % s.tiles_n;
   }
 
   // Fills w's col0, trim and b_skip (WorkUnit) from its tile column.

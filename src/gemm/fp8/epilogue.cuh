@@ -87,15 +87,17 @@ struct Fp8Epilogue {
     } else {
       apply_alpha(alpha, acc);
     }
-    // Uneven columns: a trimmed tile (kTrim columns short) stores its last round kTrim columns
-    // to the left, so that the round's box ends at the tile's edge (its first kTrim columns are
-    // stored twice, with the same values). Its fragments move kTrim / 8 fragment groups (kTrim / 2
-    // registers) to the left here, in place and before the next unit's first MMAs are issued: the
-    // overlapped kernel has no registers to spare while they are in flight.
-    if constexpr (gemm::UnevenColumns<T>::value) {
-      constexpr int kShift = gemm::UnevenColumnLayout::kTrim / 2;
+    // Uneven columns: a trimmed tile (kTrim columns short) skips its last kTrim / 64 rounds, or,
+    // where kTrim is not a whole round, stores its last round kTrim columns to the left, so that
+    // the round's box ends at the tile's edge (its first kTrim columns are stored twice, with the
+    // same values). Its fragments move kTrim / 8 fragment groups (kTrim / 2 registers) to the
+    // left here, in place and before the next unit's first MMAs are issued: the overlapped kernel
+    // has no registers to spare while they are in flight.
+    constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
+    if constexpr (gemm::UnevenColumns<T>::value && kTrim % T::kEpiRoundCols != 0) {
+      constexpr int kShift = kTrim / 2;
       static_assert(!T::kOutFp32 && T::kEpiChunksPerRound == 1 && T::kBlockN % T::kEpiRoundCols == 0 &&
-                        gemm::UnevenColumnLayout::kTrim % 16 == 0 && gemm::UnevenColumnLayout::kTrim < T::kEpiRoundCols,
+                        kTrim % 16 == 0 && kTrim < T::kEpiRoundCols,
                     "uneven columns: BF16 out, one 128-byte chunk per round, whole rounds, whole stmatrix columns");
       constexpr int kFirst = (T::kBlockN - T::kEpiRoundCols) / 2;  // the last round's first register
       const bool trimmed = w.trim != 0;
@@ -124,7 +126,13 @@ struct Fp8Epilogue {
     for (int r = 0; r < T::kEpiRounds; ++r) {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
       if (col0 + round_col >= n) break;  // uniform over the warpgroup
-      const bool shifted = r == T::kEpiRounds - 1 && trimmed;
+      constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
+      constexpr bool kWholeRounds = kTrim % T::kEpiRoundCols == 0;
+      // A trimmed tile's rounds past its edge are staged but not stored: a predicate, not a
+      // branch (with the next unit's MMAs in flight a branch here cost ptxas the registers of
+      // the wgmma pipeline, C7511).
+      const bool past_edge = kWholeRounds && trimmed && round_col >= T::kBlockN - kTrim;
+      const bool shifted = !kWholeRounds && r == T::kEpiRounds - 1 && trimmed;
       uint8_t* buf = ss.epi[consumer_wg][round_counter % T::kEpiSlots];
       // The stores issued kEpiSlots rounds ago read this slot; wait until they have. Thread 0
       // issues the stores. With the next unit's MMAs in flight (kOverlapEpilogue) every thread
@@ -168,8 +176,8 @@ struct Fp8Epilogue {
         for (int q = 0; q < T::kEpiChunksPerRound; ++q) {
           const int chunk_col = round_col + q * T::kEpiChunkCols;
           if (chunk_col >= T::kBlockN || col0 + chunk_col >= n) break;  // uniform over the warpgroup
-          hopper::tma_store_2d_if(t == 0, tm_d, buf + q * 64 * T::kEpiRowBytes, col0 + chunk_col - (shifted ? w.trim : 0),
-                                  row0);
+          hopper::tma_store_2d_if(t == 0 && !past_edge, tm_d, buf + q * 64 * T::kEpiRowBytes,
+                                  col0 + chunk_col - (shifted ? w.trim : 0), row0);
         }
         hopper::tma_store_commit();
       }
