@@ -389,7 +389,7 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
 }
 
 // Uneven columns (uneven=1): rows of 240- and 256-wide tiles that cover N exactly, every element
-// checked. All tiles narrow (N = 480, 720: the last one's B box starts 16 rows before it), wide
+// checked. All tiles narrow (N = 480, 720: B through the shorter box only), wide
 // ones among narrow ones (496, 736, 976, 2000), the run of wide tiles moving from band to band
 // (group = 1 or 2 with several tile rows; grids of 3 and 5: many units per CTA, the overlapped
 // epilogue between them), a last tile row whose second warpgroup lies below M (M = 129, 300),

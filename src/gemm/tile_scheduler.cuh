@@ -20,12 +20,10 @@ struct WorkUnit {
   int kb_begin;  // first K block (of kBlockK) of this unit
   int kb_end;    // one past the last
   // Uneven columns only, set by UnevenColumnLayout::place (left unset otherwise: zeroing them
-  // here changed the code of kernels that never read them): the tile's first output column,
-  // the columns it is short of the full width (0 or kTrim), and the B rows its box starts before
-  // col0 (the last tile of a row loads its full-width box ending at N, not past it).
+  // here changed the code of kernels that never read them): the tile's first output column and
+  // the columns it is short of the full width (0 or kTrim; its B box is that much shorter too).
   int col0;
   int trim;
-  int b_skip;
 };
 
 // The most work units one launch walks. Persistent loops step `u += grid` in an int, and a grid
@@ -104,7 +102,7 @@ struct UnevenColumnLayout {
     return c < s.tiles_n ? c : c % s.tiles_n;
   }
 
-  // Fills w's col0, trim and b_skip (WorkUnit) from its tile column.
+  // Fills w's col0 and trim (WorkUnit) from its tile column.
   __host__ __device__ void place(const TileSchedule& s, WorkUnit* w) const {
     const int start = run_start(s, w->m_block / s.group_m);
     const int end = start + wide;  // the run: columns [start, end), wrapping past tiles_n
@@ -120,8 +118,6 @@ struct UnevenColumnLayout {
     }
     w->col0 = j * (width - kTrim) + kTrim * wide_before;
     w->trim = is_wide ? 0 : kTrim;
-    const int over = w->col0 + width - n;
-    w->b_skip = over > 0 ? over : 0;
   }
 };
 
@@ -154,16 +150,10 @@ struct UnevenColumns : std::false_type {};
 template <class T>
 struct UnevenColumns<T, std::void_t<decltype(T::kUneven)>> : std::bool_constant<T::kUneven> {};
 
-// The first output column of unit w's tile, and the first B row its box loads (the last tile of
-// an uneven row loads its full-width box ending at N: w.b_skip rows before col0).
+// The first output column of unit w's tile (and the first B row its box loads).
 template <class T>
 __host__ __device__ __forceinline__ int tile_col0(const gemm::WorkUnit& w) {
   if constexpr (UnevenColumns<T>::value) return w.col0;
-  else return w.n_block * T::kBlockN;
-}
-template <class T>
-__host__ __device__ __forceinline__ int tile_b_row(const gemm::WorkUnit& w) {
-  if constexpr (UnevenColumns<T>::value) return w.col0 - w.b_skip;
   else return w.n_block * T::kBlockN;
 }
 

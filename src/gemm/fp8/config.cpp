@@ -298,7 +298,11 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // Its uneven-columns twin (Fp8GemmConfig::uneven): more, narrower tiles per row. Scored
       // with the tiles' mean width (a 248-column tile costs 31/32 of a 256-column one: the wgmma
       // rate is linear in N) and its own rounds.
-      const int uneven_tn = overlap_256 && splits == 1 ? fp8_uneven_tiles_n(m, n, v.block_m, v.block_n, sm_count) : 0;
+      // Long units only (as the balanced grid): on short K the kernel streams its output and the
+      // twin ran 2-3% slower (4096 x 24576 x 1536, 4096 x 32768 x 512; docs/perf.md W1 session 27).
+      const int uneven_tn = overlap_256 && splits == 1 && unit_kb >= 32
+                                ? fp8_uneven_tiles_n(m, n, v.block_m, v.block_n, sm_count)
+                                : 0;
       if (uneven_tn > 0 && static_cast<int64_t>(uneven_tn) * v.block_n != n) {
         Fp8Candidate u = c;
         u.config.uneven = true;

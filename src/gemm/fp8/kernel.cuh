@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
-    if constexpr (T::kFused) hopper::tma_prefetch_descriptor(&tm_bcast);
+    if constexpr (T::kFused || gemm::UnevenColumns<T>::value) hopper::tma_prefetch_descriptor(&tm_bcast);
   }
   // Peers' barriers must be initialized before the first multicast or remote arrival.
   if constexpr (T::kClusterM > 1) hopper::cluster_sync();
@@ -102,7 +102,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       for (int u = first_unit; u < num_units; u += unit_step) {
         const gemm::WorkUnit w = unit_at(u);
         auto extra = Operands::template stage_extra<T>(ss, p, w);
-        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra);
+        // Uneven columns: tm_bcast is B's map for trimmed tiles (a kTrim rows shorter box).
+        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra,
+                                                   &tm_bcast);
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).

@@ -331,8 +331,14 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
   // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns in the 128-byte swizzle
-  // (gemm/fp8/epilogue_fused.cuh). Unused (tm_d stands in) without one.
+  // (gemm/fp8/epilogue_fused.cuh); with uneven columns, B's map for the trimmed tiles (a box
+  // kTrim rows shorter). Unused (tm_d stands in) otherwise.
   CUtensorMap tm_bcast = tm_d;
+  if (cfg.uneven) {
+    hopper::TensorMap2dSpec st = sb;
+    st.box_rows = static_cast<uint32_t>(cfg.block_n - gemm::UnevenColumnLayout::kTrim);
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_bcast));
+  }
   if (args.row_bcast)
     LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
         hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),

@@ -58,13 +58,22 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
 }
 
 // The tile of a work unit of the M x N tile grid.
+// Uneven columns: a trimmed tile loads its B rows through `tm_b_trimmed`, whose box is
+// kTrim rows shorter (so no box reaches past N, and no B row is loaded that no MMA reads).
 template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const gemm::WorkUnit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
-                                             const StageExtra& extra = StageExtra{}) {
+                                             const StageExtra& extra = StageExtra{},
+                                             const CUtensorMap* tm_b_trimmed = nullptr) {
   constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
-  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, gemm::tile_b_row<T>(w),
+  if constexpr (gemm::UnevenColumns<T>::value) {
+    if (w.trim != 0) {
+      tm_b = tm_b_trimmed;
+      stage_bytes -= static_cast<uint32_t>(w.trim * T::kBlockK);
+    }
+  }
+  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, gemm::tile_col0<T>(w),
                                         w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
 
@@ -154,13 +163,11 @@ struct Consumer {
   // the MMAs of a serially retired part, and the adds waited for it.
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
-  // The unit's tile under uneven columns (start): the stage's B rows before its column 0 (0 or
-  // kTrim, even) plus 1 if it is kTrim columns short of kBlockN. One register: the overlapped
-  // 256-wide kernel has none to spare (two made ptxas serialize its wgmmas, C7511).
+  // Uneven columns: whether the unit's tile is kTrim columns short of kBlockN (start). (The
+  // overlapped 256-wide kernel has no register to spare: a second one here made ptxas
+  // serialize its wgmmas, C7511.)
   static constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
-  int uneven_tile = 0;
-  __device__ __forceinline__ int b_skip() const { return uneven_tile & ~1; }
-  __device__ __forceinline__ bool trimmed() const { return (uneven_tile & 1) != 0; }
+  bool trimmed = false;
 
   // Part `part_n` (columns [part_n * kPartN, +kN)) of the kGroup K blocks from kb, as one
   // wgmma group into a fresh partial (its first kN / 2 registers). The first part waits for the
@@ -184,7 +191,7 @@ struct Consumer {
       part.stage[i] = at.stage;
       part.regs[i] = Operands::template stage_regs<T>(ss, at.stage, consumer_wg);
     }
-    const int b_row = (kUneven ? b_skip() : 0) + part_n * kPartN;
+    const int b_row = part_n * kPartN;
     hopper::fence_operands(part.r);
     hopper::wgmma_fence();
 #pragma unroll
@@ -201,7 +208,7 @@ struct Consumer {
   // values, promoted into acc's last kTrim columns, which a trimmed tile never stores.
   __device__ __forceinline__ void issue_part(Partial& part, int kb, int part_n) {
     if constexpr (kUneven) {
-      if (part_n == kParts - 1 && trimmed()) {
+      if (part_n == kParts - 1 && trimmed) {
         issue<kPartN - kTrim>(part, kb, part_n);
         return;
       }
@@ -311,7 +318,7 @@ struct Consumer {
     static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
     const int kb_begin = w.kb_begin * kGroup;
     kb_last = w.kb_end * kGroup - kGroup;
-    if constexpr (kUneven) uneven_tile = w.b_skip + (w.trim != 0 ? 1 : 0);
+    if constexpr (kUneven) trimmed = w.trim != 0;
     promotion.issued(ahead, kb_begin);
     issue(p0, kb_begin);
   }
