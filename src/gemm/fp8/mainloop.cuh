@@ -202,20 +202,6 @@ struct Consumer {
     if (part_n == kParts - 1) pos = at;
   }
 
-  // Part `part_n` as issue() does it; a trimmed tile's last part (uneven columns) is kTrim columns
-  // narrower: a wgmma takes N / 2 cycles for any N (tools/microbench/wgmma_rate.cu), so 240
-  // columns cost 15/16 of 256. Its partial's last kTrim / 2 registers keep the previous part's
-  // values, promoted into acc's last kTrim columns, which a trimmed tile never stores.
-  __device__ __forceinline__ void issue_part(Partial& part, int kb, int part_n) {
-    if constexpr (kUneven) {
-      if (part_n == kParts - 1 && trimmed) {
-        issue<kPartN - kTrim>(part, kb, part_n);
-        return;
-      }
-    }
-    issue(part, kb, part_n);
-  }
-
   // Waits until at most kInFlight committed groups remain and promotes the retired part into its
   // columns of acc; after the last part, hands its stages back (their bytes are no longer read).
   // Only to this CTA's barrier, also in a cluster: the relay thread hands it on to the peers
@@ -361,17 +347,34 @@ struct Consumer {
       // Serially retired parts through one partial; the first part of the first group is start's.
       if constexpr (!kIssuedAhead) start(w);
       retire<0>(p0, acc, 0);
-#pragma unroll
-      for (int part_n = 1; part_n < kParts; ++part_n) {
-        issue_part(p0, kb_begin, part_n);
-        retire<0>(p0, acc, part_n);
-      }
-      for (int kb = kb_begin + kGroup; kb < kb_end; kb += kGroup) {
-#pragma unroll
-        for (int part_n = 0; part_n < kParts; ++part_n) {
-          issue_part(p0, kb, part_n);
-          retire<0>(p0, acc, part_n);
+      // Uneven columns: a trimmed tile's K loop is its own copy (its last part kTrim columns
+      // narrower), chosen once per unit while no MMA is in flight, not per group.
+      if constexpr (kUneven) {
+        if (trimmed) {
+          serial_parts<kPartN - kTrim>(kb_begin, kb_end, acc);
+          return;
         }
+      }
+      serial_parts<kPartN>(kb_begin, kb_end, acc);
+    }
+  }
+
+  // The serially retired parts after the unit's first part: the rest of the first group, then
+  // every later group; the last part of each group is kLastN columns wide.
+  template <int kLastN>
+  __device__ __forceinline__ void serial_parts(int kb_begin, int kb_end, float (&acc)[kRegs]) {
+#pragma unroll
+    for (int part_n = 1; part_n < kParts; ++part_n) {
+      if (part_n == kParts - 1) issue<kLastN>(p0, kb_begin, part_n);
+      else issue(p0, kb_begin, part_n);
+      retire<0>(p0, acc, part_n);
+    }
+    for (int kb = kb_begin + kGroup; kb < kb_end; kb += kGroup) {
+#pragma unroll
+      for (int part_n = 0; part_n < kParts; ++part_n) {
+        if (part_n == kParts - 1) issue<kLastN>(p0, kb, part_n);
+        else issue(p0, kb, part_n);
+        retire<0>(p0, acc, part_n);
       }
     }
   }
