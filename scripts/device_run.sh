@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session: build, GPU tests, sanitizers, benchmark. Logs under $OUT; short table last.
-# Usage (device tool): bash scripts/device_run.sh [tests|sanitize|bench|all] [bench args...]
+# Usage (device tool): bash scripts/device_run.sh [tests|sanitize|sanitizers|bench|all] [bench args...]
+# (sanitizers: compute-sanitizer alone, without the ctest run that sanitize starts with)
 set -uo pipefail
 OUT=${OUT:-/tmp/lowbit-out}
 mkdir -p "$OUT"
@@ -26,7 +27,7 @@ if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitize ]; then
   LOWBIT_REQUIRE_GPU=1 timeout 300 ctest --test-dir build-dev --output-on-failure --timeout 90 > "$OUT/ctest.log" 2>&1 || rc=1
   tail -25 "$OUT/ctest.log"
 fi
-if [ "$what" = all ] || [ "$what" = sanitize ]; then
+if [ "$what" = all ] || [ "$what" = sanitize ] || [ "$what" = sanitizers ]; then
   for tool in memcheck racecheck; do
     LOWBIT_REQUIRE_GPU=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/lowbit-tests-gpu \
       --gtest_filter='*SmallIntegers*:*Uneven*:*Resident*:*PromoteEveryTwoBlocks*:*EdgeShapes*:*ClusterPairs*:SparseGemmGpu.*:*SplitK*:*Graph*:*Epilogue*:*PatchEmbed*:*Grouped*:MoeGpu.Routing*:MoeGpu.Layout*:MoeGpu.Exact*:MoeGpu.AllTokens*:MoeGpu.BadExpert*:*ShareOneWorkspace*:*ChooserSplits*:*RoutingInfinite*:*EmptyBatch*:*ScaleBytes*:*RefusesPageable*:*CapturingStream*' > "$OUT/$tool.log" 2>&1
