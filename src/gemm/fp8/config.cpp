@@ -296,7 +296,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       }
       out.push_back(c);
       // Its uneven-columns twin (Fp8GemmConfig::uneven): more, narrower tiles per row. Scored
-      // with the tiles' mean width (a 248-column tile costs 31/32 of a 256-column one: the wgmma
+      // with the tiles' mean width (a 240-column tile costs 15/16 of a 256-column one: the wgmma
       // rate is linear in N) and its own rounds.
       // Long units only (as the balanced grid): on short K the kernel streams its output and the
       // twin ran 2-3% slower (4096 x 24576 x 1536, 4096 x 32768 x 512; docs/perf.md W1 session 27).

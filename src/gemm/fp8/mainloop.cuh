@@ -139,7 +139,7 @@ struct Consumer {
   // partial at the dense K block's 128 (a sparse K block holds half as many).
   static constexpr int kGroup = Operands::kBlocksPerPromotion;
   static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
-  // Uneven columns: a trimmed tile's last part is kTrim columns narrower (issue_part), which needs
+  // Uneven columns: a trimmed tile's last part is kTrim columns narrower (serial_parts), which needs
   // serially retired column parts.
   static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
