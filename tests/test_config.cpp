@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdio>
+#include <random>
 #include <string>
 
 #include <utility>
 #include <vector>
 
+#include "common/fast_div.h"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variants.h"
 #include "lowbit/gemm.h"
@@ -212,9 +216,10 @@ TEST(Fp8Config, BalancedGrid) {
 }
 
 // Uneven columns: every tile row covers [0, N) exactly with 240- and 256-wide tiles, in column
-// order, each tile's B box inside [0, N); as many tiles a row as fill the waves best; the wide
-// ones spread so that no CTA runs much more than its share (8192^3 on 132 SMs: 10 wide + 6
-// narrow at most, 15.6 tiles of 256 against 16 before).
+// order, each tile's B box inside [0, N); the units walk the raster of TileSchedule::unit (with
+// reciprocal divisions); as many tiles a row as fill the waves best; the wide ones spread so
+// that no CTA runs more than its share rounded up (8192^3 on 132 SMs: 9 wide + 7 narrow, 15.56
+// tiles of 256 against 16 before).
 TEST(Fp8Config, UnevenColumnLayout) {
   EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 8192, 128, 256, 132), 33);  // 2112 tiles: 16 waves
   EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 8192, 128, 256, 132), 33);  // 1056: 8 waves
@@ -226,7 +231,8 @@ TEST(Fp8Config, UnevenColumnLayout) {
   EXPECT_GT(fp8::fp8_uneven_tiles_n(1, 3360, 128, 256, 1), 0);
   EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 240, 128, 256, 1), 0);   // narrower than one tile
   EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 8200, 128, 256, 1), 0);  // not a multiple of 16
-  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, 33, 132).wide, 17);  // 17 x 256 + 16 x 240
+  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, fp8::fp8_schedule(8192, 8192, 32, 128, 256, 1, 1, 16, 132, 132)).wide,
+            17);  // 17 x 256 + 16 x 240
   Fp8GemmConfig c;
   ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1,uneven=1", &c).ok());
   EXPECT_TRUE(c.uneven);
@@ -249,7 +255,7 @@ TEST(Fp8Config, UnevenColumnLayout) {
     SCOPED_TRACE(std::to_string(sh.m) + "x" + std::to_string(sh.n) + " group " + std::to_string(sh.group) +
                  " grid " + std::to_string(sh.grid));
     const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);
-    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, s.tiles_n, sh.grid);
+    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, s);
     ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.m, sh.n, 128, 256, sh.grid));
     ASSERT_GT(s.tiles_n, 0);
     ASSERT_GE(layout.wide, 0);
@@ -257,8 +263,12 @@ TEST(Fp8Config, UnevenColumnLayout) {
     std::vector<std::vector<std::pair<int, int>>> rows(s.tiles_m);  // (col0, width) per tile row
     std::vector<int64_t> cta_columns(sh.grid, 0);
     for (int u = 0; u < s.num_units(); ++u) {
-      gemm::WorkUnit w = s.unit(u);
-      layout.place(s, &w);
+      const gemm::WorkUnit w = layout.unit(s, u);
+      const gemm::WorkUnit e = s.unit(u);
+      ASSERT_EQ(w.m_block, e.m_block) << "unit " << u;
+      ASSERT_EQ(w.n_block, e.n_block) << "unit " << u;
+      ASSERT_EQ(w.kb_begin, e.kb_begin);
+      ASSERT_EQ(w.kb_end, e.kb_end);
       ASSERT_TRUE(w.trim == 0 || w.trim == 16);
       ASSERT_EQ(w.col0 % 16, 0) << "every tile starts on a 32-byte sector of a 16-bit output";
       const int width = 256 - w.trim;
@@ -279,11 +289,11 @@ TEST(Fp8Config, UnevenColumnLayout) {
       EXPECT_EQ(at, sh.n);
       EXPECT_EQ(wide, layout.wide);
     }
-    // The square shapes: 16 (8) rounds, no CTA with more than 10 (5) wide tiles, where the
+    // The square shapes: 16 (8) rounds, no CTA with more than 9 (5) wide tiles, where the
     // average is 8.2 (4.1); 16 x 256 (8 x 256) before.
     const int64_t most = *std::max_element(cta_columns.begin(), cta_columns.end());
     if (sh.m == 8192 && sh.n == 8192) {
-      EXPECT_LE(most, 10 * 256 + 6 * 240);
+      EXPECT_LE(most, 9 * 256 + 7 * 240);
     }
     if (sh.m == 4096 && sh.n == 8192) {
       EXPECT_LE(most, 5 * 256 + 3 * 240);
@@ -390,4 +400,32 @@ TEST(TileSchedule, RasterCoversEveryTileOnceForAnyGroup) {
       }
       for (int v : seen) EXPECT_EQ(v, 1) << tm << "x" << tn << " group " << group;
     }
+}
+
+// The reciprocal division is exact for every numerator a unit index can take (0 <= n < 2^31)
+// and every divisor in [1, 2^31): small divisors exhaustively against small numerators, the
+// edges of each, and seeded random pairs (the seed is printed).
+TEST(FastDiv, ExactOnTheWholeRange) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int s = 12; s <= 30; ++s)
+    for (int delta : {-1, 0, 1}) divisors.push_back((1 << s) + delta);
+  divisors.push_back(INT_MAX);
+  divisors.push_back(INT_MAX - 1);
+  const uint64_t seed = std::random_device{}();
+  std::printf("FastDiv seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 2000; ++i) divisors.push_back(static_cast<int>(rng() % INT_MAX) + 1);
+  for (const int d : divisors) {
+    const lowbit::FastDiv f(d);
+    std::vector<int> nums = {0, 1, d - 1, d, INT_MAX, INT_MAX - 1, INT_MAX - d + 1, INT_MAX / d * d,
+                             INT_MAX / d * d - 1};
+    if (d <= 64)
+      for (int n = 0; n < 20000; ++n) nums.push_back(n);
+    for (int i = 0; i < 200; ++i) nums.push_back(static_cast<int>(rng() % (uint64_t{1} << 31)));
+    for (const int n : nums) {
+      if (n < 0) continue;
+      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+    }
+  }
 }

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/fast_div.h"
+
 namespace lowbit::gemm {
 
 struct WorkUnit {
@@ -19,7 +21,7 @@ struct WorkUnit {
   int split;     // which K range of the tile
   int kb_begin;  // first K block (of kBlockK) of this unit
   int kb_end;    // one past the last
-  // Uneven columns only, set by UnevenColumnLayout::place (left unset otherwise: zeroing them
+  // Uneven columns only, set by UnevenColumnLayout::unit (left unset otherwise: zeroing them
   // here changed the code of kernels that never read them): the tile's first output column and
   // the columns it is short of the full width (0 or kTrim; its B box is that much shorter too).
   int col0;
@@ -80,33 +82,43 @@ struct TileSchedule {
 // proportionally less; docs/perf.md W1 session 27). kTrim = 16 keeps every tile's first column
 // on a 32-byte sector of a 16-bit output: with 8 (248-wide tiles) the output stores wrote partial
 // sectors and the write-heavy short-K shapes ran 10% slower. `wide` tiles of each row are wide:
-// a cyclic run whose start moves from band to band so that each band's wide tiles fall on other
-// CTAs of the `grid` walking the units. Kept apart from TileSchedule (at the end of the kernel
+// a cyclic run that starts at column band % tiles_n, one column further right each band, so that
+// each band's wide tiles fall on other CTAs (at 8192^3 on 132 SMs no CTA runs more than 9 wide
+// and 7 narrow tiles, the least possible; the rule before it, aimed at the CTA just past the
+// previous band's run, gave 10 and 6). Kept apart from TileSchedule (at the end of the kernel
 // parameters) so that kernels without it keep their parameter layout.
 struct UnevenColumnLayout {
   static constexpr int kTrim = 16;
   int width = 0;
   int wide = 0;
-  int grid = 1;
   int n = 0;  // the output's columns
+  // The raster's divisors, as reciprocals (set by the host, fp8_uneven_layout): the units of a
+  // band (group_m * tiles_n), the rows of a whole band and of the last one, and tiles_n. With
+  // run-time divisions, placing a unit cost ~300 cycles between one unit's last MMA and the
+  // next one's first (W1 v14).
+  FastDiv band_units;
+  FastDiv band_rows;
+  FastDiv last_band_rows;
+  FastDiv columns;
+  int last_band = 0;
 
-  // The first column of the band's run of wide tiles: where its first wide tile lands on the CTA
-  // just past the previous band's run (unit u runs on CTA u % grid), rounded to a column.
-  __host__ __device__ int run_start(const TileSchedule& s, int band) const {
-    // Raster position p of band b is unit b * group_m * tiles_n + p; the run starts at
-    // p = group_m * c. Target CTA b * group_m * wide: c * group_m = b * group_m * (wide - tiles_n) mod grid.
-    // In 32 bits: band * group_m <= tiles_m, and tiles_m * tiles_n units fit an int (kMaxUnits).
-    const int t = (band * s.group_m * (s.tiles_n - wide)) % grid;
-    const int target = t == 0 ? 0 : grid - t;
-    const int c = (target + s.group_m / 2) / s.group_m;
-    return c < s.tiles_n ? c : c % s.tiles_n;
-  }
-
-  // Fills w's col0 and trim (WorkUnit) from its tile column.
-  __host__ __device__ void place(const TileSchedule& s, WorkUnit* w) const {
-    const int start = run_start(s, w->m_block / s.group_m);
-    const int end = start + wide;  // the run: columns [start, end), wrapping past tiles_n
-    const int j = w->n_block;
+  // Unit u's tile: raster_tile's walk (bands of group_m tile rows, column by column inside a
+  // band) and its columns. The overlapped kernels run unsplit, so unit u is tile u.
+  __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, int u) const {
+    WorkUnit w;
+    const int band = band_units.div(u);
+    const int r = u - band * band_units.d;
+    const FastDiv& rows = band == last_band ? last_band_rows : band_rows;
+    const int j = rows.div(r);
+    w.m_block = band * s.group_m + (r - j * rows.d);
+    w.n_block = j;
+    w.tile = u;
+    w.split = 0;
+    w.kb_begin = 0;
+    w.kb_end = s.k_blocks;
+    // The band's run of wide tiles: columns [start, start + wide), wrapping past tiles_n.
+    const int start = band - columns.div(band) * s.tiles_n;
+    const int end = start + wide;
     int wide_before;  // wide columns left of j
     bool is_wide;
     if (end <= s.tiles_n) {
@@ -116,8 +128,9 @@ struct UnevenColumnLayout {
       wide_before = (j < end - s.tiles_n ? j : end - s.tiles_n) + (j > start ? j - start : 0);
       is_wide = j >= start || j < end - s.tiles_n;
     }
-    w->col0 = j * (width - kTrim) + kTrim * wide_before;
-    w->trim = is_wide ? 0 : kTrim;
+    w.col0 = j * (width - kTrim) + kTrim * wide_before;
+    w.trim = is_wide ? 0 : kTrim;
+    return w;
   }
 };
 

@@ -110,13 +110,18 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
   return s;
 }
 
-gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int tiles_n, int grid) {
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, const gemm::TileSchedule& s) {
   constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
   gemm::UnevenColumnLayout u;
   u.width = block_n;
-  u.wide = static_cast<int>((n - static_cast<int64_t>(tiles_n) * (block_n - kTrim)) / kTrim);
-  u.grid = std::max(1, grid);
+  u.wide = static_cast<int>((n - static_cast<int64_t>(s.tiles_n) * (block_n - kTrim)) / kTrim);
   u.n = static_cast<int>(n);
+  const int group = s.group_m;  // clamped to [1, tiles_m] by fp8_schedule, as raster_tile needs
+  u.band_units = FastDiv(group * s.tiles_n);
+  u.band_rows = FastDiv(group);
+  u.last_band = (s.tiles_m - 1) / group;
+  u.last_band_rows = FastDiv(s.tiles_m - u.last_band * group);
+  u.columns = FastDiv(s.tiles_n);
   return u;
 }
 

@@ -41,8 +41,8 @@ gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m,
 // with the least work on the busiest CTA, ceil(tiles_m * c / grid) x N / c (the fewest tiles on
 // ties); 0 where no count covers N exactly (N not a multiple of kTrim, or between the sums).
 int fp8_uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid);
-// The layout of those tiles_n tiles a row, walked by `grid` CTAs.
-gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, int tiles_n, int grid);
+// The layout of schedule s's tiles_n tiles a row (s from fp8_schedule with uneven_grid > 0).
+gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, const gemm::TileSchedule& s);
 int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);

@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int first_unit = static_cast<int>(blockIdx.x) / T::kClusterM;
   const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
   auto unit_at = [&p](int u) {
-    gemm::WorkUnit w = p.sched.unit(u);
-    if constexpr (gemm::UnevenColumns<T>::value) p.uneven.place(p.sched, &w);
+    gemm::WorkUnit w;
+    if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, u);
+    else w = p.sched.unit(u);
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   };

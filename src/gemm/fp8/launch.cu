@@ -348,15 +348,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
   // with a block past K, which TMA fills with zeros).
-  // Uneven columns: as many tiles a row as fill the waves of the grid best, each band's wide
-  // tiles placed by the CTAs the launch will run them on (one per SM at most for these kernels).
+  // Uneven columns: as many tiles a row as fill the waves of the grid best (one CTA per SM at
+  // most for these kernels).
   const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                               cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
   if (cfg.uneven)
-    p.uneven = fp8::fp8_uneven_layout(
-        args.n, cfg.block_n, p.sched.tiles_n,
-        hopper::persistent_grid(cfg.grid, dev.sm_count, p.sched.num_units(), 1, /*oversubscribe=*/true));
+    p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
