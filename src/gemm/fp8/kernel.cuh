@@ -150,15 +150,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
-          if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
-          else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          // The element math runs after the next unit's first group is issued, so the tensor
+          // cores have work while both warpgroups scale their fragments (W1 v14).
+          auto apply = [&] {
+            if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
+            else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          };
           const int next = u + unit_step;
           if (next >= num_units) {
+            apply();
             epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
             break;
           }
           const gemm::WorkUnit w_next = unit_at(next);
           consumer.start(w_next);
+          apply();
           // Epilogue, under the next unit's first MMAs.
           epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
           u = next;
