@@ -251,7 +251,8 @@ TEST(Fp8Config, UnevenColumnLayout) {
   for (const Shape& sh : {Shape{8192, 8192, 16, 132}, Shape{4096, 8192, 16, 132}, Shape{300, 480, 1, 3},
                           Shape{1000, 992, 1, 5}, Shape{1000, 2000, 2, 5}, Shape{4096, 24576, 16, 132},
                           Shape{4096, 32768, 16, 132}, Shape{129, 256, 1, 1}, Shape{640, 7680, 3, 7},
-                          Shape{2048, 8208, 4, 13}, Shape{8192, 3360, 16, 132}}) {
+                          Shape{2048, 8208, 4, 13}, Shape{8192, 3360, 16, 132}, Shape{100, 992, 16, 5},
+                          Shape{1024, 992, 8, 5}, Shape{1152, 992, 4, 7}}) {
     SCOPED_TRACE(std::to_string(sh.m) + "x" + std::to_string(sh.n) + " group " + std::to_string(sh.group) +
                  " grid " + std::to_string(sh.grid));
     const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);

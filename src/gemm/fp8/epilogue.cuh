@@ -91,8 +91,8 @@ struct Fp8Epilogue {
     // where kTrim is not a whole round, stores its last round kTrim columns to the left, so that
     // the round's box ends at the tile's edge (its first kTrim columns are stored twice, with the
     // same values). Its fragments move kTrim / 8 fragment groups (kTrim / 2 registers) to the
-    // left here, in place: the overlapped kernel, whose next unit's first MMAs are in flight by
-    // now, has no registers to spare for a copy.
+    // left here, in place: the overlapped kernel, whose next unit's first MMAs are in flight
+    // here (all but the last unit), has no registers to spare for a copy.
     constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
     if constexpr (gemm::UnevenColumns<T>::value && kTrim % T::kEpiRoundCols != 0) {
       constexpr int kShift = kTrim / 2;

@@ -163,7 +163,8 @@ struct Consumer {
   // the MMAs of a serially retired part, and the adds waited for it.
   typename Promotion::Pending ahead{};
   int kb_last = 0;  // the unit's last group
-  // Uneven columns: whether the unit's tile is kTrim columns short of kBlockN (start). (The
+  // Uneven columns: whether the unit's tile is kTrim columns short of kBlockN (start). Once
+  // start(w_next) has run it describes the next unit: the epilogue reads w.trim instead. (The
   // overlapped 256-wide kernel has no register to spare: a second one here made ptxas
   // serialize its wgmmas, C7511.)
   static constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
