@@ -430,3 +430,28 @@ TEST(FastDiv, ExactOnTheWholeRange) {
     }
   }
 }
+
+// TileSchedule::unit (reciprocal divisions) walks exactly raster_tile's order, with adjacent
+// splits of one tile and balanced K ranges, for partial last bands, one-row and one-band grids.
+TEST(TileSchedule, UnitWalksTheRaster) {
+  for (int tm : {1, 2, 3, 7, 16, 33, 64, 100})
+    for (int tn : {1, 2, 5, 33, 64})
+      for (int group : {1, 2, 3, 8, 16, 63})
+        for (int splits : {1, 2, 3, 7}) {
+          const int kb = 37;
+          const auto s = lowbit::gemm::TileSchedule::make(tm, tn, kb, splits, group);
+          ASSERT_EQ(s.group_m, std::min(group, tm));
+          ASSERT_EQ(s.num_units(), tm * tn * splits);
+          for (int u = 0; u < s.num_units(); ++u) {
+            const auto w = s.unit(u);
+            int mb = -1, nb = -1;
+            lowbit::gemm::raster_tile(u / splits, tm, tn, s.group_m, &mb, &nb);
+            ASSERT_EQ(w.tile, u / splits);
+            ASSERT_EQ(w.split, u % splits);
+            ASSERT_EQ(w.m_block, mb) << tm << "x" << tn << " group " << group << " splits " << splits << " u " << u;
+            ASSERT_EQ(w.n_block, nb) << tm << "x" << tn << " group " << group << " splits " << splits << " u " << u;
+            ASSERT_EQ(w.kb_begin, w.split * kb / splits);
+            ASSERT_EQ(w.kb_end, (w.split + 1) * kb / splits);
+          }
+        }
+}

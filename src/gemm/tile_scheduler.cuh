@@ -57,20 +57,80 @@ struct TileSchedule {
   int k_blocks = 0;
   int splits = 1;
   int group_m = 8;  // rasterization: walk group_m tile rows, column by column, then the next group
+  // The walk's divisors as reciprocals (FastDiv), set by make(): the splits, a band's units
+  // (group_m * tiles_n), the rows of a whole band and of the last one. With run-time divisions
+  // the placement of a unit was a chain of five (two of them 64-bit) between one unit's last MMA
+  // and the next one's first (docs/perf.md, W1 v14).
+  FastDiv split_div;
+  FastDiv band_units;
+  FastDiv band_rows;
+  FastDiv last_band_rows;
+  int last_band = 0;
+
+  // Host only. group_m is clamped to [1, tiles_m] (raster_tile's band height).
+  static TileSchedule make(int tiles_m, int tiles_n, int k_blocks, int splits, int group_m) {
+    TileSchedule s;
+    s.tiles_m = tiles_m;
+    s.tiles_n = tiles_n;
+    s.k_blocks = k_blocks;
+    s.splits = splits < 1 ? 1 : splits;
+    s.group_m = group_m < 1 ? 1 : (group_m > tiles_m && tiles_m > 0 ? tiles_m : group_m);
+    s.split_div = FastDiv(s.splits);
+    // A band's units fit an int whenever the whole walk does (launchers refuse 2^30 units and
+    // more; clamped here so that a refused size computes no overflow first).
+    const int64_t band = static_cast<int64_t>(s.group_m) * (tiles_n > 0 ? tiles_n : 1);
+    s.band_units = FastDiv(band < INT32_MAX ? static_cast<int>(band) : INT32_MAX);
+    s.band_rows = FastDiv(s.group_m);
+    s.last_band = tiles_m > 0 ? (tiles_m - 1) / s.group_m : 0;
+    s.last_band_rows = FastDiv(tiles_m > 0 ? tiles_m - s.last_band * s.group_m : 1);
+    return s;
+  }
 
   __host__ __device__ int num_tiles() const { return tiles_m * tiles_n; }
   __host__ __device__ int num_units() const { return num_tiles() * splits; }
 
+  // Tile t's band (of group_m tile rows), tile row and tile column: raster_tile's walk
+  // (TileSchedule.UnitWalksTheRaster checks it), with the divisions by reciprocals. The last
+  // band's divisor is taken in a branch, or with kSelect in a select: the kernels that call
+  // this sit at the register file's edge and ptxas fits each in one form only (the select made
+  // the 2:4 E4M3 bn=128 kernel spill; the branch made ptxas serialize the uneven kernel's wgmmas,
+  // C7511).
+  template <bool kSelect = false>
+  __host__ __device__ __forceinline__ void place_tile(int t, int* band, int* m_block, int* n_block) const {
+    const int b = band_units.div(t);
+    const int r = t - b * band_units.d;
+    int row;
+    if constexpr (kSelect) {
+      const FastDiv& rows = b == last_band ? last_band_rows : band_rows;
+      *n_block = rows.div(r);
+      row = r - *n_block * rows.d;
+    } else if (b == last_band) {
+      *n_block = last_band_rows.div(r);
+      row = r - *n_block * last_band_rows.d;
+    } else {
+      *n_block = band_rows.div(r);
+      row = r - *n_block * band_rows.d;
+    }
+    *m_block = b * group_m + row;
+    *band = b;
+  }
+
   // The splits of one tile are adjacent unit ids, so they run in the same wave and the last
   // one to finish does the fix-up without waiting on a later wave.
-  __host__ __device__ WorkUnit unit(int u) const {
+  __host__ __device__ __forceinline__ WorkUnit unit(int u) const {
     WorkUnit w;
-    w.split = u % splits;
-    w.tile = u / splits;
-    raster_tile(w.tile, tiles_m, tiles_n, group_m, &w.m_block, &w.n_block);
-    // Balanced K ranges: split s covers [s*kb/S, (s+1)*kb/S).
-    w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * k_blocks) / splits);
-    w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
+    w.tile = split_div.div(u);
+    w.split = u - w.tile * splits;
+    int band;
+    place_tile(w.tile, &band, &w.m_block, &w.n_block);
+    if (splits == 1) {
+      w.kb_begin = 0;
+      w.kb_end = k_blocks;
+    } else {
+      // Balanced K ranges: split s covers [s*kb/S, (s+1)*kb/S).
+      w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * k_blocks) / splits);
+      w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
+    }
     return w;
   }
 };
@@ -92,30 +152,19 @@ struct UnevenColumnLayout {
   int width = 0;
   int wide = 0;
   int n = 0;  // the output's columns
-  // The raster's divisors, as reciprocals (set by the host, fp8_uneven_layout): the units of a
-  // band (group_m * tiles_n), the rows of a whole band and of the last one, and tiles_n. With
-  // run-time divisions, placing a unit cost ~300 cycles between one unit's last MMA and the
-  // next one's first (W1 v14).
-  FastDiv band_units;
-  FastDiv band_rows;
-  FastDiv last_band_rows;
-  FastDiv columns;
-  int last_band = 0;
+  FastDiv columns;  // tiles_n as a reciprocal (fp8_uneven_layout)
 
-  // Unit u's tile: raster_tile's walk (bands of group_m tile rows, column by column inside a
-  // band) and its columns. The overlapped kernels run unsplit, so unit u is tile u.
+  // Unit u's tile: TileSchedule::unit's walk, and its columns. The overlapped kernels run
+  // unsplit, so unit u is tile u.
   __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, int u) const {
     WorkUnit w;
-    const int band = band_units.div(u);
-    const int r = u - band * band_units.d;
-    const FastDiv& rows = band == last_band ? last_band_rows : band_rows;
-    const int j = rows.div(r);
-    w.m_block = band * s.group_m + (r - j * rows.d);
-    w.n_block = j;
+    int band;
+    s.place_tile</*kSelect=*/true>(u, &band, &w.m_block, &w.n_block);
     w.tile = u;
     w.split = 0;
     w.kb_begin = 0;
     w.kb_end = s.k_blocks;
+    const int j = w.n_block;
     // The band's run of wide tiles: columns [start, start + wide), wrapping past tiles_n.
     const int start = band - columns.div(band) * s.tiles_n;
     const int end = start + wide;
