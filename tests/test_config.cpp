@@ -264,7 +264,7 @@ TEST(Fp8Config, UnevenColumnLayout) {
     std::vector<std::vector<std::pair<int, int>>> rows(s.tiles_m);  // (col0, width) per tile row
     std::vector<int64_t> cta_columns(sh.grid, 0);
     for (int u = 0; u < s.num_units(); ++u) {
-      const gemm::WorkUnit w = layout.unit(s, u);
+      const gemm::WorkUnit w = layout.unit(s, gemm::TileWalk::of(s), u);
       const gemm::WorkUnit e = s.unit(u);
       ASSERT_EQ(w.m_block, e.m_block) << "unit " << u;
       ASSERT_EQ(w.n_block, e.n_block) << "unit " << u;
@@ -431,27 +431,31 @@ TEST(FastDiv, ExactOnTheWholeRange) {
   }
 }
 
-// TileSchedule::unit (reciprocal divisions) walks exactly raster_tile's order, with adjacent
-// splits of one tile and balanced K ranges, for partial last bands, one-row and one-band grids.
-TEST(TileSchedule, UnitWalksTheRaster) {
+// TileWalk (reciprocal divisions) gives exactly TileSchedule::unit's units: raster_tile's order,
+// adjacent splits of one tile, balanced K ranges; partial last bands, one-row and one-band grids.
+TEST(TileSchedule, WalkMatchesTheRaster) {
   for (int tm : {1, 2, 3, 7, 16, 33, 64, 100})
     for (int tn : {1, 2, 5, 33, 64})
       for (int group : {1, 2, 3, 8, 16, 63})
         for (int splits : {1, 2, 3, 7}) {
-          const int kb = 37;
-          const auto s = lowbit::gemm::TileSchedule::make(tm, tn, kb, splits, group);
-          ASSERT_EQ(s.group_m, std::min(group, tm));
-          ASSERT_EQ(s.num_units(), tm * tn * splits);
+          lowbit::gemm::TileSchedule s;
+          s.tiles_m = tm;
+          s.tiles_n = tn;
+          s.k_blocks = 37;
+          s.splits = splits;
+          s.group_m = std::min(group, tm);
+          const auto walk = lowbit::gemm::TileWalk::of(s);
           for (int u = 0; u < s.num_units(); ++u) {
-            const auto w = s.unit(u);
-            int mb = -1, nb = -1;
-            lowbit::gemm::raster_tile(u / splits, tm, tn, s.group_m, &mb, &nb);
-            ASSERT_EQ(w.tile, u / splits);
-            ASSERT_EQ(w.split, u % splits);
-            ASSERT_EQ(w.m_block, mb) << tm << "x" << tn << " group " << group << " splits " << splits << " u " << u;
-            ASSERT_EQ(w.n_block, nb) << tm << "x" << tn << " group " << group << " splits " << splits << " u " << u;
-            ASSERT_EQ(w.kb_begin, w.split * kb / splits);
-            ASSERT_EQ(w.kb_end, (w.split + 1) * kb / splits);
+            const auto w = walk.unit(s, u);
+            const auto e = s.unit(u);
+            const std::string at = std::to_string(tm) + "x" + std::to_string(tn) + " group " + std::to_string(group) +
+                                   " splits " + std::to_string(splits) + " u " + std::to_string(u);
+            ASSERT_EQ(w.tile, e.tile) << at;
+            ASSERT_EQ(w.split, e.split) << at;
+            ASSERT_EQ(w.m_block, e.m_block) << at;
+            ASSERT_EQ(w.n_block, e.n_block) << at;
+            ASSERT_EQ(w.kb_begin, e.kb_begin) << at;
+            ASSERT_EQ(w.kb_end, e.kb_end) << at;
           }
         }
 }

@@ -57,46 +57,64 @@ struct TileSchedule {
   int k_blocks = 0;
   int splits = 1;
   int group_m = 8;  // rasterization: walk group_m tile rows, column by column, then the next group
-  // The walk's divisors as reciprocals (FastDiv), set by make(): the splits, a band's units
-  // (group_m * tiles_n), the rows of a whole band and of the last one. With run-time divisions
-  // the placement of a unit was a chain of five (two of them 64-bit) between one unit's last MMA
-  // and the next one's first (docs/perf.md, W1 v14).
+
+  __host__ __device__ int num_tiles() const { return tiles_m * tiles_n; }
+  __host__ __device__ int num_units() const { return num_tiles() * splits; }
+
+  // The splits of one tile are adjacent unit ids, so they run in the same wave and the last
+  // one to finish does the fix-up without waiting on a later wave. (Kernels walk with TileWalk,
+  // which gives the same units without run-time divisions.)
+  __host__ __device__ WorkUnit unit(int u) const {
+    WorkUnit w;
+    w.split = u % splits;
+    w.tile = u / splits;
+    raster_tile(w.tile, tiles_m, tiles_n, group_m, &w.m_block, &w.n_block);
+    // Balanced K ranges: split s covers [s*kb/S, (s+1)*kb/S).
+    w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * k_blocks) / splits);
+    w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
+    return w;
+  }
+};
+
+// TileSchedule::unit with the divisions by reciprocals (FastDiv) of the splits, a band's units
+// (group_m * tiles_n), the rows of a whole band and of the last one, set once on the host (of()).
+// With run-time divisions, placing a unit was a chain of five (two of them 64-bit) between one
+// unit's last MMA and the next one's first: 2-4% of the short-K shapes (docs/perf.md, W1 v14).
+// Kept apart from TileSchedule, at the end of Fp8KernelParams (the dense FP8 and 2:4 kernels).
+// The block-scaled kernels do not walk with it: with the reciprocals in their parameters (in the
+// middle, or at the end), ptxas rescheduled the grouped block-scaled kernels, which do not use
+// them, and BS-grouped ran 4% slower (measured with them in the middle; at the end the grouped
+// kernels compiled to the same changed code).
+struct TileWalk {
   FastDiv split_div;
   FastDiv band_units;
   FastDiv band_rows;
   FastDiv last_band_rows;
   int last_band = 0;
 
-  // Host only. group_m is clamped to [1, tiles_m] (raster_tile's band height).
-  static TileSchedule make(int tiles_m, int tiles_n, int k_blocks, int splits, int group_m) {
-    TileSchedule s;
-    s.tiles_m = tiles_m;
-    s.tiles_n = tiles_n;
-    s.k_blocks = k_blocks;
-    s.splits = splits < 1 ? 1 : splits;
-    s.group_m = group_m < 1 ? 1 : (group_m > tiles_m && tiles_m > 0 ? tiles_m : group_m);
-    s.split_div = FastDiv(s.splits);
+  // Host only. s.group_m must lie in [1, s.tiles_m] (the launchers clamp it).
+  static TileWalk of(const TileSchedule& s) {
+    TileWalk w;
+    const int group = s.group_m < 1 ? 1 : s.group_m;
+    w.split_div = FastDiv(s.splits);
     // A band's units fit an int whenever the whole walk does (launchers refuse 2^30 units and
     // more; clamped here so that a refused size computes no overflow first).
-    const int64_t band = static_cast<int64_t>(s.group_m) * (tiles_n > 0 ? tiles_n : 1);
-    s.band_units = FastDiv(band < INT32_MAX ? static_cast<int>(band) : INT32_MAX);
-    s.band_rows = FastDiv(s.group_m);
-    s.last_band = tiles_m > 0 ? (tiles_m - 1) / s.group_m : 0;
-    s.last_band_rows = FastDiv(tiles_m > 0 ? tiles_m - s.last_band * s.group_m : 1);
-    return s;
+    const int64_t band = static_cast<int64_t>(group) * (s.tiles_n > 0 ? s.tiles_n : 1);
+    w.band_units = FastDiv(band < INT32_MAX ? static_cast<int>(band) : INT32_MAX);
+    w.band_rows = FastDiv(group);
+    w.last_band = s.tiles_m > 0 ? (s.tiles_m - 1) / group : 0;
+    w.last_band_rows = FastDiv(s.tiles_m > 0 ? s.tiles_m - w.last_band * group : 1);
+    return w;
   }
 
-  __host__ __device__ int num_tiles() const { return tiles_m * tiles_n; }
-  __host__ __device__ int num_units() const { return num_tiles() * splits; }
-
-  // Tile t's band (of group_m tile rows), tile row and tile column: raster_tile's walk
-  // (TileSchedule.UnitWalksTheRaster checks it), with the divisions by reciprocals. The last
-  // band's divisor is taken in a branch, or with kSelect in a select: the kernels that call
-  // this sit at the register file's edge and ptxas fits each in one form only (the select made
-  // the 2:4 E4M3 bn=128 kernel spill; the branch made ptxas serialize the uneven kernel's wgmmas,
-  // C7511).
+  // Tile t's band (of group_m tile rows), tile row and tile column, as raster_tile places them
+  // (TileSchedule.WalkMatchesTheRaster). The last band's divisor is taken in a branch, or with
+  // kSelect in a select: the kernels that walk sit at the register file's edge and ptxas fits
+  // each in one form only (the select made the 2:4 E4M3 bn=128 kernel spill; the branch made
+  // ptxas serialize the uneven kernel's wgmmas, C7511).
   template <bool kSelect = false>
-  __host__ __device__ __forceinline__ void place_tile(int t, int* band, int* m_block, int* n_block) const {
+  __host__ __device__ __forceinline__ void place_tile(const TileSchedule& s, int t, int* band, int* m_block,
+                                                      int* n_block) const {
     const int b = band_units.div(t);
     const int r = t - b * band_units.d;
     int row;
@@ -111,25 +129,22 @@ struct TileSchedule {
       *n_block = band_rows.div(r);
       row = r - *n_block * band_rows.d;
     }
-    *m_block = b * group_m + row;
+    *m_block = b * s.group_m + row;
     *band = b;
   }
 
-  // The splits of one tile are adjacent unit ids, so they run in the same wave and the last
-  // one to finish does the fix-up without waiting on a later wave.
-  __host__ __device__ __forceinline__ WorkUnit unit(int u) const {
+  __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, int u) const {
     WorkUnit w;
     w.tile = split_div.div(u);
-    w.split = u - w.tile * splits;
+    w.split = u - w.tile * s.splits;
     int band;
-    place_tile(w.tile, &band, &w.m_block, &w.n_block);
-    if (splits == 1) {
+    place_tile(s, w.tile, &band, &w.m_block, &w.n_block);
+    if (s.splits == 1) {
       w.kb_begin = 0;
-      w.kb_end = k_blocks;
+      w.kb_end = s.k_blocks;
     } else {
-      // Balanced K ranges: split s covers [s*kb/S, (s+1)*kb/S).
-      w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * k_blocks) / splits);
-      w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * k_blocks) / splits);
+      w.kb_begin = static_cast<int>((static_cast<int64_t>(w.split) * s.k_blocks) / s.splits);
+      w.kb_end = static_cast<int>((static_cast<int64_t>(w.split + 1) * s.k_blocks) / s.splits);
     }
     return w;
   }
@@ -154,12 +169,12 @@ struct UnevenColumnLayout {
   int n = 0;  // the output's columns
   FastDiv columns;  // tiles_n as a reciprocal (fp8_uneven_layout)
 
-  // Unit u's tile: TileSchedule::unit's walk, and its columns. The overlapped kernels run
-  // unsplit, so unit u is tile u.
-  __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, int u) const {
+  // Unit u's tile: the walk's, and its columns. The overlapped kernels run unsplit, so unit u
+  // is tile u.
+  __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, const TileWalk& walk, int u) const {
     WorkUnit w;
     int band;
-    s.place_tile</*kSelect=*/true>(u, &band, &w.m_block, &w.n_block);
+    walk.place_tile</*kSelect=*/true>(s, u, &band, &w.m_block, &w.n_block);
     w.tile = u;
     w.split = 0;
     w.kb_begin = 0;

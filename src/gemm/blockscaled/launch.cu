@@ -266,9 +266,11 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   BlockScaledParams p{};
   p.cluster_m = cluster;
   p.group_m = cfg.raster_group;
-  p.sched = gemm::TileSchedule::make((tiles_m + cluster - 1) / cluster, static_cast<int>((x.n + v.block_n - 1) / v.block_n),
-                                     static_cast<int>((x.k + 127) / 128), /*splits=*/1,
-                                     std::min(cfg.raster_group, (tiles_m + cluster - 1) / cluster));
+  p.sched.tiles_m = (tiles_m + cluster - 1) / cluster;
+  p.sched.tiles_n = static_cast<int>((x.n + v.block_n - 1) / v.block_n);
+  p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
+  p.sched.splits = 1;
+  p.sched.group_m = std::min(cfg.raster_group, p.sched.tiles_m);
   p.m = static_cast<int>(x.m);
   p.n = static_cast<int>(x.n);
   p.sfa = x.sfa;

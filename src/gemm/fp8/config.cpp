@@ -99,12 +99,15 @@ int fp8_promotion_groups(int64_t k, int promote_every) {
 
 gemm::TileSchedule fp8_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
                                 int splits, int raster_group, int sm_count, int uneven_grid) {
-  const int tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
-  const int tiles_n = uneven_grid > 0 ? fp8_uneven_tiles_n(m, n, block_m, block_n, uneven_grid)
-                                      : static_cast<int>((n + block_n - 1) / block_n);
-  int group = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
-  group = std::max(1, std::min({group, tiles_m, gemm::kMaxRasterGroup}));
-  return gemm::TileSchedule::make(tiles_m, tiles_n, k_blocks, splits, group);
+  gemm::TileSchedule s;
+  s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
+  s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
+  s.k_blocks = k_blocks;
+  s.splits = splits;
+  s.group_m = raster_group > 0 ? raster_group : std::max(1, raster_group_for(sm_count, block_m, block_n) / cluster);
+  s.group_m = std::max(1, std::min({s.group_m, s.tiles_m, gemm::kMaxRasterGroup}));
+  if (uneven_grid > 0) s.tiles_n = fp8_uneven_tiles_n(m, n, block_m, block_n, uneven_grid);
+  return s;
 }
 
 gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, const gemm::TileSchedule& s) {

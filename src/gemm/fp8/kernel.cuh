@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
   auto unit_at = [&p](int u) {
     gemm::WorkUnit w;
-    if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, u);
-    else w = p.sched.unit(u);
+    if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
+    else w = p.walk.unit(p.sched, u);
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   };

@@ -353,6 +353,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
   p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                               cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
+  p.walk = gemm::TileWalk::of(p.sched);
   if (cfg.uneven)
     p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);

@@ -183,6 +183,8 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
+  // sched's walk (gemm::TileWalk::of).
+  gemm::TileWalk walk;
   // Uneven columns (T::kUneven only; last, so the other kernels keep their parameter layout).
   gemm::UnevenColumnLayout uneven;
 

@@ -342,6 +342,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   fp8::Fp8KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   p.sched = fp8::fp8_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
+  p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.row_period = 1;
   p.sparse_meta = static_cast<const uint8_t*>(args.a_meta);
