@@ -257,6 +257,7 @@ TEST(Fp8Config, UnevenColumnLayout) {
                  " grid " + std::to_string(sh.grid));
     const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);
     const auto layout = fp8::fp8_uneven_layout(sh.n, 256, s);
+    const auto walk = gemm::TileWalk::of(s);
     ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.m, sh.n, 128, 256, sh.grid));
     ASSERT_GT(s.tiles_n, 0);
     ASSERT_GE(layout.wide, 0);
@@ -264,7 +265,7 @@ TEST(Fp8Config, UnevenColumnLayout) {
     std::vector<std::vector<std::pair<int, int>>> rows(s.tiles_m);  // (col0, width) per tile row
     std::vector<int64_t> cta_columns(sh.grid, 0);
     for (int u = 0; u < s.num_units(); ++u) {
-      const gemm::WorkUnit w = layout.unit(s, gemm::TileWalk::of(s), u);
+      const gemm::WorkUnit w = layout.unit(s, walk, u);
       const gemm::WorkUnit e = s.unit(u);
       ASSERT_EQ(w.m_block, e.m_block) << "unit " << u;
       ASSERT_EQ(w.n_block, e.n_block) << "unit " << u;

@@ -62,8 +62,8 @@ struct TileSchedule {
   __host__ __device__ int num_units() const { return num_tiles() * splits; }
 
   // The splits of one tile are adjacent unit ids, so they run in the same wave and the last
-  // one to finish does the fix-up without waiting on a later wave. (Kernels walk with TileWalk,
-  // which gives the same units without run-time divisions.)
+  // one to finish does the fix-up without waiting on a later wave. (The dense FP8 and 2:4
+  // kernels walk with TileWalk, which gives the same units with reciprocals.)
   __host__ __device__ WorkUnit unit(int u) const {
     WorkUnit w;
     w.split = u % splits;
@@ -80,7 +80,7 @@ struct TileSchedule {
 // (group_m * tiles_n), the rows of a whole band and of the last one, set once on the host (of()).
 // With run-time divisions, placing a unit was a chain of five (two of them 64-bit) between one
 // unit's last MMA and the next one's first: 2-4% of the short-K shapes (docs/perf.md, W1 v14).
-// Kept apart from TileSchedule, at the end of Fp8KernelParams (the dense FP8 and 2:4 kernels).
+// Kept apart from TileSchedule, near the end of Fp8KernelParams (the dense FP8 and 2:4 kernels).
 // The block-scaled kernels do not walk with it: with the reciprocals in their parameters (in the
 // middle, or at the end), ptxas rescheduled the grouped block-scaled kernels, which do not use
 // them, and BS-grouped ran 4% slower (measured with them in the middle; at the end the grouped
