@@ -79,7 +79,7 @@ struct TileSchedule {
 // TileSchedule::unit with the divisions by reciprocals (FastDiv) of the splits, a band's units
 // (group_m * tiles_n), the rows of a whole band and of the last one, set once on the host (of()).
 // With run-time divisions, placing a unit was a chain of five (two of them 64-bit) between one
-// unit's last MMA and the next one's first: 2-4% of the short-K shapes (docs/perf.md, W1 v14).
+// unit's last MMA and the next one's first: 2-4% of the short-K shapes (docs/perf.md, W1 v15).
 // Kept apart from TileSchedule, near the end of Fp8KernelParams (the dense FP8 and 2:4 kernels).
 // The block-scaled kernels do not walk with it: with the reciprocals in their parameters (in the
 // middle, or at the end), ptxas rescheduled the grouped block-scaled kernels, which do not use
@@ -97,8 +97,8 @@ struct TileWalk {
     TileWalk w;
     const int group = s.group_m < 1 ? 1 : s.group_m;
     w.split_div = FastDiv(s.splits);
-    // A band's units fit an int whenever the whole walk does (launchers refuse 2^30 units and
-    // more; clamped here so that a refused size computes no overflow first).
+    // A band holds no more units than the whole walk, whose unit indices are ints; clamped so
+    // that an oversized schedule computes no overflow here.
     const int64_t band = static_cast<int64_t>(group) * (s.tiles_n > 0 ? s.tiles_n : 1);
     w.band_units = FastDiv(band < INT32_MAX ? static_cast<int>(band) : INT32_MAX);
     w.band_rows = FastDiv(group);

@@ -136,9 +136,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
     float acc[T::kBlockN / 2];
     if constexpr (T::kOverlapEpilogue) {
-      // Each unit's first group is in flight while the previous unit is scaled, staged and stored. No
-      // split-K fix-up here (the launcher refuses splits), no staged bias, and resident rows are
-      // waited for once, up front: nothing waits or branches per lane while the group runs.
+      // Each unit's first group is in flight while the previous unit is scaled, staged and
+      // stored. No split-K fix-up here (the launcher refuses splits), no staged bias, and
+      // resident rows are waited for once, up front: nothing waits or branches per lane while
+      // the group runs.
       // The loop is shaped so that every path into its next iteration has just issued the
       // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
       // and the last unit's epilogue runs with nothing in flight.

@@ -80,8 +80,8 @@ struct RegisterSplit {
 // for the CTA's N block in shared memory for the whole kernel, loaded once; the launcher walks
 // each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
 // kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
-// tensor cores work while the consumers scale, stage and store (Consumer::start). Only where nothing
-// in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
+// tensor cores work while the consumers scale, stage and store (Consumer::start). Only where
+// nothing in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
 // without a bias, or the fused one with resident rows and neither activation nor residual
 // (FusedEpilogue::apply_overlapped); no split-K fix-up (the launcher refuses splits), single
 // CTAs. A divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the
