@@ -21,9 +21,9 @@ Fp8GemmArgs valid_args() {
   a.m = 128;
   a.n = 256;
   a.k = 512;
-  a.a = reinterpret_cast<const void*>(0x10000);
-  a.b = reinterpret_cast<const void*>(0x20000);
-  a.d = reinterpret_cast<void*>(0x30000);
+  a.a = reinterpret_cast<const void*>(0x100000000);
+  a.b = reinterpret_cast<const void*>(0x200000000);
+  a.d = reinterpret_cast<void*>(0x300000000);
   return a;
 }
 
@@ -53,7 +53,7 @@ TEST(Fp8Validation, RejectsBadShapes) {
   expect_invalid(a, "K must be");
   a = valid_args();
   a.m = int64_t(1) << 32;
-  expect_invalid(a, "below 2^31");
+  expect_invalid(a, "M must be at most 2^31 - 257");
   // Each dimension fits, the tile count would not (2^30 units at most per launch).
   a = valid_args();
   a.m = int64_t(1) << 26;
@@ -64,19 +64,19 @@ TEST(Fp8Validation, RejectsBadShapes) {
 TEST(Fp8Validation, RejectsBadPointers) {
   auto a = valid_args();
   a.a = nullptr;
-  expect_invalid(a, "non-null");
+  expect_invalid(a, "A must be non-null");
   a = valid_args();
   a.d = nullptr;
-  expect_invalid(a, "non-null");
+  expect_invalid(a, "D must be non-null");
   a = valid_args();
-  a.b = reinterpret_cast<const void*>(0x20008);
-  expect_invalid(a, "16-byte aligned");
+  a.b = reinterpret_cast<const void*>(0x200000008);
+  expect_invalid(a, "B must be 16-byte aligned");
   a = valid_args();
-  a.bias = reinterpret_cast<const void*>(0x40002);
+  a.bias = reinterpret_cast<const void*>(0x400000002);
   expect_invalid(a, "bias must be 16-byte aligned");
   a = valid_args();
-  a.a_scale = reinterpret_cast<const float*>(0x40002);
-  expect_invalid(a, "scale pointers");
+  a.a_scale = reinterpret_cast<const float*>(0x400000002);
+  expect_invalid(a, "a_scale must be 4-byte aligned");
   a = valid_args();
   a.workspace_bytes = 1024;
   expect_invalid(a, "null workspace");
@@ -99,19 +99,19 @@ TEST(Fp8Validation, NoHopperGivesUnsupportedDevice) {
 
 TEST(Fp8Validation, RejectsBadEpilogueArguments) {
   auto a = valid_args();
-  a.row_bcast = reinterpret_cast<const void*>(0x50000);
+  a.row_bcast = reinterpret_cast<const void*>(0x500000000);
   a.row_bcast_rows = 0;
   expect_invalid(a, "row_bcast_rows must be >= 1");
   a.row_bcast_rows = -3;
   expect_invalid(a, "row_bcast_rows must be >= 1");
   a.row_bcast_rows = 196;
-  a.row_bcast = reinterpret_cast<const void*>(0x50008);
+  a.row_bcast = reinterpret_cast<const void*>(0x500000008);
   expect_invalid(a, "row_bcast must be 16-byte aligned");
   a = valid_args();
   a.row_bcast_rows = 196;
   expect_invalid(a, "without a row_bcast tensor");
   a = valid_args();
-  a.residual = reinterpret_cast<const void*>(0x60004);
+  a.residual = reinterpret_cast<const void*>(0x600000004);
   expect_invalid(a, "residual must be 16-byte aligned");
   a = valid_args();
   a.activation = static_cast<Activation>(7);
@@ -123,12 +123,12 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   a.m = 196 * 4;
   a.n = 768;
   a.k = 768;
-  a.patches = reinterpret_cast<const void*>(0x10000);
-  a.weight = reinterpret_cast<const void*>(0x20000);
-  a.out = reinterpret_cast<void*>(0x30000);
-  a.bias = reinterpret_cast<const void*>(0x40000);
+  a.patches = reinterpret_cast<const void*>(0x100000000);
+  a.weight = reinterpret_cast<const void*>(0x200000000);
+  a.out = reinterpret_cast<void*>(0x300000000);
+  a.bias = reinterpret_cast<const void*>(0x400000000);
   a.bias_len = 768;
-  a.pos = reinterpret_cast<const void*>(0x50000);
+  a.pos = reinterpret_cast<const void*>(0x500000000);
   a.pos_rows = 196;
   a.pos_cols = 768;
   auto expect = [](const PatchEmbedArgs& x, const char* needle) {
@@ -138,11 +138,11 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   };
   auto b = a;
   b.pos_rows = 0;
-  expect(b, "pos_rows (P) must be in [1, 2^31)");
+  expect(b, "pos_rows (P) must be >= 1");
   b = a;
   b.whole_images = false;
   b.pos_rows = int64_t(1) << 31;
-  expect(b, "pos_rows (P) must be in [1, 2^31)");
+  expect(b, "pos_rows (P) must be at most 2^31 - 1");
   b = a;
   b.m = 196 * 4 + 1;
   expect(b, "not a multiple of P");
@@ -154,17 +154,17 @@ TEST(PatchEmbedValidation, RejectsBadInput) {
   expect(b, "pos has 512 columns");
   b = a;
   b.pos = nullptr;
-  expect(b, "pos is required");
+  expect(b, "patch_embed_fp8: pos must be non-null");
   b = a;
-  b.bias = reinterpret_cast<const void*>(0x40004);
-  expect(b, "patch_embed_fp8: bias and pos must be 16-byte aligned");
+  b.bias = reinterpret_cast<const void*>(0x400000004);
+  expect(b, "patch_embed_fp8: bias must be 16-byte aligned");
   b = a;
-  b.pos = reinterpret_cast<const void*>(0x50002);
-  expect(b, "patch_embed_fp8: bias and pos must be 16-byte aligned");
-  // The GEMM's own checks come back under this entry point's name.
+  b.pos = reinterpret_cast<const void*>(0x500000002);
+  expect(b, "patch_embed_fp8: pos must be 16-byte aligned");
+  // The GEMM's shape rules, under this entry point's name.
   b = a;
   b.k = 24;
-  expect(b, "patch_embed_fp8: fp8_gemm: K must be");
+  expect(b, "patch_embed_fp8: K must be");
   // Allowed when the caller does not require whole images. Checked only without a Hopper GPU,
   // where the call then stops at the device check: with one it would launch on the fake
   // addresses above.
@@ -184,12 +184,12 @@ Fp8BlockScaledArgs valid_blockscaled() {
   a.m = 100;
   a.n = 256;
   a.k = 512;
-  a.a = reinterpret_cast<const void*>(0x10000);
-  a.b = reinterpret_cast<const void*>(0x20000);
-  a.d = reinterpret_cast<void*>(0x30000);
-  a.sfa = reinterpret_cast<const float*>(0x40000);
+  a.a = reinterpret_cast<const void*>(0x100000000);
+  a.b = reinterpret_cast<const void*>(0x200000000);
+  a.d = reinterpret_cast<void*>(0x300000000);
+  a.sfa = reinterpret_cast<const float*>(0x400000000);
   a.sfa_ld = 100;
-  a.sfb = reinterpret_cast<const float*>(0x50000);
+  a.sfb = reinterpret_cast<const float*>(0x500000000);
   return a;
 }
 
@@ -200,9 +200,9 @@ void expect_invalid_bs(const Fp8BlockScaledArgs& a, const char* needle) {
 }
 
 Fp8GroupedProblem valid_group() {
-  return Fp8GroupedProblem{64, 128, 256, 0, reinterpret_cast<const void*>(0x10000),
-                           reinterpret_cast<const void*>(0x20000), reinterpret_cast<void*>(0x30000),
-                           reinterpret_cast<const float*>(0x40000), reinterpret_cast<const float*>(0x50000), 64};
+  return Fp8GroupedProblem{64, 128, 256, 0, reinterpret_cast<const void*>(0x100000000),
+                           reinterpret_cast<const void*>(0x200000000), reinterpret_cast<void*>(0x300000000),
+                           reinterpret_cast<const float*>(0x400000000), reinterpret_cast<const float*>(0x500000000), 64};
 }
 
 }  // namespace
@@ -221,7 +221,7 @@ TEST(BlockScaledValidation, RejectsBadDenseArguments) {
   a.sfb = nullptr;
   expect_invalid_bs(a, "non-null");
   a = valid_blockscaled();
-  a.sfa = reinterpret_cast<const float*>(0x40004);
+  a.sfa = reinterpret_cast<const float*>(0x400000004);
   expect_invalid_bs(a, "16-byte aligned");
   a = valid_blockscaled();
   a.sfa_ld = 96;
@@ -282,7 +282,7 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
 
 TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
   alignas(128) static char ws[4096];
-  const auto* probs = reinterpret_cast<const Fp8GroupedProblem*>(0x60000);
+  const auto* probs = reinterpret_cast<const Fp8GroupedProblem*>(0x600000000);
   EXPECT_EQ(fp8_grouped_gemm(probs, 0, OutType::kBF16, ws, sizeof(ws), nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(fp8_grouped_gemm(nullptr, 2, OutType::kBF16, ws, sizeof(ws), nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(fp8_grouped_gemm(probs, 2, OutType::kBF16, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
@@ -309,7 +309,7 @@ TEST(BlockScaledValidation, HostDescriptorRules) {
   bad(2, "multiples of 16");
   g[0].d = nullptr;
   bad(0, "non-null");
-  g[2].b = reinterpret_cast<const void*>(0x20008);
+  g[2].b = reinterpret_cast<const void*>(0x200000008);
   bad(2, "aligned");
   g[1].sfa_ld = 60;
   bad(1, "sfa_ld");
@@ -332,12 +332,12 @@ namespace {
 FusedMoeArgs valid_moe() {
   FusedMoeArgs a;
   a.shape = MoeShape{128, 512, 2048, 256, 8};
-  a.logits = reinterpret_cast<const void*>(0x10000);
+  a.logits = reinterpret_cast<const void*>(0x100000000);
   a.softcap = 30.0f;
-  a.x = reinterpret_cast<const void*>(0x20000);
-  a.w = reinterpret_cast<const void*>(0x30000);
-  a.w_scales = reinterpret_cast<const float*>(0x40000);
-  a.y = reinterpret_cast<void*>(0x50000);
+  a.x = reinterpret_cast<const void*>(0x200000000);
+  a.w = reinterpret_cast<const void*>(0x300000000);
+  a.w_scales = reinterpret_cast<const float*>(0x400000000);
+  a.y = reinterpret_cast<void*>(0x500000000);
   return a;
 }
 
@@ -380,10 +380,10 @@ TEST(MoeValidation, RejectsBadShapesAndArguments) {
   a.logits = nullptr;
   expect_moe_invalid(a, "logits");
   a = valid_moe();
-  a.topk_ids = reinterpret_cast<const int32_t*>(0x60000);
+  a.topk_ids = reinterpret_cast<const int32_t*>(0x600000000);
   expect_moe_invalid(a, "both topk_ids and topk_weights");
   a = valid_moe();
-  a.w = reinterpret_cast<const void*>(0x30008);
+  a.w = reinterpret_cast<const void*>(0x300000008);
   expect_moe_invalid(a, "aligned");
   a = valid_moe();
   a.y = nullptr;

@@ -103,6 +103,12 @@ struct MoeConfig {
 // Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0" (any subset); unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
+// Refuses (InvalidArgument) a shape fused_moe_fp8 refuses, sm_count < 1, a forced field out of
+// its range (parse_moe_config's rules) and a null `out`; `reason` may be null.
+Status choose_moe_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                         MoeConfig* out, std::string* reason = nullptr);
+// The same choice without a Status, kept for existing callers: where choose_moe_config refuses,
+// it returns the automatic choice (never a forced field out of range) and `reason` says why.
 MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
                             std::string* reason = nullptr);
 // The selection rules as a printable table.

@@ -11,38 +11,71 @@
 
 namespace lowbit {
 
-uint64_t current_context_id() {
-  // Through the runtime's driver entry points, like the tensor-map encoder: no link-time libcuda.
-  static PFN_cuCtxGetCurrent_v4000 get_current = nullptr;
-  static PFN_cuCtxGetId_v12000 get_id = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
+namespace {
+
+// The driver entry points lowbit calls directly, looked up once through the runtime (no
+// link-time libcuda).
+struct DriverCalls {
+  PFN_cuCtxGetCurrent_v4000 get_current = nullptr;
+  PFN_cuCtxGetId_v12000 get_id = nullptr;
+};
+
+const DriverCalls& driver() {
+  static const DriverCalls calls = [] {
+    DriverCalls c;
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
     if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 4000, cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
-      get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(p);
+      c.get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(p);
     p = nullptr;
     if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
-      get_id = reinterpret_cast<PFN_cuCtxGetId_v12000>(p);
-  });
-  if (!get_current || !get_id) return 0;
+      c.get_id = reinterpret_cast<PFN_cuCtxGetId_v12000>(p);
+    cudaGetLastError();  // a failed lookup leaves nothing behind
+    return c;
+  }();
+  return calls;
+}
+
+// A thread whose first CUDA call is a lowbit call has no current context: the runtime binds one
+// only at its first call that needs it, and the driver calls lowbit makes first (tensor-map
+// encoding) then failed with CUDA_ERROR_INVALID_CONTEXT. cudaSetDevice binds the device's primary
+// context, the one the runtime would use; a context the caller made current is left alone.
+Status ensure_current_context(int device) {
+  const DriverCalls& d = driver();
   CUcontext ctx = nullptr;
-  if (get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return 0;
+  if (d.get_current && d.get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr) return Status::Ok();
+  const cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Error(StatusCode::kCudaError, std::string("cudaSetDevice: ") + cudaGetErrorString(err));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t current_context_id() {
+  const DriverCalls& d = driver();
+  if (!d.get_current || !d.get_id) return 0;
+  CUcontext ctx = nullptr;
+  if (d.get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return 0;
   unsigned long long id = 0;
-  if (get_id(ctx, &id) != CUDA_SUCCESS) return 0;
+  if (d.get_id(ctx, &id) != CUDA_SUCCESS) return 0;
   return static_cast<uint64_t>(id);
 }
 
 Status query_device(DeviceInfo* out) {
+  if (!out) return Status::Invalid("query_device: out must be non-null");
   int dev = -1;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error so later calls see a clean slate
+    cudaGetLastError();  // clear the "no device" error so later calls see a clean slate
     return Status::Error(StatusCode::kUnsupportedDevice,
                          std::string("no usable CUDA device: ") + cudaGetErrorString(err));
   }
+  LOWBIT_RETURN_IF_ERROR(ensure_current_context(dev));
   static std::mutex mu;
   static std::vector<DeviceInfo> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -53,8 +86,10 @@ Status query_device(DeviceInfo* out) {
     }
   cudaDeviceProp prop{};
   err = cudaGetDeviceProperties(&prop, dev);
-  if (err != cudaSuccess)
+  if (err != cudaSuccess) {
+    cudaGetLastError();
     return Status::Error(StatusCode::kCudaError, std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err));
+  }
   DeviceInfo d;
   d.device = dev;
   d.name = prop.name;
@@ -64,6 +99,7 @@ Status query_device(DeviceInfo* out) {
   d.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
   d.smem_per_block_optin = prop.sharedMemPerBlockOptin;
   d.smem_per_sm = prop.sharedMemPerMultiprocessor;
+  d.reads_pageable_memory = prop.pageableMemoryAccess != 0;
   cache.push_back(d);
   *out = d;
   return Status::Ok();

@@ -12,29 +12,25 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/arg_check.h"
+#include "gemm/grouped_status.h"
 #include "lowbit/status.h"
 
 namespace lowbit::gemm {
 
-// M >= 1, N a positive multiple of 16 (16-byte rows for TMA), K a positive multiple of
-// `k_multiple`, all below 2^31 with room for a tile of padding. `who` prefixes the message.
-inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t k, int k_multiple) {
-  const std::string w(who);
-  if (m <= 0) return Status::Invalid(w + ": M must be >= 1 (got " + std::to_string(m) + ")");
-  if (n <= 0 || n % 16 != 0)
-    return Status::Invalid(w + ": N must be a positive multiple of 16 (got " + std::to_string(n) + ")");
-  if (k <= 0 || k % k_multiple != 0)
-    return Status::Invalid(w + ": K must be a positive multiple of " + std::to_string(k_multiple) + " (got " +
-                           std::to_string(k) + ")");
-  if (m > INT_MAX - 256 || n > INT_MAX - 256 || k > INT_MAX - 256)
-    return Status::Invalid(w + ": M, N and K must each be at most 2^31 - 257 (a tile of padding below 2^31; got " +
-                           std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) + ")");
-  // The tile count (at least 64 x 64 per tile) then stays below the 2^30 units a launch walks
-  // (kMaxUnits); no memory holds an output this large anyway.
-  if (m * n > (int64_t{1} << 40))
-    return Status::Invalid(w + ": M x N must be at most 2^40 (got " + std::to_string(m) + " x " + std::to_string(n) +
-                           ")");
-  return Status::Ok();
+// The largest M, N or K of the dense GEMMs: a tile of padding below 2^31, so tile and row
+// arithmetic in int cannot wrap. (NVFP4 keeps its own, lower limit: nvfp4/launch.cu.)
+constexpr int64_t kMaxGemmDim = INT_MAX - 256;
+// The largest output: M x N elements. The tile count (at least 64 x 64 per tile) then stays below
+// the 2^30 units a launch walks (kMaxUnits); no memory holds an output this large anyway.
+constexpr int64_t kMaxGemmOutput = int64_t{1} << 40;
+
+// The shape rules every dense GEMM checks: M >= 1, N a positive multiple of 16 (16-byte rows for
+// TMA), K a positive multiple of `k_multiple`, each at most `max_dim`, and M x N bounded.
+inline check::ArgCheck& gemm_shape(check::ArgCheck& c, int64_t m, int64_t n, int64_t k, int k_multiple,
+                                   int64_t max_dim = kMaxGemmDim) {
+  return c.dim("M", m, 1, max_dim).dim("N", n, 16, max_dim).dim("K", k, k_multiple, max_dim).product(
+      "M x N", m, n, kMaxGemmOutput);
 }
 
 // Split-K tile counters live in a fixed region at the start of a workspace (one int per tile, up
@@ -46,9 +42,12 @@ inline Status validate_gemm_shape(const char* who, int64_t m, int64_t n, int64_t
 constexpr size_t kSplitKCounterBytes = 16384;
 constexpr int64_t kSplitKMaxTiles = static_cast<int64_t>(kSplitKCounterBytes / sizeof(int));
 
+// Saturates at SIZE_MAX where the partials would not fit size_t (a size query must never wrap
+// to a smaller count).
 inline size_t split_k_workspace_bytes(size_t tiles, int splits, int block_m, int block_n) {
   if (splits <= 1) return 0;
-  return kSplitKCounterBytes + tiles * static_cast<size_t>(splits) * block_m * block_n * sizeof(float);
+  const size_t tile_bytes = static_cast<size_t>(block_m) * block_n * sizeof(float);
+  return check::sat_add(kSplitKCounterBytes, check::sat_mul(check::sat_mul(tiles, static_cast<size_t>(splits)), tile_bytes));
 }
 
 // A split call's tiles must fit the counter region.
@@ -67,6 +66,14 @@ void bind_split_k_workspace(Params& p, void* workspace) {
   p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + kSplitKCounterBytes);
 }
 
+// A failed launch or copy as a Status: "<what>: <CUDA's message>". The runtime also kept the
+// error as its last error, which the caller's next cudaGetLastError would read as its own: it is
+// taken back here (a sticky error, which ends the context, stays whatever lowbit does).
+inline Status cuda_error(const std::string& what, cudaError_t e) {
+  cudaGetLastError();
+  return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
+}
+
 // After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)") and the Status.
 // `describe` (a callable returning std::string) runs only when logging or on an error, so a
 // launch builds no strings.
@@ -74,20 +81,15 @@ template <class Describe>
 Status launch_status(cudaError_t e, const Describe& describe, int launched, int units) {
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches) std::fprintf(stderr, "[lowbit] %s: grid %d (%d units)\n", describe().c_str(), launched, units);
-  if (e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError, describe() + " launch: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) return cuda_error(describe() + " launch", e);
   return Status::Ok();
-}
-
-// A failed launch or copy as a Status: "<what>: <CUDA's message>".
-inline Status cuda_error(const std::string& what, cudaError_t e) {
-  return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
 }
 
 // Copies `bytes` of device memory at `src` to the host and waits for `stream`: the checking
 // helpers' read-back. Refused while `stream` is capturing a graph, where the synchronous copy
 // would invalidate the caller's capture. `who` prefixes the errors.
 inline Status read_back(const char* who, const void* src, void* dst, size_t bytes, cudaStream_t stream) {
+  LOWBIT_RETURN_IF_ERROR(check::ArgCheck(who).ptr("the workspace", src, 4).device());
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaStreamIsCapturing(stream, &capture);
   if (e != cudaSuccess) return cuda_error(who, e);
@@ -98,37 +100,17 @@ inline Status read_back(const char* who, const void* src, void* dst, size_t byte
   return e == cudaSuccess ? Status::Ok() : cuda_error(who, e);
 }
 
-// Refuses a pointer the device cannot dereference: pageable host memory, e.g. a host array of
-// grouped problem descriptors passed where the device copy belongs. The kernel's read of it
-// would be an illegal address, which ends the caller's CUDA context. Device, managed and pinned
-// host memory pass, as does anything on a system whose GPUs read pageable memory.
-inline Status require_device_accessible(const std::string& who, const void* p, const char* what) {
-  cudaPointerAttributes at{};
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) return cuda_error(who + ": cudaPointerGetAttributes(" + what + ")", e);
-  if (at.type != cudaMemoryTypeUnregistered) return Status::Ok();
-  int device = 0, pageable = 0;
-  e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device);
-  if (e != cudaSuccess) return cuda_error(who, e);
-  if (pageable) return Status::Ok();
-  return Status::Invalid(who + ": " + what + " is pageable host memory, which this device cannot read (pass device, " +
-                         "managed or pinned memory)");
-}
-
-// A grouped call's status word -- {error code, first bad group or -1} at the start of its
-// workspace, written by its preparation kernel -- read back as a Status: Ok when the code is 0,
-// else "<call>: group g: <text(code)>". `reader` names the checking function in its own errors.
-// Synchronizes `stream` (a checking aid, not for the hot path).
+// A grouped call's status block (gemm/grouped_status.h), read back as a Status: Ok when every
+// group was computed, else "<call>: " and everything that was not. `reader` names the checking
+// function in its own errors. Synchronizes `stream` (a checking aid, not for the hot path).
 template <class Text>
 Status read_grouped_status(const void* workspace, cudaStream_t stream, const char* reader, const char* call,
                            const Text& text) {
-  if (!workspace) return Status::Invalid(std::string(reader) + ": null workspace");
-  int host[2] = {0, -1};
-  LOWBIT_RETURN_IF_ERROR(read_back(reader, workspace, host, sizeof(host), stream));
-  if (host[0] == 0) return Status::Ok();
-  return Status::Invalid(std::string(call) + ": " +
-                         (host[1] >= 0 ? "group " + std::to_string(host[1]) + ": " : std::string()) + text(host[0]));
+  GroupedStatus host{};
+  LOWBIT_RETURN_IF_ERROR(read_back(reader, workspace, &host, sizeof(host), stream));
+  const std::string what = grouped_status_text(host, text);
+  if (what.empty()) return Status::Ok();
+  return Status::Invalid(std::string(call) + ": " + what);
 }
 
 }  // namespace lowbit::gemm

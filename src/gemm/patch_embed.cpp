@@ -1,5 +1,8 @@
 #include "lowbit/patch_embed.h"
 
+#include "common/arg_check.h"
+#include "gemm/launch_common.h"
+
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -7,22 +10,23 @@
 namespace lowbit {
 
 Status patch_embed_fp8(const PatchEmbedArgs& a, cudaStream_t stream, const Fp8GemmConfig* config) {
-  if (!a.bias) return Status::Invalid("patch_embed_fp8: bias is required");
-  if (a.bias_len != a.n)
-    return Status::Invalid("patch_embed_fp8: bias has " + std::to_string(a.bias_len) + " entries, N is " +
-                           std::to_string(a.n));
-  if (!a.pos) return Status::Invalid("patch_embed_fp8: pos is required");
-  if (reinterpret_cast<uintptr_t>(a.bias) % 16 || reinterpret_cast<uintptr_t>(a.pos) % 16)
-    return Status::Invalid("patch_embed_fp8: bias and pos must be 16-byte aligned");
-  if (a.pos_rows <= 0 || a.pos_rows > INT_MAX)
-    return Status::Invalid("patch_embed_fp8: pos_rows (P) must be in [1, 2^31) (got " + std::to_string(a.pos_rows) +
-                           ")");
-  if (a.pos_cols != a.n)
-    return Status::Invalid("patch_embed_fp8: pos has " + std::to_string(a.pos_cols) + " columns, N is " +
-                           std::to_string(a.n));
-  if (a.whole_images && a.m > 0 && a.m % a.pos_rows != 0)
-    return Status::Invalid("patch_embed_fp8: M = " + std::to_string(a.m) + " is not a multiple of P = " +
-                           std::to_string(a.pos_rows) + " (whole_images)");
+  // Its own arguments under their own names; the GEMM's checks (shapes, the other pointers, the
+  // config) follow in fp8_gemm and name this entry point too.
+  check::ArgCheck c("patch_embed_fp8");
+  gemm::gemm_shape(c, a.m, a.n, a.k, 16)
+      .finite("alpha", a.alpha)
+      .ptr("bias", a.bias, 16)
+      .rule(a.bias_len != a.n,
+            [&] { return "bias has " + std::to_string(a.bias_len) + " entries, N is " + std::to_string(a.n); })
+      .ptr("pos", a.pos, 16)
+      .dim("pos_rows (P)", a.pos_rows, 1, INT_MAX)
+      .rule(a.pos_cols != a.n,
+            [&] { return "pos has " + std::to_string(a.pos_cols) + " columns, N is " + std::to_string(a.n); })
+      .rule(a.whole_images && a.m > 0 && a.pos_rows > 0 && a.m % a.pos_rows != 0, [&] {
+        return "M = " + std::to_string(a.m) + " is not a multiple of P = " + std::to_string(a.pos_rows) +
+               " (whole_images)";
+      });
+  LOWBIT_RETURN_IF_ERROR(c.device());
   Fp8GemmArgs g;
   g.m = a.m;
   g.n = a.n;

@@ -31,8 +31,6 @@ namespace {
 
 using moe::MoeParams;
 
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 Status check_shape(const char* who, const MoeShape& s) {
   const std::string w(who);
   if (s.m < 0) return Status::Invalid(w + ": m must be >= 0 (got " + std::to_string(s.m) + ")");
@@ -78,9 +76,10 @@ struct GemmLauncher {
   using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile), kTokenRows>;
   static constexpr auto kernel = moe::expert_gemm_kernel<T>;
 
+  static cudaError_t opt_in() { return hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes); }
   static cudaError_t launch(int ctas, cudaStream_t stream, bool pdl, const CUtensorMap& w, const CUtensorMap& x,
                             const MoeParams& p) {
-    const cudaError_t attr_status = hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes);
+    const cudaError_t attr_status = opt_in();
     if (attr_status != cudaSuccess) return attr_status;
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
@@ -92,13 +91,18 @@ struct GemmLauncher {
 };
 
 // The tiny-batch GEMM (moe/expert_gemm_tiny.cuh): token tile 16, routing in the kernel.
+using TinyTraits = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
+template <class LogitT>
+cudaError_t tiny_opt_in() {
+  return hopper::opt_in_dynamic_smem<moe::expert_gemm_tiny_kernel<TinyTraits, LogitT>>(TinyTraits::kSmemBytes);
+}
 template <class LogitT>
 cudaError_t launch_tiny_gemm(int ctas, cudaStream_t stream, const CUtensorMap& w, const CUtensorMap& x,
                              bool pdl, const LogitT* logits, float softcap, bool renormalize, int32_t* ids_out,
                              float* weights_out, const MoeParams& p) {
-  using T = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
+  using T = TinyTraits;
   constexpr auto kernel = moe::expert_gemm_tiny_kernel<T, LogitT>;
-  const cudaError_t attr_status = hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes);
+  const cudaError_t attr_status = tiny_opt_in<LogitT>();
   if (attr_status != cudaSuccess) return attr_status;
   return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, logits, softcap,
                                renormalize, ids_out, weights_out, p);
@@ -118,6 +122,9 @@ int gemm_smem_bytes(int token_tile, bool token_rows) {
   }
 }
 
+// The selection rules (moe_config_table), for a shape and forced fields already checked.
+MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced, std::string* reason);
+
 // Everything one call needs, checked once.
 struct Prepared {
   MoeShape s;
@@ -125,7 +132,23 @@ struct Prepared {
   moe::Layout layout;
   MoeParams p;
   DeviceInfo dev;
+  CUtensorMap tm_w, tm_x;  // the expert GEMM's operands (m > 0)
 };
+
+Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x);
+
+// The expert GEMM's shared-memory opt-in, before the call's first launch: every step that can
+// fail runs before anything touches the caller's buffers or the workspace.
+cudaError_t gemm_opt_in(const Prepared& r, const FusedMoeArgs& a) {
+  if (r.cfg.tiny == 1)
+    return a.topk_ids || a.logits_type == OutType::kFP32 ? tiny_opt_in<float>() : tiny_opt_in<__nv_bfloat16>();
+  switch (r.cfg.token_tile) {
+    case 16: return GemmLauncher<16>::opt_in();
+    case 32: return GemmLauncher<32>::opt_in();
+    case 64: return GemmLauncher<64>::opt_in();
+    default: return r.cfg.token_rows == 1 ? GemmLauncher<128, true>::opt_in() : GemmLauncher<128>::opt_in();
+  }
+}
 
 Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t workspace_bytes,
                const MoeConfig* forced, Prepared* out) {
@@ -142,26 +165,32 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   if (a.y_type != OutType::kFP32 && a.y_type != OutType::kBF16) return Status::Invalid(w + ": y must be FP32 or BF16");
   if (a.reduce != MoeReduce::kAtomic && a.reduce != MoeReduce::kDeterministic)
     return Status::Invalid(w + ": unknown reduce mode");
+  check::ArgCheck c(who);
   if (a.shape.m > 0) {
-    if (!a.topk_ids && !a.logits) return Status::Invalid(w + ": logits are null and no routing was given");
-    if (!a.x || !a.w || !a.w_scales || !a.y) return Status::Invalid(w + ": x, w, w_scales and y must be non-null");
-    if (!aligned(a.x, 16) || !aligned(a.w, 16) || !aligned(a.y, 16))
-      return Status::Invalid(w + ": x, w and y must be 16-byte aligned");
-    if (!aligned(a.w_scales, 4) || (a.topk_ids && (!aligned(a.topk_ids, 4) || !aligned(a.topk_weights, 4))) ||
-        (a.logits && !aligned(a.logits, 4)))
-      return Status::Invalid(w + ": w_scales, logits, topk_ids and topk_weights must be 4-byte aligned");
+    // m = 0 reads and writes nothing: its pointers may be anything.
+    using check::extent;
+    using check::Null;
+    const MoeShape& s = a.shape;
+    c.rule(!a.topk_ids && !a.logits, [] { return std::string("logits are null and no routing was given"); })
+        .ptr("logits", a.topk_ids ? nullptr : a.logits, 4, Null::kAllowed,
+             extent(s.m, s.experts, a.logits_type == OutType::kBF16 ? 2 : 4))
+        .ptr("topk_ids", a.topk_ids, 4, Null::kAllowed, extent(s.m, s.top_k, 4))
+        .ptr("topk_weights", a.topk_weights, 4, Null::kAllowed, extent(s.m, s.top_k, 4))
+        .ptr("x", a.x, 16, Null::kRefused, extent(s.m, s.k, 2))
+        .ptr("w", a.w, 16, Null::kRefused, extent(s.experts, s.n, s.k))
+        .ptr("w_scales", a.w_scales, 4, Null::kRefused, extent(s.experts, check::ceil_div(s.n, 128), s.k / 128, 4))
+        .out("y", a.y, 16, extent(s.m, s.n, a.y_type == OutType::kBF16 ? 2 : 4));
   }
-  if (!workspace) return Status::Invalid(w + ": null workspace");
-  if (!aligned(workspace, 256)) return Status::Invalid(w + ": workspace must be 256-byte aligned");
-  const size_t need = fused_moe_workspace_size(a.shape, a.reduce, a.y_type);
-  if (workspace_bytes < need)
-    return Status::Error(StatusCode::kWorkspaceTooSmall, w + ": this shape needs " + std::to_string(need) +
-                                                             " bytes of workspace, got " +
-                                                             std::to_string(workspace_bytes));
+  c.out("workspace", workspace, 256, check::extent_of(workspace_bytes))
+      .rule(workspace_bytes < fused_moe_workspace_size(a.shape, a.reduce, a.y_type), StatusCode::kWorkspaceTooSmall,
+            [&] {
+              return "this shape needs " + std::to_string(fused_moe_workspace_size(a.shape, a.reduce, a.y_type)) +
+                     " bytes of workspace, got " + std::to_string(workspace_bytes);
+            });
   Prepared& r = *out;
   r.s = a.shape;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&r.dev));
-  r.cfg = moe_choose_config(a.shape, a.reduce, r.dev.sm_count, forced);
+  LOWBIT_RETURN_IF_ERROR(c.device(&r.dev));
+  r.cfg = choose(a.shape, a.reduce, r.dev.sm_count, forced, nullptr);
   // m = 0 launches nothing on any path: a forced tiny path has nothing to refuse.
   if (a.shape.m == 0) r.cfg.tiny = 0;
   if (r.cfg.tiny == 1 && (!tiny_applies(a.shape, a.reduce) || r.cfg.token_tile != moe::kTinyTokenTile))
@@ -205,6 +234,11 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   p.w = static_cast<const uint8_t*>(a.w);
   p.w_scales = a.w_scales;
   p.tile_prefetch = r.cfg.tile_prefetch != 0;
+  if (a.shape.m > 0) {
+    LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &r.tm_w, &r.tm_x));
+    const cudaError_t e = gemm_opt_in(r, a);
+    if (e != cudaSuccess) return gemm::cuda_error(w + ": the expert GEMM's shared-memory opt-in", e);
+  }
   return Status::Ok();
 }
 
@@ -267,10 +301,10 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
   return hopper::make_tensor_map_2d(xspec, tm_x);
 }
 
-Status run_gemm(const FusedMoeArgs& a, const Prepared& r, cudaStream_t stream, bool pdl) {
+Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
   const MoeShape& s = r.s;
-  CUtensorMap tm_w, tm_x;
-  LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &tm_w, &tm_x));
+  const CUtensorMap& tm_w = r.tm_w;
+  const CUtensorMap& tm_x = r.tm_x;
   // Units exist only on the device; this bounds them: at most min(experts, pairs) experts have
   // a partial token tile, the other tiles are full.
   const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
@@ -300,8 +334,8 @@ Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaS
                                         first_kernel_pdl(r.cfg),
                                         static_cast<const __nv_bfloat16*>(a.x), r.p);
   if (e != cudaSuccess) return gemm::cuda_error("moe tiny prepare launch", e);
-  CUtensorMap tm_w, tm_x;
-  LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &tm_w, &tm_x));
+  const CUtensorMap& tm_w = r.tm_w;
+  const CUtensorMap& tm_x = r.tm_x;
   const int64_t max_units = std::min<int64_t>(s.experts, static_cast<int64_t>(s.m) * s.top_k) * r.p.nblocks * r.p.splits;
   const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
   uint8_t* base = static_cast<uint8_t*>(workspace);
@@ -340,7 +374,7 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
       e = hopper::launch_kernel(moe::quantize_gather_kernel, r.s.m, moe::kGatherThreads, 0, stream, pdl,
                                 static_cast<const __nv_bfloat16*>(a.x), r.p);
       break;
-    case MoeStage::kExpertGemm: return run_gemm(a, r, stream, pdl);
+    case MoeStage::kExpertGemm: return run_gemm(r, stream, pdl);
     case MoeStage::kFinish: {
       const int64_t quads = static_cast<int64_t>(r.s.m) * (r.s.n / 4);
       e = hopper::launch_kernel(moe::finish_kernel,
@@ -362,6 +396,7 @@ std::string MoeConfig::to_string() const {
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
+  if (!out) return Status::Invalid("parse_moe_config: out must be non-null");
   MoeConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "tile") c.token_tile = value;
@@ -382,10 +417,11 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
   return Status::Ok();
 }
 
+namespace {
+
 // The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
 // expert sees on average.
-MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced,
-                            std::string* reason) {
+MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeConfig* forced, std::string* reason) {
   MoeConfig c = forced ? *forced : MoeConfig{};
   std::string why;
   const double pairs = static_cast<double>(s.m) * s.top_k;
@@ -452,6 +488,37 @@ MoeConfig moe_choose_config(const MoeShape& s, MoeReduce reduce, int sm_count, c
   }
   if (reason) *reason = why;
   return c;
+}
+
+}  // namespace
+
+Status choose_moe_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                         MoeConfig* out, std::string* reason) {
+  const char* who = "choose_moe_config";
+  if (!out) return Status::Invalid(std::string(who) + ": out must be non-null");
+  LOWBIT_RETURN_IF_ERROR(check_shape(who, shape));
+  if (reduce != MoeReduce::kAtomic && reduce != MoeReduce::kDeterministic)
+    return Status::Invalid(std::string(who) + ": unknown reduce mode");
+  if (sm_count < 1) return Status::Invalid(std::string(who) + ": sm_count must be >= 1 (got " + std::to_string(sm_count) + ")");
+  if (forced) LOWBIT_RETURN_IF_ERROR(check_config(who, *forced));
+  *out = choose(shape, reduce, sm_count, forced, reason);
+  return Status::Ok();
+}
+
+MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,
+                            std::string* reason) {
+  MoeConfig out;
+  std::string why;
+  const Status st = choose_moe_config(shape, reduce, sm_count, forced, &out, &why);
+  if (st.ok()) {
+    if (reason) *reason = why;
+    return out;
+  }
+  // Refused: never a config with the caller's bad fields in it (a tile of 7, a grid of -5); the
+  // automatic choice, with the refusal as its reason.
+  out = choose(shape, reduce, sm_count > 0 ? sm_count : 1, nullptr, &why);
+  if (reason) *reason = st.message() + "; the automatic choice instead: " + why;
+  return out;
 }
 
 std::string moe_config_table() {

@@ -12,6 +12,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gemm/blockscaled/grouped_workspace.h"
+#include "gemm/grouped_status.h"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
@@ -48,10 +49,11 @@ __global__ void __launch_bounds__(kPrepareThreads)
                            const __grid_constant__ CUtensorMap tmpl_d) {
   using Scan = cub::BlockScan<long long, kPrepareThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int first_bad;
+  __shared__ gemm::GroupedStatus status;
+  __shared__ int warp_counts[kPrepareThreads / 32];
   __shared__ long long carry;
   if (threadIdx.x == 0) {
-    first_bad = INT_MAX;
+    status = gemm::GroupedStatus{};
     carry = 0;
   }
   __syncthreads();
@@ -63,11 +65,11 @@ __global__ void __launch_bounds__(kPrepareThreads)
     if (gi < groups) {
       g = problems[gi];
       err = check_group(g);
-      if (err != kGroupOk) atomicMin(&first_bad, gi);
       // Units: one tile per CTA of a cluster (cluster_m vertically adjacent tiles share B).
-      else
+      if (err == kGroupOk)
         tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + block_n - 1) / block_n);
     }
+    gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, err);
     long long offset = 0, chunk_total = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, offset, chunk_total);
     const long long start = carry + offset;
@@ -87,20 +89,15 @@ __global__ void __launch_bounds__(kPrepareThreads)
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    int status = kGroupOk, bad = -1;
-    if (first_bad != INT_MAX) {
-      bad = first_bad;
-      status = check_group(problems[bad]);
-    }
     // More tiles than a launch walks (gemm::kMaxUnits): compute nothing rather than part of
-    // the problem.
+    // the problem, and say so beside the invalid groups.
     const bool overflow = carry > gemm::kMaxUnits;
-    if (overflow && status == kGroupOk) status = kGroupTooManyTiles;
     ws.tile_start[groups] = overflow ? 0 : static_cast<int>(carry);
     if (overflow)
       for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
-    ws.status[0] = status;
-    ws.status[1] = bad;
+    status.call_code = overflow ? kGroupTooManyTiles : kGroupOk;
+    status.groups = groups;
+    *ws.status = status;
   }
 }
 

@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/grouped_status.h"
+
 namespace lowbit::blockscaled {
 
-// Why a group was skipped (status[0]); status[1] is the first such group's index.
+// Why a group was skipped, or the whole call computed nothing (gemm::GroupedStatus).
 enum GroupError : int {
   kGroupOk = 0,
   kGroupNegativeM = 1,
@@ -37,7 +39,7 @@ inline const char* group_error_text(int code) {
 }
 
 struct GroupedWorkspace {
-  int* status;       // [2]: GroupError, first bad group (-1 if none)
+  gemm::GroupedStatus* status;  // the first 128 bytes
   int* tile_start;   // [groups + 1]
   CUtensorMap* maps; // [groups * 3], 128-byte aligned
 
@@ -48,7 +50,7 @@ struct GroupedWorkspace {
   static size_t bytes(int max_groups) { return maps_offset(max_groups) + static_cast<size_t>(max_groups) * 3 * 128; }
   static GroupedWorkspace at(void* base, int max_groups) {
     char* b = static_cast<char*>(base);
-    return GroupedWorkspace{reinterpret_cast<int*>(b), reinterpret_cast<int*>(b + tile_offset_bytes()),
+    return GroupedWorkspace{reinterpret_cast<gemm::GroupedStatus*>(b), reinterpret_cast<int*>(b + tile_offset_bytes()),
                             reinterpret_cast<CUtensorMap*>(b + maps_offset(max_groups))};
   }
 };

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/key_value.h"
+#include "common/ok_once.h"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
@@ -30,8 +31,6 @@ template <bool kOutFp32, int kClusterM = 1, int kBlockN = 128>
 using Traits = blockscaled::BlockScaledTraits<
     blockscaled::blockscaled_stages(kBlockN, blockscaled::blockscaled_epi_slots(kBlockN)), kOutFp32, kClusterM, kBlockN,
     blockscaled::blockscaled_epi_slots(kBlockN)>;
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Multicast pairs (cluster = 2) cut L2 traffic by a fifth. Since the relay thread took the remote
 // arrivals off the consumers' path they run as fast as single CTAs on the grouped sets and 8%
@@ -181,22 +180,22 @@ MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t
 
 // Templates for the grouped maps: box, swizzle, data type and L2 policy set once per output
 // type; the device patches base, sizes and pitch per group. Encoded once per process (the
-// base address is a placeholder the device always replaces).
-Status grouped_templates(OutType out, Variant v, const CUtensorMap** maps3) {
-  static CUtensorMap cache[8][3];
-  static Status cache_status[8];
-  static std::once_flag once[8];
+// base address is a placeholder the device always replaces); a failed encoding is not kept.
+struct GroupedMaps {
+  CUtensorMap a, b, d;
+};
+Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
+  static OkOnce<GroupedMaps> cache[8];
   const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * ((v.block_n == 256 ? 2 : 0) + v.cluster - 1);
-  std::call_once(once[i], [i, out, v] {
-    void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
-    const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, v);
-    Status st = hopper::make_tensor_map_2d(s.a, &cache[i][0]);
-    if (st.ok()) st = hopper::make_tensor_map_2d(s.b, &cache[i][1]);
-    if (st.ok()) st = hopper::make_tensor_map_2d(s.d, &cache[i][2]);
-    cache_status[i] = st;
-  });
-  *maps3 = cache[i];
-  return cache_status[i];
+  return cache[i].get(
+      [out, v](GroupedMaps* m) {
+        void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
+        const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, v);
+        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &m->a));
+        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &m->b));
+        return hopper::make_tensor_map_2d(s.d, &m->d);
+      },
+      maps);
 }
 
 }  // namespace
@@ -214,6 +213,7 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
+  if (!out) return Status::Invalid("parse_blockscaled_config: out must be non-null");
   BlockScaledConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "grid") c.grid = value;
@@ -229,28 +229,24 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
 }
 
 Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, const BlockScaledConfig* forced) {
+  using check::extent;
+  using check::Null;
   const char* who = "fp8_blockscaled_gemm";
-  if (x.m <= 0) return Status::Invalid(std::string(who) + ": M must be >= 1 (got " + std::to_string(x.m) + ")");
-  if (x.n <= 0 || x.n % 16 != 0)
-    return Status::Invalid(std::string(who) + ": N must be a positive multiple of 16 (got " + std::to_string(x.n) + ")");
-  if (x.k <= 0 || x.k % 16 != 0)
-    return Status::Invalid(std::string(who) + ": K must be a positive multiple of 16 (got " + std::to_string(x.k) + ")");
-  if (x.m > INT_MAX - 256 || x.n > INT_MAX - 256 || x.k > INT_MAX - 256)
-    return Status::Invalid(std::string(who) + ": M, N and K must each be below 2^31");
-  if (!x.a || !x.b || !x.d || !x.sfa || !x.sfb)
-    return Status::Invalid(std::string(who) + ": A, B, D, sfa and sfb must be non-null");
-  if (!aligned16(x.a) || !aligned16(x.b) || !aligned16(x.d) || !aligned16(x.sfa))
-    return Status::Invalid(std::string(who) + ": A, B, D and sfa must be 16-byte aligned");
-  if (reinterpret_cast<uintptr_t>(x.sfb) % 4 != 0) return Status::Invalid(std::string(who) + ": sfb must be 4-byte aligned");
-  if (x.sfa_ld < x.m || x.sfa_ld % 4 != 0)
-    return Status::Invalid(std::string(who) + ": sfa_ld must be >= M and a multiple of 4 (got " +
-                           std::to_string(x.sfa_ld) + ")");
-  if (x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32)
-    return Status::Invalid(std::string(who) + ": unknown out_type");
   const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  check::ArgCheck c(who);
+  gemm::gemm_shape(c, x.m, x.n, x.k, 16)
+      .ptr("A", x.a, 16, Null::kRefused, extent(x.m, x.k))
+      .ptr("B", x.b, 16, Null::kRefused, extent(x.n, x.k))
+      .out("D", x.d, 16, extent(x.m, x.n, x.out_type == OutType::kFP32 ? 4 : 2))
+      .ptr("sfa", x.sfa, 16, Null::kRefused, extent(check::ceil_div(x.k, 128), x.sfa_ld, 4))
+      .ptr("sfb", x.sfb, 4, Null::kRefused, extent(check::ceil_div(x.n, 128), check::ceil_div(x.k, 128), 4))
+      .rule(x.sfa_ld < x.m || x.sfa_ld % 4 != 0,
+            [&] { return "sfa_ld must be >= M and a multiple of 4 (got " + std::to_string(x.sfa_ld) + ")"; })
+      .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
   const Variant v = choose_variant(cfg, /*grouped=*/false, x.m, x.n, dev.sm_count);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type, v));
 
@@ -289,8 +285,10 @@ size_t fp8_grouped_workspace_size(int max_groups) {
 }
 
 Status fp8_grouped_validate(const Fp8GroupedProblem* problems, int groups) {
-  if (groups <= 0) return Status::Invalid("fp8_grouped_gemm: groups must be >= 1 (got " + std::to_string(groups) + ")");
-  if (!problems) return Status::Invalid("fp8_grouped_gemm: null problem array");
+  LOWBIT_RETURN_IF_ERROR(check::ArgCheck("fp8_grouped_gemm")
+                             .dim("groups", groups, 1, INT_MAX)
+                             .ptr("the problem array", problems, alignof(Fp8GroupedProblem))
+                             .status());
   for (int g = 0; g < groups; ++g) {
     const int err = blockscaled::check_group(problems[g]);
     if (err != blockscaled::kGroupOk)
@@ -302,39 +300,33 @@ Status fp8_grouped_validate(const Fp8GroupedProblem* problems, int groups) {
 Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType out_type, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream, const BlockScaledConfig* forced) {
   const char* who = "fp8_grouped_gemm";
-  if (groups <= 0) return Status::Invalid(std::string(who) + ": groups must be >= 1 (got " + std::to_string(groups) + ")");
-  if (!problems) return Status::Invalid(std::string(who) + ": null problem array");
-  if (reinterpret_cast<uintptr_t>(problems) % alignof(Fp8GroupedProblem) != 0)
-    return Status::Invalid(std::string(who) + ": problem array must be " + std::to_string(alignof(Fp8GroupedProblem)) +
-                           "-byte aligned");
-  if (!workspace) return Status::Invalid(std::string(who) + ": null workspace");
-  if (reinterpret_cast<uintptr_t>(workspace) % 128 != 0)
-    return Status::Invalid(std::string(who) + ": workspace must be 128-byte aligned");
-  const size_t need = fp8_grouped_workspace_size(groups);
-  if (workspace_bytes < need)
-    return Status::Error(StatusCode::kWorkspaceTooSmall, std::string(who) + ": " + std::to_string(groups) +
-                                                             " groups need " + std::to_string(need) +
-                                                             " bytes of workspace, got " +
-                                                             std::to_string(workspace_bytes));
-  if (out_type != OutType::kBF16 && out_type != OutType::kFP32)
-    return Status::Invalid(std::string(who) + ": unknown out_type");
   const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  check::ArgCheck c(who);
+  c.dim("groups", groups, 1, INT_MAX)
+      .ptr("the problem array", problems, alignof(Fp8GroupedProblem), check::Null::kRefused,
+           check::extent(groups, sizeof(Fp8GroupedProblem)))
+      .out("workspace", workspace, 128, check::extent_of(workspace_bytes))
+      .rule(workspace_bytes < fp8_grouped_workspace_size(groups), StatusCode::kWorkspaceTooSmall,
+            [&] {
+              return std::to_string(groups) + " groups need " + std::to_string(fp8_grouped_workspace_size(groups)) +
+                     " bytes of workspace, got " + std::to_string(workspace_bytes);
+            })
+      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, problems, "the problem array"));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, workspace, "the workspace"));
+  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
   const Variant v = choose_variant(cfg, /*grouped=*/true, 0, 0, dev.sm_count);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
   const int cluster = v.cluster;
-  const CUtensorMap* tmpl = nullptr;
+  const GroupedMaps* tmpl = nullptr;
   LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, v, &tmpl));
 
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
   cudaError_t e =
       hopper::launch_kernel(blockscaled::grouped_prepare_kernel, dim3(1), dim3(blockscaled::kPrepareThreads), 0, stream,
-                            /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n, tmpl[0], tmpl[1], tmpl[2]);
+                            /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n, tmpl->a, tmpl->b, tmpl->d);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
 
   BlockScaledParams p{};
@@ -345,7 +337,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   p.tile_start = ws.tile_start;
   p.maps = ws.maps;
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
-  e = launch_for<true>(out_type, v, cfg.grid, 0, stream, tmpl[0], tmpl[1], tmpl[2], p, dev.device);
+  e = launch_for<true>(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm launch", e);
   return Status::Ok();
 }

@@ -137,7 +137,10 @@ int fp8_uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid)
 }
 
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
-  return ((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n);
+  // Saturated at INT64_MAX: the size queries call it with any shape a caller passes.
+  const int64_t tm = m / block_m + (m % block_m != 0), tn = n / block_n + (n % block_n != 0);
+  int64_t tiles = 0;
+  return check::mul(tm, tn, &tiles) ? tiles : INT64_MAX;
 }
 
 bool fp8_variant_exists(int block_m, int block_n, int* stages) {
@@ -411,9 +414,16 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
 
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp8EpilogueKind epilogue,
                          int64_t row_bcast_rows, OutType out_type) {
-  if (!out) return Status::Invalid("choose_fp8_config: null out");
   // The shapes fp8_gemm takes (the scorer's tile counts assume them).
-  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_fp8_config", m, n, k, 16));
+  check::ArgCheck c("choose_fp8_config");
+  c.rule(!out, [] { return std::string("out must be non-null"); });
+  gemm::gemm_shape(c, m, n, k, 16)
+      .rule(epilogue != Fp8EpilogueKind::kPlain && epilogue != Fp8EpilogueKind::kBias &&
+                epilogue != Fp8EpilogueKind::kFused,
+            [] { return std::string("unknown epilogue kind"); })
+      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); })
+      .rule(row_bcast_rows < 0, [] { return std::string("row_bcast_rows must be >= 0"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
@@ -427,6 +437,8 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
 }
 
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
+  check::ArgCheck shape("explain_fp8_config");
+  if (!gemm::gemm_shape(shape, m, n, k, 16).ok()) return shape.status().to_string() + "\n";
   DeviceInfo dev;
   int sms = 0;
   std::ostringstream os;
@@ -454,7 +466,8 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
 }
 
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
-  // 0 for what no launch takes (block_n = 0 divided by zero; a negative M wrapped the size).
+  // 0 for what no launch takes (block_n = 0 divided by zero; a negative M wrapped the size);
+  // past size_t, SIZE_MAX (gemm::split_k_workspace_bytes).
   if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
     return 0;
   return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),

@@ -23,35 +23,33 @@ namespace {
 
 using fp8::Fp8KernelParams;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-Status validate(const Fp8GemmArgs& a) {
-  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("fp8_gemm", a.m, a.n, a.k, 16));
-  if (!a.a || !a.b || !a.d) return Status::Invalid("fp8_gemm: A, B and D must be non-null");
-  if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d))
-    return Status::Invalid("fp8_gemm: A, B and D must be 16-byte aligned");
-  if (a.bias && !aligned16(a.bias)) return Status::Invalid("fp8_gemm: bias must be 16-byte aligned");
-  if (a.row_bcast) {
-    if (a.row_bcast_rows <= 0)
-      return Status::Invalid("fp8_gemm: row_bcast_rows must be >= 1 (got " + std::to_string(a.row_bcast_rows) + ")");
-    if (a.row_bcast_rows > INT_MAX) return Status::Invalid("fp8_gemm: row_bcast_rows must be below 2^31");
-    if (!aligned16(a.row_bcast)) return Status::Invalid("fp8_gemm: row_bcast must be 16-byte aligned");
-  } else if (a.row_bcast_rows != 0) {
-    return Status::Invalid("fp8_gemm: row_bcast_rows given without a row_bcast tensor");
-  }
-  if (a.residual && !aligned16(a.residual)) return Status::Invalid("fp8_gemm: residual must be 16-byte aligned");
-  if (a.activation != Activation::kNone && a.activation != Activation::kGelu && a.activation != Activation::kSilu)
-    return Status::Invalid("fp8_gemm: unknown activation");
-  // Any other value picked the BF16 kernel and wrote half-width values into the caller's buffer.
-  if (a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32)
-    return Status::Invalid("fp8_gemm: unknown out_type");
-  if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
-      (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
-    return Status::Invalid("fp8_gemm: scale pointers must be 4-byte aligned");
-  if (a.workspace_bytes > 0 && !a.workspace)
-    return Status::Invalid("fp8_gemm: workspace_bytes > 0 with a null workspace");
-  if (a.workspace && !aligned16(a.workspace)) return Status::Invalid("fp8_gemm: workspace must be 16-byte aligned");
-  return Status::Ok();
+// Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
+Status validate(const Fp8GemmArgs& a, const char* who, DeviceInfo* dev) {
+  using check::extent;
+  using check::Null;
+  check::ArgCheck c(who);
+  gemm::gemm_shape(c, a.m, a.n, a.k, 16)
+      .ptr("A", a.a, 16, Null::kRefused, extent(a.m, a.k))
+      .ptr("B", a.b, 16, Null::kRefused, extent(a.n, a.k))
+      .out("D", a.d, 16, extent(a.m, a.n, a.out_type == OutType::kFP32 ? 4 : 2))
+      .ptr("a_scale", a.a_scale, 4, Null::kAllowed, 4)
+      .ptr("b_scale", a.b_scale, 4, Null::kAllowed, 4)
+      .ptr("bias", a.bias, 16, Null::kAllowed, extent(a.n, 2))
+      .ptr("row_bcast", a.row_bcast, 16, Null::kAllowed, extent(a.row_bcast_rows, a.n, 2))
+      // In place (residual == D) is safe: each tile reads its residual before it stores itself.
+      .ptr("residual", a.residual, 16, Null::kAllowed, extent(a.m, a.n, 2),
+           a.out_type == OutType::kBF16 ? check::Access::kReadAliasOk : check::Access::kRead)
+      .finite("alpha", a.alpha);
+  if (a.row_bcast) c.dim("row_bcast_rows", a.row_bcast_rows, 1, INT_MAX);
+  c.rule(!a.row_bcast && a.row_bcast_rows != 0, [] { return std::string("row_bcast_rows given without a row_bcast tensor"); })
+      .rule(a.activation != Activation::kNone && a.activation != Activation::kGelu && a.activation != Activation::kSilu,
+            [] { return std::string("unknown activation"); })
+      // Any other value picked the BF16 kernel and wrote half-width values into the caller's buffer.
+      .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32, [] { return std::string("unknown out_type"); })
+      .rule(a.workspace_bytes > 0 && !a.workspace,
+            [] { return std::string("workspace_bytes > 0 with a null workspace"); })
+      .out("workspace", a.workspace, 16, check::extent_of(a.workspace_bytes), Null::kAllowed);
+  return c.device(dev);
 }
 
 // Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
@@ -228,16 +226,15 @@ const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fus
 
 Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return Status::Ok();
-  if (!workspace) return Status::Invalid("workspace_init: null workspace");
+  LOWBIT_RETURN_IF_ERROR(check::ArgCheck("workspace_init").ptr("workspace", workspace, 1).device());
   const cudaError_t e = cudaMemsetAsync(workspace, 0, bytes, stream);
-  if (e != cudaSuccess) return Status::Error(StatusCode::kCudaError, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess) return gemm::cuda_error("workspace_init: cudaMemsetAsync", e);
   return Status::Ok();
 }
 
 Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfig* forced) {
-  LOWBIT_RETURN_IF_ERROR(validate(args));
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(validate(args, "fp8_gemm", &dev));
 
   Fp8GemmConfig cfg;
   if (forced) {

@@ -4,13 +4,14 @@
 // nvfp4_grouped_check_status, which exists to synchronize).
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <sstream>
 #include <string>
 
+#include "common/ok_once.h"
 #include "formats/nvfp4_device.cuh"
 #include "gemm/nvfp4/grouped_prepare.cuh"
 #include "gemm/launch_common.h"
@@ -29,26 +30,24 @@ namespace {
 // the stage's barrier expects, and the consumers would wait forever.
 Status act_template(int tokens, const CUtensorMap** out) {
   constexpr int kTiles = 5;  // 16, 32, 64, 128, 256
-  static CUtensorMap cache[kTiles];
-  static Status cache_status[kTiles];
-  static std::once_flag once[kTiles];
+  static OkOnce<CUtensorMap> cache[kTiles];
   int i = 0;
   while (i < kTiles && (16 << i) != tokens) ++i;
   if (i == kTiles) return Status::Invalid("nvfp4 grouped: no activation map for a token tile of " + std::to_string(tokens));
-  std::call_once(once[i], [i, tokens] {
-    hopper::TensorMap2dSpec s;
-    s.base = reinterpret_cast<void*>(uintptr_t{1} << 20);
-    s.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    s.elem_bytes = 2;
-    s.rows = 128;
-    s.cols = 128;
-    s.row_stride_bytes = 256;
-    s.box_rows = static_cast<uint32_t>(tokens);
-    s.box_cols = 64;
-    cache_status[i] = hopper::make_tensor_map_2d(s, &cache[i]);
-  });
-  *out = &cache[i];
-  return cache_status[i];
+  return cache[i].get(
+      [tokens](CUtensorMap* m) {
+        hopper::TensorMap2dSpec s;
+        s.base = reinterpret_cast<void*>(uintptr_t{1} << 20);
+        s.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        s.elem_bytes = 2;
+        s.rows = 128;
+        s.cols = 128;
+        s.row_stride_bytes = 256;
+        s.box_rows = static_cast<uint32_t>(tokens);
+        s.box_cols = 64;
+        return hopper::make_tensor_map_2d(s, m);
+      },
+      out);
 }
 
 }  // namespace
@@ -59,6 +58,10 @@ size_t nvfp4_grouped_workspace_size(int max_groups, int64_t max_activation_eleme
 }
 
 Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& a, Nvfp4GemmConfig* out) {
+  LOWBIT_RETURN_IF_ERROR(check::ArgCheck("choose_nvfp4_grouped_config")
+                             .rule(!out, [] { return std::string("out must be non-null"); })
+                             .dim("expected_m", a.expected_m, 1, INT64_MAX, 0)
+                             .status());
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   Nvfp4GemmConfig c;
@@ -76,8 +79,10 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& a, Nvfp4GemmConfig* o
 
 Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* problems, int groups, bool nvfp4_activations) {
   const char* who = "nvfp4_grouped_gemm";
-  if (groups <= 0) return Status::Invalid(std::string(who) + ": groups must be >= 1 (got " + std::to_string(groups) + ")");
-  if (!problems) return Status::Invalid(std::string(who) + ": null problem array");
+  LOWBIT_RETURN_IF_ERROR(check::ArgCheck(who)
+                             .dim("groups", groups, 1, INT_MAX)
+                             .ptr("the problem array", problems, alignof(Nvfp4GroupedProblem))
+                             .status());
   for (int g = 0; g < groups; ++g) {
     const int err = nvfp4::check_group(problems[g], nvfp4_activations);
     if (err != nvfp4::kGroupOk)
@@ -88,35 +93,28 @@ Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* problems, int groups, b
 
 Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const Nvfp4GemmConfig* forced) {
   const std::string who = "nvfp4_grouped_gemm";
-  if (a.groups <= 0) return Status::Invalid(who + ": groups must be >= 1 (got " + std::to_string(a.groups) + ")");
-  if (!a.problems) return Status::Invalid(who + ": null problem array");
-  if (reinterpret_cast<uintptr_t>(a.problems) % alignof(Nvfp4GroupedProblem) != 0)
-    return Status::Invalid(who + ": problem array must be " + std::to_string(alignof(Nvfp4GroupedProblem)) +
-                           "-byte aligned");
-  if (a.max_activation_elements < 0 || a.max_activation_elements > kNvfp4MaxStagedElements)
-    return Status::Invalid(who + ": max_activation_elements must be in [0, 2^40] (got " +
-                           std::to_string(a.max_activation_elements) + ")");
-  if (!a.workspace) return Status::Invalid(who + ": null workspace");
-  if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return Status::Invalid(who + ": workspace must be 256-byte aligned");
-  // The smallest non-empty group (M = 1, K = 32) stages 32 elements: a smaller capacity would
-  // pass here and then refuse every group on the device.
-  if (a.nvfp4_activations && a.max_activation_elements < 32)
-    return Status::Invalid(who + ": nvfp4_activations needs max_activation_elements >= 32 (the staged BF16 copy; got " +
-                           std::to_string(a.max_activation_elements) + ")");
   const int64_t capacity = a.nvfp4_activations ? a.max_activation_elements : 0;
-  const size_t need = nvfp4_grouped_workspace_size(a.groups, capacity);
-  if (a.workspace_bytes < need)
-    return Status::Error(StatusCode::kWorkspaceTooSmall, who + ": " + std::to_string(a.groups) + " groups" +
-                                                             (a.nvfp4_activations ? " and " + std::to_string(capacity) +
-                                                                                        " staged activations"
-                                                                                  : std::string()) +
-                                                             " need " + std::to_string(need) +
-                                                             " bytes of workspace, got " +
-                                                             std::to_string(a.workspace_bytes));
+  check::ArgCheck c(who.c_str());
+  c.dim("groups", a.groups, 1, INT_MAX)
+      .ptr("the problem array", a.problems, alignof(Nvfp4GroupedProblem), check::Null::kRefused,
+           check::extent(a.groups, sizeof(Nvfp4GroupedProblem)))
+      .dim("max_activation_elements", a.max_activation_elements, 1, kNvfp4MaxStagedElements, 0)
+      .out("workspace", a.workspace, 256, check::extent_of(a.workspace_bytes))
+      // The smallest non-empty group (M = 1, K = 32) stages 32 elements: a smaller capacity would
+      // pass here and then refuse every group on the device.
+      .rule(a.nvfp4_activations && a.max_activation_elements < 32,
+            [&] {
+              return "nvfp4_activations needs max_activation_elements >= 32 (the staged BF16 copy; got " +
+                     std::to_string(a.max_activation_elements) + ")";
+            })
+      .rule(a.workspace_bytes < nvfp4_grouped_workspace_size(a.groups, capacity), StatusCode::kWorkspaceTooSmall, [&] {
+        return std::to_string(a.groups) + " groups" +
+               (a.nvfp4_activations ? " and " + std::to_string(capacity) + " staged activations" : std::string()) +
+               " need " + std::to_string(nvfp4_grouped_workspace_size(a.groups, capacity)) +
+               " bytes of workspace, got " + std::to_string(a.workspace_bytes);
+      });
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, a.problems, "the problem array"));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible(who, a.workspace, "the workspace"));
+  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
   Nvfp4GemmConfig cfg;
   if (forced) cfg = *forced;
   else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
+#include "gemm/grouped_status.h"
 #include "gemm/nvfp4/activations.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/grid_dependency.cuh"
@@ -23,7 +24,7 @@
 
 namespace lowbit::nvfp4 {
 
-// Why a group was skipped (status[0]); status[1] is the first such group's index.
+// Why a group was skipped, or the whole call computed nothing (gemm::GroupedStatus).
 enum GroupError : int {
   kGroupOk = 0,
   kGroupNegativeM = 1,
@@ -72,7 +73,7 @@ __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g
 // The workspace: a status word, the tile offsets, the groups' activation maps and the staging
 // area, each at a fixed place for (groups, capacity).
 struct GroupedWorkspace {
-  int* status;                // [2]: GroupError, first bad group (-1 if none)
+  gemm::GroupedStatus* status;  // the first 128 bytes
   int* tile_start;            // [groups + 1]
   CUtensorMap* maps;          // [groups]
   __nv_bfloat16* staging;     // [capacity] BF16
@@ -87,7 +88,7 @@ struct GroupedWorkspace {
   }
   static GroupedWorkspace at(void* base, int groups, long long capacity) {
     char* b = static_cast<char*>(base);
-    return GroupedWorkspace{reinterpret_cast<int*>(b), reinterpret_cast<int*>(b + tiles_offset()),
+    return GroupedWorkspace{reinterpret_cast<gemm::GroupedStatus*>(b), reinterpret_cast<int*>(b + tiles_offset()),
                             reinterpret_cast<CUtensorMap*>(b + maps_offset(groups)),
                             reinterpret_cast<__nv_bfloat16*>(b + staging_offset(groups)), capacity};
   }
@@ -107,7 +108,8 @@ __global__ void __launch_bounds__(kPrepareThreads)
                            GroupedWorkspace ws, const __grid_constant__ CUtensorMap tmpl) {
   using Scan = cub::BlockScan<long long, kPrepareThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int first_bad;
+  __shared__ gemm::GroupedStatus status;
+  __shared__ int warp_counts[kPrepareThreads / 32];
   __shared__ long long tile_carry, act_carry;
   __shared__ long long chunk_act_start[kPrepareThreads + 1];
   __shared__ const uint8_t* chunk_packed[kPrepareThreads];
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
   hopper::grid_dependency_wait();
   hopper::launch_dependents();
   if (threadIdx.x == 0) {
-    first_bad = INT_MAX;
+    status = gemm::GroupedStatus{};
     tile_carry = 0;
     act_carry = 0;
   }
@@ -137,10 +139,11 @@ __global__ void __launch_bounds__(kPrepareThreads)
     const int gi = base + static_cast<int>(threadIdx.x);
     Nvfp4GroupedProblem g{};
     long long tiles = 0, act_blocks = 0;
+    int err = kGroupOk;
     if (gi < groups) {
       g = problems[gi];
-      if (check_group(g, nvfp4_act) != kGroupOk) {
-        atomicMin(&first_bad, gi);
+      err = check_group(g, nvfp4_act);
+      if (err != kGroupOk) {
         g.m = 0;
       } else if (g.m > 0) {
         tiles = ((static_cast<long long>(g.m) + tokens - 1) / tokens) * ((static_cast<long long>(g.n) + 127) / 128);
@@ -148,6 +151,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
         if (nvfp4_act) act_blocks = min(static_cast<long long>(g.m) * g.k / 16, cap_blocks + 1);
       }
     }
+    if (writer) gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, err);
     long long tile_off = 0, tile_sum = 0, act_off = 0, act_sum = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, tile_off, tile_sum);
     __syncthreads();  // scan_tmp is reused
@@ -196,24 +200,18 @@ __global__ void __launch_bounds__(kPrepareThreads)
     __syncthreads();
   }
   if (writer && threadIdx.x == 0) {
-    int status = kGroupOk, bad = -1;
-    if (first_bad != INT_MAX) {
-      bad = first_bad;
-      status = check_group(problems[bad], nvfp4_act);
-    }
     // More tiles than a launch walks (gemm::kMaxUnits), or more activations than the staging
-    // holds: compute nothing rather than part of the problem.
+    // holds: compute nothing rather than part of the problem, and say so beside the invalid
+    // groups.
     int nothing = kGroupOk;
     if (tile_carry > gemm::kMaxUnits) nothing = kGroupTooManyTiles;
     else if (act_carry > cap_blocks) nothing = kGroupActivationsTooLarge;
-    if (nothing != kGroupOk) {
-      status = nothing;
-      bad = -1;
+    if (nothing != kGroupOk)
       for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
-    }
     ws.tile_start[groups] = nothing != kGroupOk ? 0 : static_cast<int>(tile_carry);
-    ws.status[0] = status;
-    ws.status[1] = bad;
+    status.call_code = nothing;
+    status.groups = groups;
+    *ws.status = status;
   }
 }
 

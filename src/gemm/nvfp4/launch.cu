@@ -30,8 +30,15 @@ namespace {
 using nvfp4::kBlockK;
 using nvfp4::kTileRows;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// The largest M, N or K: below 2^30, so the kernels' int tile and index arithmetic cannot wrap.
+constexpr int64_t kMaxNvfp4Dim = INT_MAX / 2;
+
+// The shapes nvfp4_gemm runs, checked alike by the call, its chooser and its size query.
+check::ArgCheck& nvfp4_shape(check::ArgCheck& c, int64_t m, int64_t n, int64_t k) {
+  return gemm::gemm_shape(c, m, n, k, 32, kMaxNvfp4Dim);
+}
 
 // ---- weight prepack ------------------------------------------------------------------------
 
@@ -151,6 +158,7 @@ std::string Nvfp4GemmConfig::to_string() const {
 }
 
 Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out) {
+  if (!out) return Status::Invalid("parse_nvfp4_config: out must be non-null");
   Nvfp4GemmConfig c;
   // Whole integers only, as every config parser (atoi read "splits=4x" as 4 and wrapped values
   // past 2^31).
@@ -209,7 +217,10 @@ Nvfp4Candidate nvfp4_candidate(int tokens, bool may_split, int64_t m, int64_t n,
 }  // namespace
 
 Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out) {
-  if (m <= 0 || n <= 0 || k <= 0) return Status::Invalid("choose_nvfp4_config: M, N and K must be >= 1");
+  // The shapes nvfp4_gemm runs (a chooser that answered for others invited calls it refuses).
+  check::ArgCheck args("choose_nvfp4_config");
+  args.rule(!out, [] { return std::string("out must be non-null"); });
+  LOWBIT_RETURN_IF_ERROR(nvfp4_shape(args, m, n, k).status());
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
   // The smallest tile >= M up to 128; past 128 tokens, 128 or 256, whichever the cost says
@@ -237,14 +248,17 @@ Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out
 
 size_t nvfp4_prepacked_bytes(int64_t n, int64_t k) {
   if (n <= 0 || k <= 0) return 0;
-  return static_cast<size_t>(ceil_div(n, kTileRows) * ceil_div(k, kBlockK)) * nvfp4::kWeightStageBytes;
+  // Saturated: a size query never wraps to a smaller count.
+  return check::sat_mul(check::sat_mul(check::sat_size(ceil_div(n, kTileRows)), check::sat_size(ceil_div(k, kBlockK))),
+                        nvfp4::kWeightStageBytes);
 }
 
 size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_activations,
                                  const Nvfp4GemmConfig& c) {
-  // A shape or config nvfp4_gemm refuses needs nothing.
-  if (m <= 0 || n <= 0 || n % 16 != 0 || k <= 0 || k % 32 != 0 || m > INT_MAX / 2 || n > INT_MAX / 2 ||
-      k > INT_MAX / 2 || !find_variant(c.block_tokens) || c.splits < 1 || c.splits > ceil_div(k, kBlockK))
+  // A shape or config nvfp4_gemm refuses needs nothing (within those shapes nothing overflows).
+  check::ArgCheck shape("nvfp4_gemm_workspace_size");
+  if (!nvfp4_shape(shape, m, n, k).ok() || !find_variant(c.block_tokens) || c.splits < 1 ||
+      c.splits > ceil_div(k, kBlockK))
     return 0;
   if (!gemm::check_split_tiles("", ceil_div(n, kTileRows) * ceil_div(m, static_cast<int64_t>(c.block_tokens)), c.splits)
            .ok())
@@ -262,16 +276,19 @@ size_t nvfp4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, bool nvfp4_act
 }
 
 Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& a, cudaStream_t stream) {
-  if (a.n <= 0) return Status::Invalid("nvfp4_prepack_weights: N must be >= 1");
-  if (a.k <= 0 || a.k % 32 != 0)
-    return Status::Invalid("nvfp4_prepack_weights: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
-  if (a.n > INT_MAX / 2 || a.k > INT_MAX / 2) return Status::Invalid("nvfp4_prepack_weights: N and K must be below 2^30");
-  if (!a.packed || !a.scales || !a.out) return Status::Invalid("nvfp4_prepack_weights: null pointer");
-  if (!aligned16(a.out)) return Status::Invalid("nvfp4_prepack_weights: out must be 16-byte aligned");
-  const size_t need = nvfp4_prepacked_bytes(a.n, a.k);
-  if (a.out_bytes < need)
-    return Status::Invalid("nvfp4_prepack_weights: out holds " + std::to_string(a.out_bytes) + " bytes, needs " +
-                           std::to_string(need));
+  check::ArgCheck c("nvfp4_prepack_weights");
+  c.dim("N", a.n, 1, kMaxNvfp4Dim)
+      .dim("K", a.k, 32, kMaxNvfp4Dim)
+      .ptr("packed", a.packed, 1, check::Null::kRefused, check::extent(a.n, a.k / 2))
+      .ptr("scales", a.scales, 1, check::Null::kRefused,
+           a.scales_swizzled ? check::extent(check::ceil_div(a.n, 128), 128, check::ceil_div(a.k / 16, 4), 4)
+                             : check::extent(a.n, a.k / 16))
+      .out("out", a.out, 16, check::extent_of(a.out_bytes))
+      .rule(a.out_bytes < nvfp4_prepacked_bytes(a.n, a.k), [&] {
+        return "out holds " + std::to_string(a.out_bytes) + " bytes, needs " +
+               std::to_string(nvfp4_prepacked_bytes(a.n, a.k));
+      });
+  LOWBIT_RETURN_IF_ERROR(c.device());
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   const int64_t total = ceil_div(a.n, kTileRows) * k_blocks * 256;
   const cudaError_t e = hopper::launch_kernel(
@@ -283,31 +300,35 @@ Status nvfp4_prepack_weights(const Nvfp4PrepackArgs& a, cudaStream_t stream) {
 }
 
 Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmConfig* forced) {
-  if (a.m <= 0) return Status::Invalid("nvfp4_gemm: M must be >= 1 (got " + std::to_string(a.m) + ")");
-  if (a.n <= 0 || a.n % 16 != 0)
-    return Status::Invalid("nvfp4_gemm: N must be a positive multiple of 16 (got " + std::to_string(a.n) + ")");
-  if (a.k <= 0 || a.k % 32 != 0)
-    return Status::Invalid("nvfp4_gemm: K must be a positive multiple of 32 (got " + std::to_string(a.k) + ")");
-  if (a.m > INT_MAX / 2 || a.n > INT_MAX / 2 || a.k > INT_MAX / 2)
-    return Status::Invalid("nvfp4_gemm: M, N and K must each be below 2^30");
+  using check::extent;
+  using check::Null;
   const bool fp4_act = a.a_packed != nullptr || a.a_scales != nullptr;
-  if (fp4_act == (a.a_bf16 != nullptr))
-    return Status::Invalid("nvfp4_gemm: give either a_bf16, or a_packed with a_scales");
-  if (fp4_act && (!a.a_packed || !a.a_scales))
-    return Status::Invalid(std::string("nvfp4_gemm: NVFP4 activations need both a_packed and a_scales (") +
-                           (a.a_packed ? "a_scales" : "a_packed") + " is null)");
-  if (!a.b_prepacked || !a.d) return Status::Invalid("nvfp4_gemm: b_prepacked and d must be non-null");
-  if (!aligned16(a.b_prepacked) || !aligned16(a.d) || (a.a_bf16 && !aligned16(a.a_bf16)) ||
-      (a.a_packed && !aligned16(a.a_packed)))
-    return Status::Invalid("nvfp4_gemm: a_bf16 / a_packed, b_prepacked and d must be 16-byte aligned");
-  if (!formats::nvfp4_global_scales_ok(fp4_act ? a.a_global_scale : 1.0f, a.b_global_scale))
-    return Status::Invalid("nvfp4_gemm: global scales must be finite and > 0, with a_global_scale * b_global_scale * 256 "
-                           "(the kernel's one FP32 factor) a normal FP32 value");
-  if (a.workspace_bytes > 0 && !a.workspace) return Status::Invalid("nvfp4_gemm: workspace_bytes > 0 with a null workspace");
-  if (a.workspace && !aligned16(a.workspace)) return Status::Invalid("nvfp4_gemm: workspace must be 16-byte aligned");
-
+  check::ArgCheck c("nvfp4_gemm");
+  nvfp4_shape(c, a.m, a.n, a.k)
+      .rule(fp4_act == (a.a_bf16 != nullptr),
+            [] { return std::string("give either a_bf16, or a_packed with a_scales"); })
+      .rule(fp4_act && (!a.a_packed || !a.a_scales),
+            [&] {
+              return std::string("NVFP4 activations need both a_packed and a_scales (") +
+                     (a.a_packed ? "a_scales" : "a_packed") + " is null)";
+            })
+      .ptr("a_bf16", a.a_bf16, 16, Null::kAllowed, extent(a.m, a.k, 2))
+      .ptr("a_packed", a.a_packed, 16, Null::kAllowed, extent(a.m, a.k / 2))
+      .ptr("a_scales", a.a_scales, 1, Null::kAllowed, extent(a.m, a.k / 16))
+      .ptr("b_prepacked", a.b_prepacked, 16, Null::kRefused, check::extent_of(nvfp4_prepacked_bytes(a.n, a.k)))
+      .out("d", a.d, 16, extent(a.m, a.n, 2))
+      .finite("a_global_scale", fp4_act ? a.a_global_scale : 1.0f)
+      .finite("b_global_scale", a.b_global_scale)
+      .rule(!formats::nvfp4_global_scales_ok(fp4_act ? a.a_global_scale : 1.0f, a.b_global_scale),
+            [] {
+              return std::string("global scales must be finite and > 0, with a_global_scale * b_global_scale * 256 "
+                                 "(the kernel's one FP32 factor) a normal FP32 value");
+            })
+      .rule(a.workspace_bytes > 0 && !a.workspace,
+            [] { return std::string("workspace_bytes > 0 with a null workspace"); })
+      .out("workspace", a.workspace, 16, check::extent_of(a.workspace_bytes), Null::kAllowed);
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
   Nvfp4GemmConfig cfg;
   if (forced) {
     cfg = *forced;

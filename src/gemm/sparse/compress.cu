@@ -104,20 +104,17 @@ __global__ void __launch_bounds__(128) sparse24_compress_kernel(const void* dens
   if (v != kNoViolation && violation) atomicMin(violation, v);
 }
 
-// `device`: the buffers are read by TMA-fed kernels and must be 16-byte aligned.
-Status validate(const void* dense, int64_t m, int64_t k, SparseType type, const void* values, const void* meta,
-                const char* who, bool device) {
-  if (m <= 0) return Status::Invalid(std::string(who) + ": M must be >= 1 (got " + std::to_string(m) + ")");
-  if (k <= 0 || k % 32 != 0)
-    return Status::Invalid(std::string(who) + ": K must be a positive multiple of 32 (got " + std::to_string(k) + ")");
-  if (m > INT_MAX || k > INT_MAX) return Status::Invalid(std::string(who) + ": M and K must be below 2^31");
-  if (type != SparseType::kE4M3 && type != SparseType::kF16)
-    return Status::Invalid(std::string(who) + ": unknown element type");
-  if (!dense || !values || !meta) return Status::Invalid(std::string(who) + ": dense, values and meta must be non-null");
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (device && (!a16(dense) || !a16(values) || !a16(meta)))
-    return Status::Invalid(std::string(who) + ": dense, values and meta must be 16-byte aligned");
-  return Status::Ok();
+// Device buffers are read by TMA-fed kernels and must be 16-byte aligned; host ones need not be.
+check::ArgCheck& validate(check::ArgCheck& c, const void* dense, int64_t m, int64_t k, SparseType type,
+                          const void* values, const void* meta, bool device) {
+  const size_t align = device ? 16 : 1;
+  const int64_t eb = type == SparseType::kF16 ? 2 : 1;
+  return c.dim("M", m, 1, INT_MAX)
+      .dim("K", k, 32, INT_MAX)
+      .rule(type != SparseType::kE4M3 && type != SparseType::kF16, [] { return std::string("unknown element type"); })
+      .ptr("dense", dense, align, check::Null::kRefused, check::extent(m, k, eb))
+      .out("values", const_cast<void*>(values), align, check::extent(m, k / 2, eb))
+      .out("meta", const_cast<void*>(meta), align, check::extent_of(sparse24_meta_bytes(m, k, type)));
 }
 
 Status violation_error(const char* who, int64_t index, int64_t k) {
@@ -131,18 +128,14 @@ Status violation_error(const char* who, int64_t index, int64_t k) {
 
 Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values, void* meta,
                          int64_t* violation, cudaStream_t stream) {
-  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress", /*device=*/true));
-  if (!violation && !prune)
-    return Status::Invalid("sparse24_compress: violation must be non-null unless pruning (it reports non-2:4 input)");
-  if (violation && reinterpret_cast<uintptr_t>(violation) % 8)
-    return Status::Invalid("sparse24_compress: violation must be 8-byte aligned");
-  // One-time weight preparation, so worth the pointer queries: a host buffer passed here by
-  // mistake (the host compressor takes the same arguments) would fault in the kernel and leave
-  // the context unusable.
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", dense, "dense"));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", values, "values"));
-  LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", meta, "meta"));
-  if (violation) LOWBIT_RETURN_IF_ERROR(gemm::require_device_accessible("sparse24_compress", violation, "violation"));
+  // A host buffer passed here by mistake (the host compressor takes the same arguments) would
+  // fault in the kernel and leave the context unusable: the pointer kinds are checked too.
+  check::ArgCheck c("sparse24_compress");
+  validate(c, dense, m, k, type, values, meta, /*device=*/true)
+      .rule(!violation && !prune,
+            [] { return std::string("violation must be non-null unless pruning (it reports non-2:4 input)"); })
+      .out("violation", violation, 8, 8, check::Null::kAllowed);
+  LOWBIT_RETURN_IF_ERROR(c.device());
   const Sparse24Type ft = to_format(type);
   const int64_t slabs = formats::sparse24_slabs(m);
   const int64_t blocks = slabs * formats::sparse24_k_blocks(k, ft);
@@ -163,9 +156,9 @@ Status sparse24_compress(const void* dense, int64_t m, int64_t k, SparseType typ
 Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, SparseType type, void* values, void* meta,
                                  int64_t* violation, cudaStream_t stream) {
   // Its own checks first, so a refusal names this entry point (it never prunes).
-  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress_checked", /*device=*/true));
-  if (!violation || reinterpret_cast<uintptr_t>(violation) % 8)
-    return Status::Invalid("sparse24_compress_checked: violation must be a non-null, 8-byte aligned device int64");
+  check::ArgCheck c("sparse24_compress_checked");
+  validate(c, dense, m, k, type, values, meta, /*device=*/true).out("violation", violation, 8, 8);
+  LOWBIT_RETURN_IF_ERROR(c.device());
   // It waits for the result, which a stream under capture cannot give: refuse before queuing
   // anything into the caller's graph.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -183,7 +176,8 @@ Status sparse24_compress_checked(const void* dense, int64_t m, int64_t k, Sparse
 
 Status sparse24_compress_host(const void* dense, int64_t m, int64_t k, SparseType type, bool prune, void* values,
                               void* meta) {
-  LOWBIT_RETURN_IF_ERROR(validate(dense, m, k, type, values, meta, "sparse24_compress_host", /*device=*/false));
+  check::ArgCheck c("sparse24_compress_host");
+  LOWBIT_RETURN_IF_ERROR(validate(c, dense, m, k, type, values, meta, /*device=*/false).disjoint().status());
   const Sparse24Type ft = to_format(type);
   const int64_t slabs = formats::sparse24_slabs(m);
   const int64_t kbs = formats::sparse24_k_blocks(k, ft);

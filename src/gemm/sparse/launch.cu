@@ -27,7 +27,6 @@ namespace {
 using formats::Sparse24Type;
 
 Sparse24Type to_format(SparseType t) { return t == SparseType::kE4M3 ? Sparse24Type::kE4M3 : Sparse24Type::kF16; }
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The compiled tile widths, as data, with the share of the sparse tensor rate each sustained at
 // 4096 x 8192 x 8192 on an H100 (docs/perf.md W3 v3): promoted (E4M3) and unpromoted (F16, and
@@ -120,7 +119,11 @@ const Entry* find_entry(Sparse24Type type, int block_n, int cluster, bool promot
   return nullptr;
 }
 
-int64_t tiles_for(int64_t m, int64_t n, int block_n) { return ((m + 127) / 128) * ((n + block_n - 1) / block_n); }
+// Saturated at INT64_MAX (the size query calls it with any shape).
+int64_t tiles_for(int64_t m, int64_t n, int block_n) {
+  int64_t tiles = 0;
+  return check::mul(m / 128 + (m % 128 != 0), n / block_n + (n % block_n != 0), &tiles) ? tiles : INT64_MAX;
+}
 
 // Cost model (same form as the dense chooser, gemm/fp8/config.cpp): waves of units at the sparse
 // tensor rate (twice the dense one) against the bytes streamed (half of A, its metadata, B, D).
@@ -182,33 +185,41 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
   return out;
 }
 
-Status validate(const Sparse24GemmArgs& a) {
-  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("sparse24_gemm", a.m, a.n, a.k, 32));
-  if (a.type != SparseType::kE4M3 && a.type != SparseType::kF16)
-    return Status::Invalid("sparse24_gemm: unknown element type");
-  if (a.out != SparseOut::kBF16 && a.out != SparseOut::kFP16)
-    return Status::Invalid("sparse24_gemm: unknown output type");
-  if (a.out == SparseOut::kFP16 && a.type != SparseType::kF16)
-    return Status::Invalid("sparse24_gemm: FP16 output is compiled for F16 inputs only (E4M3 writes BF16)");
-  if (!a.a_values || !a.a_meta || !a.b || !a.d)
-    return Status::Invalid("sparse24_gemm: A values, A metadata, B and D must be non-null");
-  if (!aligned16(a.a_values) || !aligned16(a.a_meta) || !aligned16(a.b) || !aligned16(a.d))
-    return Status::Invalid("sparse24_gemm: A values, A metadata, B and D must be 16-byte aligned");
-  if ((a.a_scale && reinterpret_cast<uintptr_t>(a.a_scale) % 4) ||
-      (a.b_scale && reinterpret_cast<uintptr_t>(a.b_scale) % 4))
-    return Status::Invalid("sparse24_gemm: scale pointers must be 4-byte aligned");
-  if (a.workspace_bytes > 0 && !a.workspace)
-    return Status::Invalid("sparse24_gemm: workspace_bytes > 0 with a null workspace");
-  if (a.workspace && !aligned16(a.workspace))
-    return Status::Invalid("sparse24_gemm: workspace must be 16-byte aligned");
-  return Status::Ok();
+// Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
+Status validate(const Sparse24GemmArgs& a, DeviceInfo* dev) {
+  using check::extent;
+  using check::Null;
+  const int64_t eb = a.type == SparseType::kF16 ? 2 : 1;
+  check::ArgCheck c("sparse24_gemm");
+  gemm::gemm_shape(c, a.m, a.n, a.k, 32)
+      .rule(a.type != SparseType::kE4M3 && a.type != SparseType::kF16,
+            [] { return std::string("unknown element type"); })
+      .rule(a.out != SparseOut::kBF16 && a.out != SparseOut::kFP16, [] { return std::string("unknown output type"); })
+      .rule(a.out == SparseOut::kFP16 && a.type != SparseType::kF16,
+            [] { return std::string("FP16 output is compiled for F16 inputs only (E4M3 writes BF16)"); })
+      .ptr("A values", a.a_values, 16, Null::kRefused, extent(a.m, a.k / 2, eb))
+      .ptr("A metadata", a.a_meta, 16, Null::kRefused, check::extent_of(sparse24_meta_bytes(a.m, a.k, a.type)))
+      .ptr("B", a.b, 16, Null::kRefused, extent(a.n, a.k, eb))
+      .out("D", a.d, 16, extent(a.m, a.n, 2))
+      .ptr("a_scale", a.a_scale, 4, Null::kAllowed, 4)
+      .ptr("b_scale", a.b_scale, 4, Null::kAllowed, 4)
+      .finite("alpha", a.alpha)
+      .rule(a.workspace_bytes > 0 && !a.workspace,
+            [] { return std::string("workspace_bytes > 0 with a null workspace"); })
+      .out("workspace", a.workspace, 16, check::extent_of(a.workspace_bytes), Null::kAllowed);
+  return c.device(dev);
 }
 
 }  // namespace
 
 size_t sparse24_meta_bytes(int64_t m, int64_t k, SparseType type) {
   if (m <= 0 || k <= 0 || (type != SparseType::kE4M3 && type != SparseType::kF16)) return 0;
-  return static_cast<size_t>(formats::sparse24_meta_bytes(m, k, to_format(type)));
+  // formats::sparse24_meta_bytes in saturating arithmetic: a size query never wraps.
+  const int64_t slab_rows = formats::kSparseTileRows, pair_k = 2 * formats::sparse24_block_k(to_format(type));
+  const size_t slabs = check::sat_mul(check::sat_size(m / slab_rows + (m % slab_rows != 0)),
+                                      static_cast<size_t>(formats::kSparseTileRows / formats::kSparseSlabRows));
+  const size_t kblocks = check::sat_mul(check::sat_size(k / pair_k + (k % pair_k != 0)), 2);
+  return check::sat_mul(check::sat_mul(slabs, kblocks), formats::kSparseMetaBlockBytes);
 }
 
 std::string Sparse24GemmConfig::to_string() const {
@@ -219,6 +230,7 @@ std::string Sparse24GemmConfig::to_string() const {
 }
 
 Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
+  if (!out) return Status::Invalid("parse_sparse24_config: out must be non-null");
   Sparse24GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(parse_int_items(text, [&c](const std::string& key, int value) {
     if (key == "bn") c.block_n = value;
@@ -240,6 +252,7 @@ Status parse_sparse24_config(const std::string& text, Sparse24GemmConfig* out) {
 size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseType /*type*/,
                                     const Sparse24GemmConfig& config) {
   // A config no launch would take needs nothing (a zero block_n once divided by zero here).
+  // Past size_t, SIZE_MAX (gemm::split_k_workspace_bytes).
   if (m <= 0 || n <= 0 || !variant_exists(config.block_n) || config.splits < 1) return 0;
   return gemm::split_k_workspace_bytes(static_cast<size_t>(tiles_for(m, n, config.block_n)), config.splits, 128,
                                        config.block_n);
@@ -247,10 +260,11 @@ size_t sparse24_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, SparseT
 
 Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, Sparse24GemmConfig* out,
                               bool fast_accum) {
-  if (!out) return Status::Invalid("choose_sparse24_config: out must be non-null");
-  LOWBIT_RETURN_IF_ERROR(gemm::validate_gemm_shape("choose_sparse24_config", m, n, k, 32));
-  if (type != SparseType::kE4M3 && type != SparseType::kF16)
-    return Status::Invalid("choose_sparse24_config: unknown sparse type");
+  check::ArgCheck c("choose_sparse24_config");
+  c.rule(!out, [] { return std::string("out must be non-null"); });
+  gemm::gemm_shape(c, m, n, k, 32).rule(type != SparseType::kE4M3 && type != SparseType::kF16,
+                                        [] { return std::string("unknown sparse type"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
   DeviceInfo dev;
   LOWBIT_RETURN_IF_ERROR(query_device(&dev));
   const Sparse24Type t = to_format(type);
@@ -261,9 +275,8 @@ Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, 
 }
 
 Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sparse24GemmConfig* forced) {
-  LOWBIT_RETURN_IF_ERROR(validate(args));
   DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  LOWBIT_RETURN_IF_ERROR(validate(args, &dev));
   const Sparse24Type type = to_format(args.type);
   const bool promote = promotes(type, args.fast_accum);
   const bool out_fp16 = args.out == SparseOut::kFP16;

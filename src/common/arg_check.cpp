@@ -1,0 +1,124 @@
+#include "common/arg_check.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace lowbit::check {
+
+std::string limit_text(int64_t v) {
+  for (int p = 62; p >= 16; --p) {
+    const int64_t pow2 = int64_t{1} << p;
+    if (v == pow2) return "2^" + std::to_string(p);
+    if (v < pow2 && pow2 - v < 1024) return "2^" + std::to_string(p) + " - " + std::to_string(pow2 - v);
+  }
+  return std::to_string(v);
+}
+
+void ArgCheck::fail(const std::string& message) { status_ = Status::Invalid(std::string(who_) + ": " + message); }
+
+ArgCheck& ArgCheck::dim(const char* name, int64_t value, int64_t multiple, int64_t max, int64_t min) {
+  if (!ok()) return *this;
+  const std::string got = " (got " + std::to_string(value) + ")";
+  if (value < min || value % multiple != 0) {
+    if (multiple > 1)
+      fail(std::string(name) + " must be a " + (min > 0 ? "positive " : "non-negative ") + "multiple of " +
+           std::to_string(multiple) + got);
+    else
+      fail(std::string(name) + " must be >= " + std::to_string(min) + got);
+  } else if (value > max) {
+    fail(std::string(name) + " must be at most " + limit_text(max) + got);
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::product(const char* what, int64_t a, int64_t b, int64_t max) {
+  int64_t r = 0;
+  if (ok() && (!mul(a, b, &r) || r > max))
+    fail(std::string(what) + " must be at most " + limit_text(max) + " (got " + std::to_string(a) + " x " +
+         std::to_string(b) + ")");
+  return *this;
+}
+
+ArgCheck& ArgCheck::ptr(const char* name, const void* p, size_t align, Null null, int64_t bytes, Access access) {
+  if (!ok()) return *this;
+  if (p == nullptr) {
+    if (null == Null::kRefused) fail(std::string(name) + " must be non-null");
+    return *this;
+  }
+  if (reinterpret_cast<uintptr_t>(p) % align != 0) {
+    char addr[32];
+    std::snprintf(addr, sizeof(addr), "%p", p);
+    fail(std::string(name) + " must be " + std::to_string(align) + "-byte aligned (got " + addr + ")");
+    return *this;
+  }
+  if (count_ == kMaxPointers) {
+    fail("internal: more than " + std::to_string(kMaxPointers) + " pointers to check");
+    return *this;
+  }
+  args_[count_++] = Arg{name, p, bytes, access};
+  return *this;
+}
+
+ArgCheck& ArgCheck::disjoint() {
+  for (int i = 0; i < count_ && ok(); ++i)
+    for (int j = i + 1; j < count_ && ok(); ++j) {
+      const Arg& x = args_[i];
+      const Arg& y = args_[j];
+      if (x.bytes <= 0 || y.bytes <= 0) continue;
+      if (x.access != Access::kWrite && y.access != Access::kWrite) continue;
+      const uintptr_t x0 = reinterpret_cast<uintptr_t>(x.p), y0 = reinterpret_cast<uintptr_t>(y.p);
+      // Extents are below 2^63 and user addresses below 2^57: no wrap.
+      const bool overlap = x0 < y0 + static_cast<uint64_t>(y.bytes) && y0 < x0 + static_cast<uint64_t>(x.bytes);
+      if (!overlap) continue;
+      const bool exact_alias = x0 == y0 && x.bytes == y.bytes &&
+                               ((x.access == Access::kWrite && y.access == Access::kReadAliasOk) ||
+                                (y.access == Access::kWrite && x.access == Access::kReadAliasOk));
+      if (exact_alias) continue;
+      const Arg& w = x.access == Access::kWrite ? x : y;
+      const Arg& o = &w == &x ? y : x;
+      fail(std::string(w.name) + " overlaps " + o.name +
+           ": a buffer the call writes may share no memory with another argument");
+    }
+  return *this;
+}
+
+ArgCheck& ArgCheck::finite(const char* name, float value) {
+  if (ok() && !std::isfinite(value))
+    fail(std::string(name) + " must be finite (got " + std::to_string(value) + ")");
+  return *this;
+}
+
+Status ArgCheck::device(DeviceInfo* dev) {
+  if (!ok()) return status_;
+  if (!disjoint().ok()) return status_;
+  DeviceInfo d;
+  status_ = require_hopper(&d);
+  for (int i = 0; i < count_ && status_.ok(); ++i) status_ = device_accessible(who_, args_[i].name, args_[i].p);
+  if (status_.ok() && dev) *dev = d;
+  return status_;
+}
+
+Status device_accessible(const char* who, const char* name, const void* p) {
+  cudaPointerAttributes at{};
+  const cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the caller's next CUDA call
+    return Status::Error(StatusCode::kCudaError,
+                         std::string(who) + ": cudaPointerGetAttributes(" + name + "): " + cudaGetErrorString(e));
+  }
+  if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) return Status::Ok();
+  if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) return Status::Ok();
+  // Unregistered: pageable host memory, a freed allocation, or no allocation at all. Only a
+  // device that reads the host's pageable memory (HMM, ATS) can use it.
+  DeviceInfo d;
+  if (query_device(&d).ok() && d.reads_pageable_memory) return Status::Ok();
+  char addr[32];
+  std::snprintf(addr, sizeof(addr), "%p", p);
+  return Status::Invalid(std::string(who) + ": " + name + " (" + addr +
+                         ") is not memory the device can read: pageable host memory, a freed allocation or an "
+                         "address nothing allocated (pass device, managed or pinned host memory)");
+}
+
+}  // namespace lowbit::check
