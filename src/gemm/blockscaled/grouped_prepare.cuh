@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
       for (int i = 0; i < groups; ++i) ws.tile_start[i] = 0;
     status.call_code = overflow ? kGroupTooManyTiles : kGroupOk;
     status.groups = groups;
-    *ws.status = status;
+    gemm::store_grouped_status(ws.status, status);
   }
 }
 

@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
     ws.tile_start[groups] = nothing != kGroupOk ? 0 : static_cast<int>(tile_carry);
     status.call_code = nothing;
     status.groups = groups;
-    *ws.status = status;
+    gemm::store_grouped_status(ws.status, status);
   }
 }
 
