@@ -27,8 +27,8 @@ static_assert(sizeof(GroupedStatus) <= 128, "the status block is the workspace's
 // Counts the invalid groups of one chunk of kThreads consecutive groups (group base + threadIdx.x,
 // `code` 0 for a valid or absent one) and lists the first kListed in index order. Every thread
 // of the block calls it, once per chunk; `s` is in shared memory, zeroed before the first chunk.
-// A chunk without an invalid group costs one barrier: the ranking below (three barriers and
-// two serial loops) made the preparation ~0.45 us longer on every call (docs/perf.md R1).
+// The preparation kernels call it in a second pass, only when a group is invalid: in the main
+// pass, its barriers and serial loops made every call ~0.45 us longer (docs/perf.md R1).
 template <int kThreads>
 __device__ __forceinline__ void record_invalid_groups(GroupedStatus& s, int* warp_counts, int group, int code) {
   static_assert(kThreads % 32 == 0 && kThreads / 32 <= 32, "whole warps, at most 32");

@@ -51,10 +51,12 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ gemm::GroupedStatus status;
   __shared__ int warp_counts[kPrepareThreads / 32];
+  __shared__ int any_invalid;
   __shared__ long long carry;
   if (threadIdx.x == 0) {
     status = gemm::GroupedStatus{};
     carry = 0;
+    any_invalid = 0;
   }
   __syncthreads();
   for (int base = 0; base < groups; base += kPrepareThreads) {
@@ -68,8 +70,9 @@ __global__ void __launch_bounds__(kPrepareThreads)
       // Units: one tile per CTA of a cluster (cluster_m vertically adjacent tiles share B).
       if (err == kGroupOk)
         tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + block_n - 1) / block_n);
+      else
+        any_invalid = 1;  // read after the loop, whose barriers order it
     }
-    gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, err);
     long long offset = 0, chunk_total = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, offset, chunk_total);
     const long long start = carry + offset;
@@ -88,6 +91,13 @@ __global__ void __launch_bounds__(kPrepareThreads)
     if (threadIdx.x == 0) carry += chunk_total;
     __syncthreads();
   }
+  // The invalid groups, counted and the first ones named in order: a second pass, only when there
+  // are any (any_invalid is block-uniform here), so a call whose groups are all valid pays nothing.
+  if (any_invalid)
+    for (int base = 0; base < groups; base += kPrepareThreads) {
+      const int gi = base + static_cast<int>(threadIdx.x);
+      gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, gi < groups ? check_group(problems[gi]) : kGroupOk);
+    }
   if (threadIdx.x == 0) {
     // More tiles than a launch walks (gemm::kMaxUnits): compute nothing rather than part of
     // the problem, and say so beside the invalid groups.

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ gemm::GroupedStatus status;
   __shared__ int warp_counts[kPrepareThreads / 32];
+  __shared__ int any_invalid;
   __shared__ long long tile_carry, act_carry;
   __shared__ long long chunk_act_start[kPrepareThreads + 1];
   __shared__ const uint8_t* chunk_packed[kPrepareThreads];
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
   hopper::launch_dependents();
   if (threadIdx.x == 0) {
     status = gemm::GroupedStatus{};
+    any_invalid = 0;
     tile_carry = 0;
     act_carry = 0;
   }
@@ -145,13 +147,13 @@ __global__ void __launch_bounds__(kPrepareThreads)
       err = check_group(g, nvfp4_act);
       if (err != kGroupOk) {
         g.m = 0;
+        any_invalid = 1;  // read after the loop, whose barriers order it
       } else if (g.m > 0) {
         tiles = ((static_cast<long long>(g.m) + tokens - 1) / tokens) * ((static_cast<long long>(g.n) + 127) / 128);
         tiles = min(tiles, max_tiles);
         if (nvfp4_act) act_blocks = min(static_cast<long long>(g.m) * g.k / 16, cap_blocks + 1);
       }
     }
-    if (writer) gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, err);
     long long tile_off = 0, tile_sum = 0, act_off = 0, act_sum = 0;
     Scan(scan_tmp).ExclusiveSum(tiles, tile_off, tile_sum);
     __syncthreads();  // scan_tmp is reused
@@ -199,6 +201,14 @@ __global__ void __launch_bounds__(kPrepareThreads)
     }
     __syncthreads();
   }
+  // The invalid groups, counted and the first ones named in order: a second pass, only when there
+  // are any (any_invalid is block-uniform here), so a call whose groups are all valid pays nothing.
+  if (writer && any_invalid)
+    for (int base = 0; base < groups; base += kPrepareThreads) {
+      const int gi = base + static_cast<int>(threadIdx.x);
+      gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi,
+                                                   gi < groups ? check_group(problems[gi], nvfp4_act) : kGroupOk);
+    }
   if (writer && threadIdx.x == 0) {
     // More tiles than a launch walks (gemm::kMaxUnits), or more activations than the staging
     // holds: compute nothing rather than part of the problem, and say so beside the invalid
