@@ -194,6 +194,13 @@ TEST(Reliability, MoeConfigChoiceRefusesBadForcedFields) {
   EXPECT_GE(old.grid, 0) << old.to_string();
   EXPECT_GE(old.splits, 1) << old.to_string();
   EXPECT_NE(why.find("token_tile"), std::string::npos) << why;
+  // A refused shape whose sizes overflow the rules' int arithmetic: defaults, no UB.
+  for (const MoeShape bad_shape : {MoeShape{1, INT32_MAX - 15, 128, 1, 1}, MoeShape{INT32_MAX, 1 << 30, 128, 8, 8},
+                                   MoeShape{-4, 512, 2048, 256, 8}}) {
+    const MoeConfig d = moe_choose_config(bad_shape, MoeReduce::kAtomic, 132, nullptr, &why);
+    EXPECT_EQ(d.token_tile, 16) << why;
+    EXPECT_EQ(d.splits, 1) << why;
+  }
   ASSERT_TRUE(choose_moe_config(shape, MoeReduce::kAtomic, 132, nullptr, &out, &why).ok());
   EXPECT_EQ(out.token_tile, moe_choose_config(shape, MoeReduce::kAtomic, 132, nullptr).token_tile);
 }

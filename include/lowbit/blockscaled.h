@@ -78,7 +78,7 @@ struct Fp8GroupedProblem {
 
 // Workspace of a grouped call with up to `max_groups` groups: the per-group tensor maps (built
 // on the device from the descriptors by a preparation kernel in the same stream), the tile
-// offsets and a status word. Caller-owned, 128-byte aligned; no initialization needed; calls
+// offsets and a status block. Caller-owned, 128-byte aligned; no initialization needed; calls
 // that may run concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K
 // counters: zero-fill such a buffer again before a dense call uses it.)
 size_t fp8_grouped_workspace_size(int max_groups);
@@ -88,7 +88,7 @@ size_t fp8_grouped_workspace_size(int max_groups);
 // `problems` points to `groups` descriptors in device memory; they are validated on the device:
 // a group that breaks a rule (negative m, n or k not a positive multiple of 16, m, n or k above
 // 2^30, a null or misaligned pointer in a non-empty group, sfa_ld too small) is skipped -- its D
-// is not written -- and recorded in the workspace's status word (fp8_grouped_check_status reads
+// is not written -- and recorded in the workspace's status block (fp8_grouped_check_status reads
 // it).
 // Host-side checks: groups >= 1; problems and workspace non-null, aligned (the descriptor's
 // alignment; 128 bytes) and readable by the device (pageable host memory is refused); workspace
@@ -100,8 +100,10 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
 // applies), with a message naming the first bad group.
 Status fp8_grouped_validate(const Fp8GroupedProblem* host_problems, int groups);
 
-// Reads the status word the last fp8_grouped_gemm on this workspace left: Ok, or the first
-// invalid group and why. Synchronizes `stream` (a checking aid, not for the hot path).
+// Reads the status block the last fp8_grouped_gemm on this workspace left: Ok, or everything it
+// did not compute -- how many groups were invalid, the first 12 of them and why, and a reason that
+// stopped the whole call (2^30 tiles or more). Synchronizes `stream` (a checking aid, not for the hot
+// path).
 Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream);
 
 }  // namespace lowbit

@@ -117,7 +117,7 @@ struct Nvfp4GroupedArgs {
   // memory before). false: a plain launch, after the previous kernel. The second kernel always
   // follows the first with PDL.
   bool pdl_first = true;
-  // Caller-owned, 256-byte aligned: status word, tile offsets, per-group tensor maps, staged
+  // Caller-owned, 256-byte aligned: status block, tile offsets, per-group tensor maps, staged
   // activations (nvfp4_grouped_workspace_size). No initialization needed; calls that may run
   // concurrently need separate workspaces. (It overwrites a dense GEMM workspace's split-K counters:
   // zero-fill such a buffer again before a dense call uses it.)
@@ -142,7 +142,7 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& args, Nvfp4GemmConfig
 // no host synchronization, capturable in a graph. A group that breaks a rule (negative m; n not
 // a positive multiple of 16, or k of 32, below 2^30; a null or misaligned pointer in a non-empty
 // group; a global scale that is not finite and > 0) is skipped -- its D is not written -- and
-// recorded in the workspace's status word (nvfp4_grouped_check_status). Host-side checks:
+// recorded in the workspace's status block (nvfp4_grouped_check_status). Host-side checks:
 // groups >= 1; problems and workspace non-null, aligned (the descriptor's alignment; 256 bytes)
 // and readable by the device (pageable host memory is refused); workspace large enough;
 // max_activation_elements >= 32 for NVFP4 activations; config valid (splits = 1).
@@ -151,8 +151,10 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& args, cudaStream_t stream, con
 // The same rules, applied to descriptors the caller holds on the host; names the first bad group.
 Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* host_problems, int groups, bool nvfp4_activations);
 
-// Reads the status word the last nvfp4_grouped_gemm on this workspace left: Ok, or the first
-// invalid group and why. Synchronizes `stream` (a checking aid, not for the hot path).
+// Reads the status block the last nvfp4_grouped_gemm on this workspace left: Ok, or everything it
+// did not compute -- how many groups were invalid, the first 12 of them and why, and a reason that
+// stopped the whole call (too many tiles, too little staging room). Synchronizes `stream` (a
+// checking aid, not for the hot path).
 Status nvfp4_grouped_check_status(const void* workspace, cudaStream_t stream);
 
 }  // namespace lowbit

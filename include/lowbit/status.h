@@ -3,14 +3,18 @@
 //
 // Errors.   A call that returns an error has launched nothing: its outputs and its workspace are
 //           as they were. (The one exception is a kCudaError from the CUDA runtime itself on a
-//           later launch of a multi-kernel call -- fused_moe_fp8, an NVFP4-activation nvfp4_gemm,
-//           the grouped calls -- after every check passed; its outputs are then undefined.) lowbit
+//           later step of a multi-step call -- fused_moe_fp8, an NVFP4-activation nvfp4_gemm,
+//           the grouped calls, sparse24_compress -- after every check passed; its outputs are then
+//           undefined.) lowbit
 //           leaves no CUDA error pending behind it: the caller's next cudaGetLastError sees only
 //           the caller's own errors.
 // Pointers. Every pointer argument must be memory the device can read: device, managed or pinned
 //           host memory. Pageable host memory, a freed allocation or an address nothing allocated
 //           is refused with kInvalidArgument (unless the device itself reads pageable memory, HMM
-//           or ATS), never handed to a kernel. Pointers inside device-resident descriptors
+//           or ATS), never handed to a kernel; so is another GPU's memory where this GPU has no
+//           peer access (where it has, the caller must have enabled it). A buffer the call
+//           writes may share no memory with another argument (fp8_gemm's residual may be exactly
+//           D). Pointers inside device-resident descriptors
 //           (grouped problems) cannot be checked from the host: they must be device memory.
 // Scalars.  Host floats that scale a result (alpha, NVFP4 global scales) must be finite: NaN and
 //           Inf are refused in every family. Dequantization scales also must be > 0 (NVFP4
@@ -19,16 +23,18 @@
 // Threads.  Every function may be called from any number of host threads at once, and each may
 //           be a thread's first CUDA call (lowbit makes the current device's primary context
 //           current on a thread that has none). Host caches (device properties, kernel attributes,
-//           tensor-map templates) are race-free and keep no failure. Calls that may run at the
+//           tensor-map templates) are race-free and keep no failure that a later call could
+//           avoid (a cold thread's, a transient one). Calls that may run at the
 //           same time on the GPU (different streams) need separate workspaces.
 // Streams.  Work runs on the caller's stream, in stream order, with no allocation and no device or
 //           stream synchronization, so every launching call can be captured in a CUDA graph.
 //           Only the checking helpers synchronize -- fp8_grouped_check_status,
 //           nvfp4_grouped_check_status, moe_check_status, sparse24_compress_checked -- and they
 //           refuse a stream that is capturing. workspace_init is a stream-ordered memset.
-// Sizes.    Size queries (*_workspace_size, *_bytes) return 0 for arguments no call accepts or a
-//           call that needs no workspace, and otherwise the bytes needed, saturated at SIZE_MAX:
-//           never a wrapped, smaller count.
+// Sizes.    Size queries (*_workspace_size, *_bytes) return 0 for a call that needs no workspace
+//           or a config no call runs (non-positive sizes, an unknown tile, splits < 1), and
+//           otherwise at least the bytes needed, saturated at SIZE_MAX: never a wrapped, smaller
+//           count.
 #pragma once
 
 #include <string>

@@ -108,8 +108,19 @@ Status device_accessible(const char* who, const char* name, const void* p) {
     return Status::Error(StatusCode::kCudaError,
                          std::string(who) + ": cudaPointerGetAttributes(" + name + "): " + cudaGetErrorString(e));
   }
-  if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) return Status::Ok();
+  if (at.type == cudaMemoryTypeManaged) return Status::Ok();
   if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) return Status::Ok();
+  if (at.type == cudaMemoryTypeDevice) {
+    // Another GPU's memory: readable only through peer access, which this GPU must support (the
+    // caller must also have enabled it; the runtime cannot be asked without changing it).
+    int current = 0, peer = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) cudaGetLastError();
+    if (at.device == current) return Status::Ok();
+    if (cudaDeviceCanAccessPeer(&peer, current, at.device) != cudaSuccess) cudaGetLastError();
+    if (peer) return Status::Ok();
+    return Status::Invalid(std::string(who) + ": " + name + " is memory of device " + std::to_string(at.device) +
+                           ", which the current device " + std::to_string(current) + " cannot access");
+  }
   // Unregistered: pageable host memory, a freed allocation, or no allocation at all. Only a
   // device that reads the host's pageable memory (HMM, ATS) can use it.
   DeviceInfo d;

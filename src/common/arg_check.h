@@ -63,6 +63,11 @@ inline int64_t extent(int64_t a, int64_t b, int64_t c = 1, int64_t elem = 1) {
   int64_t r = 0;
   return mul(a, b, &r) && mul(r, c, &r) && mul(r, elem, &r) ? r : INT64_MAX;
 }
+// a + b for extents, saturated at INT64_MAX (either may already be saturated).
+inline int64_t extent_add(int64_t a, int64_t b) {
+  if (a < 0 || b < 0) return INT64_MAX;
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
 // ceil(a / b) for b > 0 that cannot overflow (the extents are computed before the shape checks
 // have passed, for any value a caller sends).
 inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b > 0); }

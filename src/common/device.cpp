@@ -32,7 +32,7 @@ const DriverCalls& driver() {
     if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
       c.get_id = reinterpret_cast<PFN_cuCtxGetId_v12000>(p);
-    cudaGetLastError();  // a failed lookup leaves nothing behind
+    if (!c.get_current || !c.get_id) cudaGetLastError();  // a failed lookup leaves nothing behind
     return c;
   }();
   return calls;

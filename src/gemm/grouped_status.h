@@ -12,6 +12,9 @@
 
 namespace lowbit::gemm {
 
+// The most groups one grouped call takes: the preparation kernels walk them 256 at a time in int.
+constexpr int kMaxGroups = (1 << 30);
+
 struct GroupedStatus {
   static constexpr int kListed = 12;
   int invalid;     // groups skipped as invalid

@@ -174,8 +174,10 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
     c.rule(!a.topk_ids && !a.logits, [] { return std::string("logits are null and no routing was given"); })
         .ptr("logits", a.topk_ids ? nullptr : a.logits, 4, Null::kAllowed,
              extent(s.m, s.experts, a.logits_type == OutType::kBF16 ? 2 : 4))
-        .ptr("topk_ids", a.topk_ids, 4, Null::kAllowed, extent(s.m, s.top_k, 4))
-        .ptr("topk_weights", a.topk_weights, 4, Null::kAllowed, extent(s.m, s.top_k, 4))
+        // No extent: a caller that runs stages alone may hand back the workspace's own routing
+        // (moe_workspace_view), which no stage writes once routing is given.
+        .ptr("topk_ids", a.topk_ids, 4, Null::kAllowed)
+        .ptr("topk_weights", a.topk_weights, 4, Null::kAllowed)
         .ptr("x", a.x, 16, Null::kRefused, extent(s.m, s.k, 2))
         .ptr("w", a.w, 16, Null::kRefused, extent(s.experts, s.n, s.k))
         .ptr("w_scales", a.w_scales, 4, Null::kRefused, extent(s.experts, check::ceil_div(s.n, 128), s.k / 128, 4))
@@ -514,10 +516,26 @@ MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_coun
     if (reason) *reason = why;
     return out;
   }
-  // Refused: never a config with the caller's bad fields in it (a tile of 7, a grid of -5); the
-  // automatic choice, with the refusal as its reason.
-  out = choose(shape, reduce, sm_count > 0 ? sm_count : 1, nullptr, &why);
-  if (reason) *reason = st.message() + "; the automatic choice instead: " + why;
+  // Refused: never a config with the caller's bad fields in it (a tile of 7, a grid of -5). For
+  // a good shape, the automatic choice; for a bad one (whose sizes the rules cannot even add up
+  // safely), the smallest tile, unsplit. The refusal is the reason.
+  const bool shape_ok = check_shape("moe_choose_config", shape).ok() &&
+                        (reduce == MoeReduce::kAtomic || reduce == MoeReduce::kDeterministic);
+  if (shape_ok) {
+    out = choose(shape, reduce, sm_count > 0 ? sm_count : 1, nullptr, &why);
+  } else {
+    out = MoeConfig{};
+    out.token_tile = 16;
+    out.splits = 1;
+    out.prefetch_mb = 0;
+    out.tile_prefetch = 0;
+    out.pdl = 1;
+    out.tiny = 0;
+    out.pdl_first = 0;
+    out.token_rows = 0;
+    why = "defaults";
+  }
+  if (reason) *reason = st.message() + "; " + (shape_ok ? "the automatic choice instead: " : "") + why;
   return out;
 }
 

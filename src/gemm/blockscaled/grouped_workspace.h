@@ -1,5 +1,5 @@
 // Layout of the grouped GEMM's workspace, shared by the host launcher and the device kernels:
-// a status word, the groups' tile offsets and their tensor maps (A, B, D per group).
+// the status block (gemm/grouped_status.h), the groups' tile offsets and their tensor maps (A, B, D per group).
 #pragma once
 
 #include <cuda.h>

@@ -238,7 +238,9 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
       .ptr("A", x.a, 16, Null::kRefused, extent(x.m, x.k))
       .ptr("B", x.b, 16, Null::kRefused, extent(x.n, x.k))
       .out("D", x.d, 16, extent(x.m, x.n, x.out_type == OutType::kFP32 ? 4 : 2))
-      .ptr("sfa", x.sfa, 16, Null::kRefused, extent(check::ceil_div(x.k, 128), x.sfa_ld, 4))
+      // The last K block's row ends after M scales, not sfa_ld.
+      .ptr("sfa", x.sfa, 16, Null::kRefused,
+           check::extent(4, check::extent_add(check::extent(check::ceil_div(x.k, 128) - 1, x.sfa_ld), x.m)))
       .ptr("sfb", x.sfb, 4, Null::kRefused, extent(check::ceil_div(x.n, 128), check::ceil_div(x.k, 128), 4))
       .rule(x.sfa_ld < x.m || x.sfa_ld % 4 != 0,
             [&] { return "sfa_ld must be >= M and a multiple of 4 (got " + std::to_string(x.sfa_ld) + ")"; })
@@ -286,7 +288,7 @@ size_t fp8_grouped_workspace_size(int max_groups) {
 
 Status fp8_grouped_validate(const Fp8GroupedProblem* problems, int groups) {
   LOWBIT_RETURN_IF_ERROR(check::ArgCheck("fp8_grouped_gemm")
-                             .dim("groups", groups, 1, INT_MAX)
+                             .dim("groups", groups, 1, gemm::kMaxGroups)
                              .ptr("the problem array", problems, alignof(Fp8GroupedProblem))
                              .status());
   for (int g = 0; g < groups; ++g) {
@@ -302,7 +304,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   const char* who = "fp8_grouped_gemm";
   const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
   check::ArgCheck c(who);
-  c.dim("groups", groups, 1, INT_MAX)
+  c.dim("groups", groups, 1, gemm::kMaxGroups)
       .ptr("the problem array", problems, alignof(Fp8GroupedProblem), check::Null::kRefused,
            check::extent(groups, sizeof(Fp8GroupedProblem)))
       .out("workspace", workspace, 128, check::extent_of(workspace_bytes))

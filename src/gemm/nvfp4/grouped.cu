@@ -80,7 +80,7 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& a, Nvfp4GemmConfig* o
 Status nvfp4_grouped_validate(const Nvfp4GroupedProblem* problems, int groups, bool nvfp4_activations) {
   const char* who = "nvfp4_grouped_gemm";
   LOWBIT_RETURN_IF_ERROR(check::ArgCheck(who)
-                             .dim("groups", groups, 1, INT_MAX)
+                             .dim("groups", groups, 1, gemm::kMaxGroups)
                              .ptr("the problem array", problems, alignof(Nvfp4GroupedProblem))
                              .status());
   for (int g = 0; g < groups; ++g) {
@@ -95,7 +95,7 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   const std::string who = "nvfp4_grouped_gemm";
   const int64_t capacity = a.nvfp4_activations ? a.max_activation_elements : 0;
   check::ArgCheck c(who.c_str());
-  c.dim("groups", a.groups, 1, INT_MAX)
+  c.dim("groups", a.groups, 1, gemm::kMaxGroups)
       .ptr("the problem array", a.problems, alignof(Nvfp4GroupedProblem), check::Null::kRefused,
            check::extent(a.groups, sizeof(Nvfp4GroupedProblem)))
       .dim("max_activation_elements", a.max_activation_elements, 1, kNvfp4MaxStagedElements, 0)

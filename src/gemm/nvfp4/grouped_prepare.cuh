@@ -70,7 +70,7 @@ __host__ __device__ __forceinline__ int check_group(const Nvfp4GroupedProblem& g
   return kGroupOk;
 }
 
-// The workspace: a status word, the tile offsets, the groups' activation maps and the staging
+// The workspace: the status block (gemm/grouped_status.h), the tile offsets, the groups' activation maps and the staging
 // area, each at a fixed place for (groups, capacity).
 struct GroupedWorkspace {
   gemm::GroupedStatus* status;  // the first 128 bytes
