@@ -1,5 +1,7 @@
 #include "common/arg_check.h"
 
+#include "common/device_cache.h"
+
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -90,11 +92,11 @@ ArgCheck& ArgCheck::finite(const char* name, float value) {
   return *this;
 }
 
-Status ArgCheck::device(DeviceInfo* dev) {
+Status ArgCheck::device(const DeviceInfo** dev) {
   if (!ok()) return status_;
   if (!disjoint().ok()) return status_;
-  DeviceInfo d;
-  status_ = require_hopper(&d);
+  const DeviceInfo* d = nullptr;
+  status_ = current_hopper(&d);
   for (int i = 0; i < count_ && status_.ok(); ++i) status_ = device_accessible(who_, args_[i].name, args_[i].p);
   if (status_.ok() && dev) *dev = d;
   return status_;
@@ -123,8 +125,8 @@ Status device_accessible(const char* who, const char* name, const void* p) {
   }
   // Unregistered: pageable host memory, a freed allocation, or no allocation at all. Only a
   // device that reads the host's pageable memory (HMM, ATS) can use it.
-  DeviceInfo d;
-  if (query_device(&d).ok() && d.reads_pageable_memory) return Status::Ok();
+  const DeviceInfo* d = nullptr;
+  if (current_device(&d).ok() && d->reads_pageable_memory) return Status::Ok();
   char addr[32];
   std::snprintf(addr, sizeof(addr), "%p", p);
   return Status::Invalid(std::string(who) + ": " + name + " (" + addr +

@@ -112,9 +112,10 @@ class ArgCheck {
 
   // The overlap rule over the pointers named so far (device() runs it too); no CUDA call.
   ArgCheck& disjoint();
-  // The GPU (an sm_90 device, its context current on this thread), the overlap rule and the kinds
+  // The GPU (an sm_90 device, its context current on this thread; *dev points to lowbit's cached
+// description of it, valid for the process), the overlap rule and the kinds
   // of every pointer named so far. Returns the first failure of the whole check.
-  Status device(DeviceInfo* dev = nullptr);
+  Status device(const DeviceInfo** dev = nullptr);
 
  private:
   void fail(const std::string& message);

@@ -3,11 +3,12 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <deque>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "common/context.h"
+#include "common/device_cache.h"
 
 namespace lowbit {
 
@@ -66,8 +67,7 @@ uint64_t current_context_id() {
   return static_cast<uint64_t>(id);
 }
 
-Status query_device(DeviceInfo* out) {
-  if (!out) return Status::Invalid("query_device: out must be non-null");
+Status current_device(const DeviceInfo** out) {
   int dev = -1;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) {
@@ -76,12 +76,13 @@ Status query_device(DeviceInfo* out) {
                          std::string("no usable CUDA device: ") + cudaGetErrorString(err));
   }
   LOWBIT_RETURN_IF_ERROR(ensure_current_context(dev));
+  // A deque keeps every entry where it is, so the pointers handed out stay valid.
   static std::mutex mu;
-  static std::vector<DeviceInfo> cache;
+  static std::deque<DeviceInfo> cache;
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& d : cache)
     if (d.device == dev) {
-      *out = d;
+      *out = &d;
       return Status::Ok();
     }
   cudaDeviceProp prop{};
@@ -101,18 +102,33 @@ Status query_device(DeviceInfo* out) {
   d.smem_per_sm = prop.sharedMemPerMultiprocessor;
   d.reads_pageable_memory = prop.pageableMemoryAccess != 0;
   cache.push_back(d);
+  *out = &cache.back();
+  return Status::Ok();
+}
+
+Status current_hopper(const DeviceInfo** out) {
+  const DeviceInfo* d = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_device(&d));
+  if (!d->is_hopper())
+    return Status::Error(StatusCode::kUnsupportedDevice,
+                         "lowbit kernels need an sm_90 (Hopper) GPU; device " + std::to_string(d->device) + " is " +
+                             d->name + " (sm_" + std::to_string(d->cc_major) + std::to_string(d->cc_minor) + ")");
   *out = d;
   return Status::Ok();
 }
 
+Status query_device(DeviceInfo* out) {
+  if (!out) return Status::Invalid("query_device: out must be non-null");
+  const DeviceInfo* d = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_device(&d));
+  *out = *d;
+  return Status::Ok();
+}
+
 Status require_hopper(DeviceInfo* out) {
-  DeviceInfo d;
-  LOWBIT_RETURN_IF_ERROR(query_device(&d));
-  if (!d.is_hopper())
-    return Status::Error(StatusCode::kUnsupportedDevice,
-                         "lowbit kernels need an sm_90 (Hopper) GPU; device " + std::to_string(d.device) + " is " +
-                             d.name + " (sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ")");
-  if (out) *out = d;
+  const DeviceInfo* d = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_hopper(&d));
+  if (out) *out = *d;
   return Status::Ok();
 }
 

@@ -131,7 +131,7 @@ struct Prepared {
   MoeConfig cfg;
   moe::Layout layout;
   MoeParams p;
-  DeviceInfo dev;
+  const DeviceInfo* dev = nullptr;  // lowbit's cached description (common/device_cache.h)
   CUtensorMap tm_w, tm_x;  // the expert GEMM's operands (m > 0)
 };
 
@@ -192,7 +192,7 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   Prepared& r = *out;
   r.s = a.shape;
   LOWBIT_RETURN_IF_ERROR(c.device(&r.dev));
-  r.cfg = choose(a.shape, a.reduce, r.dev.sm_count, forced, nullptr);
+  r.cfg = choose(a.shape, a.reduce, r.dev->sm_count, forced, nullptr);
   // m = 0 launches nothing on any path: a forced tiny path has nothing to refuse.
   if (a.shape.m == 0) r.cfg.tiny = 0;
   if (r.cfg.tiny == 1 && (!tiny_applies(a.shape, a.reduce) || r.cfg.token_tile != moe::kTinyTokenTile))
@@ -200,10 +200,10 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
                            ", m * top_k <= " + std::to_string(moe::kTinyMaxPairs) + ", experts <= " +
                            std::to_string(32 * moe::kTinyRouteLanes) + " and token tile 16");
   const int need_smem = gemm_smem_bytes(r.cfg.token_tile, r.cfg.token_rows == 1);
-  if (static_cast<size_t>(need_smem) > r.dev.smem_per_block_optin)
+  if (static_cast<size_t>(need_smem) > r.dev->smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
                                                              " bytes of shared memory per block; the device allows " +
-                                                             std::to_string(r.dev.smem_per_block_optin));
+                                                             std::to_string(r.dev->smem_per_block_optin));
   r.layout = moe::workspace_layout(a.shape, a.reduce, a.y_type);
   uint8_t* base = static_cast<uint8_t*>(workspace);
   MoeParams& p = r.p;
@@ -274,7 +274,7 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   const uint64_t w_bytes = static_cast<uint64_t>(r.s.experts) * r.s.n * r.s.k;
   const moe::RoutePrefetch pf{static_cast<const uint8_t*>(a.w),
                               std::min<uint64_t>(w_bytes, static_cast<uint64_t>(r.cfg.prefetch_mb) << 20)};
-  const int grid = blocks + (pf.bytes > 0 ? r.dev.sm_count : 0);
+  const int grid = blocks + (pf.bytes > 0 ? r.dev->sm_count : 0);
   cudaError_t e = cudaSuccess;
   with_route_variant(a.logits_type, r.s.experts, [&](auto tag, auto per_lane) {
     using LogitT = decltype(tag);
@@ -311,7 +311,7 @@ Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
   // a partial token tile, the other tiles are full.
   const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
   const int64_t max_units = (std::min<int64_t>(s.experts, pairs) + pairs / r.cfg.token_tile) * r.p.nblocks * r.p.splits;
-  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
+  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev->sm_count, max_units));
   cudaError_t e = cudaSuccess;
   switch (r.cfg.token_tile) {
     case 16: e = GemmLauncher<16>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
@@ -339,7 +339,7 @@ Status run_tiny(const FusedMoeArgs& a, const Prepared& r, void* workspace, cudaS
   const CUtensorMap& tm_w = r.tm_w;
   const CUtensorMap& tm_x = r.tm_x;
   const int64_t max_units = std::min<int64_t>(s.experts, static_cast<int64_t>(s.m) * s.top_k) * r.p.nblocks * r.p.splits;
-  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev.sm_count, max_units));
+  const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev->sm_count, max_units));
   uint8_t* base = static_cast<uint8_t*>(workspace);
   int32_t* ids = a.topk_ids ? nullptr : reinterpret_cast<int32_t*>(base + r.layout.ids);
   float* weights = a.topk_ids ? nullptr : reinterpret_cast<float*>(base + r.layout.weights);

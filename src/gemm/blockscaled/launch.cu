@@ -20,6 +20,7 @@
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/blockscaled.h"
+#include "common/device_cache.h"
 #include "lowbit/device.h"
 
 namespace lowbit {
@@ -127,21 +128,29 @@ double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
 Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int64_t n, int sms,
                        std::string* why = nullptr) {
   Variant v{c.block_n, c.cluster > 0 ? c.cluster : kDefaultCluster};
-  std::string reason = "forced";
+  double wide = 0.0, narrow = 0.0;
   if (v.block_n == 0) {
     if (grouped) {
       v.block_n = 256;
-      reason = "grouped: group sizes are on the device; the wide tile by default";
     } else {
-      const double wide = dense_tile_cost(m, n, 256, sms), narrow = dense_tile_cost(m, n, 128, sms);
+      wide = dense_tile_cost(m, n, 256, sms);
+      narrow = dense_tile_cost(m, n, 128, sms);
       v.block_n = wide <= narrow ? 256 : 128;
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), "cost (rounds x width / rate) bn=256 %.0f vs bn=128 %.0f on %d SMs", wide, narrow,
-                    sms);
-      reason = buf;
     }
   }
-  if (why) *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" + reason + ")";
+  // The reason is built only when asked for (a call asks nothing: no string work per call).
+  if (why) {
+    std::string reason = "forced";
+    if (c.block_n == 0 && grouped) {
+      reason = "grouped: group sizes are on the device; the wide tile by default";
+    } else if (c.block_n == 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "cost (rounds x width / rate) bn=256 %.0f vs bn=128 %.0f on %d SMs", wide,
+                    narrow, sms);
+      reason = buf;
+    }
+    *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" + reason + ")";
+  }
   return v;
 }
 
@@ -247,8 +256,9 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
       .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const DeviceInfo& dev = *devp;
   const Variant v = choose_variant(cfg, /*grouped=*/false, x.m, x.n, dev.sm_count);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type, v));
 
@@ -316,8 +326,9 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
       .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const DeviceInfo& dev = *devp;
   const Variant v = choose_variant(cfg, /*grouped=*/true, 0, 0, dev.sm_count);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
   const int cluster = v.cluster;

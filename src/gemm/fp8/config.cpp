@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/device_cache.h"
 #include "common/key_value.h"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
@@ -424,8 +425,9 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
       .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); })
       .rule(row_bcast_rows < 0, [] { return std::string("row_bcast_rows must be >= 0"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_device(&devp));
+  const DeviceInfo& dev = *devp;
   for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
     if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32)) {
       *out = c.config;

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <string>
 
+#include "common/choice_cache.h"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/kernel.cuh"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
+#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 
@@ -24,7 +26,7 @@ namespace {
 using fp8::Fp8KernelParams;
 
 // Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
-Status validate(const Fp8GemmArgs& a, const char* who, DeviceInfo* dev) {
+Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
   using check::extent;
   using check::Null;
   check::ArgCheck c(who);
@@ -233,8 +235,9 @@ Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {
 }
 
 Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfig* forced) {
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(validate(args, "fp8_gemm", &dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(validate(args, "fp8_gemm", &devp));
+  const DeviceInfo& dev = *devp;
 
   Fp8GemmConfig cfg;
   if (forced) {
@@ -247,17 +250,23 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                " bytes of workspace, got " + std::to_string(args.workspace_bytes));
   } else {
     // Best candidate whose workspace the caller can hold (splits = 1 needs none) and that is
-    // compiled for this epilogue.
-    auto cands = fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count);
-    bool found = false;
-    for (auto& c : cands)
-      if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
-          fp8::fp8_usable_config(&c.config, epilogue_kind(args), args.out_type == OutType::kFP32)) {
-        cfg = c.config;
-        found = true;
-        break;
-      }
-    if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
+    // compiled for this epilogue; memoized per signature (common/choice_cache.h).
+    static ChoiceCache<7, Fp8GemmConfig> chosen;
+    const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(epilogue_kind(args)),
+                            static_cast<int64_t>(args.out_type), check::extent_of(args.workspace_bytes)}};
+    if (!chosen.find(key, &cfg)) {
+      bool found = false;
+      for (auto& c : fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count))
+        if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
+            fp8::fp8_usable_config(&c.config, epilogue_kind(args), args.out_type == OutType::kFP32)) {
+          cfg = c.config;
+          found = true;
+          break;
+        }
+      if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
+      cfg.reason.clear();  // the cache copies it on every call; choose_fp8_config gives the reason
+      chosen.insert(key, cfg);
+    }
   }
 
   const bool fused = fused_epilogue(args);
@@ -282,7 +291,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   // The overlapped resident kernel applies the bias and row broadcast only: a config written
   // with overlap=1 is refused for more, the chooser's pick runs without the overlap.
   if (cfg.overlap && fused && (args.activation != Activation::kNone || args.residual != nullptr)) {
-    if (cfg.reason == "forced")
+    if (forced)
       return Status::Invalid("fp8_gemm: overlap=1 with a fused epilogue applies the bias and row broadcast only "
                              "(no activation or residual); config " + cfg.to_string());
     cfg.overlap = false;

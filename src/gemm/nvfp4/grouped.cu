@@ -18,6 +18,7 @@
 #include "gemm/nvfp4/variants.h"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
+#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
 
@@ -62,8 +63,9 @@ Status choose_nvfp4_grouped_config(const Nvfp4GroupedArgs& a, Nvfp4GemmConfig* o
                              .rule(!out, [] { return std::string("out must be non-null"); })
                              .dim("expected_m", a.expected_m, 1, INT64_MAX, 0)
                              .status());
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_hopper(&devp));
+  const DeviceInfo& dev = *devp;
   Nvfp4GemmConfig c;
   const int64_t m = a.expected_m > 0 ? a.expected_m : 128;
   c.block_tokens = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
@@ -113,8 +115,9 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
                " need " + std::to_string(nvfp4_grouped_workspace_size(a.groups, capacity)) +
                " bytes of workspace, got " + std::to_string(a.workspace_bytes);
       });
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const DeviceInfo& dev = *devp;
   Nvfp4GemmConfig cfg;
   if (forced) cfg = *forced;
   else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));

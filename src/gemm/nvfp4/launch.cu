@@ -21,6 +21,7 @@
 #include "hopper/cluster_launch.h"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
+#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/nvfp4.h"
 
@@ -221,8 +222,9 @@ Status choose_nvfp4_config(int64_t m, int64_t n, int64_t k, Nvfp4GemmConfig* out
   check::ArgCheck args("choose_nvfp4_config");
   args.rule(!out, [] { return std::string("out must be non-null"); });
   LOWBIT_RETURN_IF_ERROR(nvfp4_shape(args, m, n, k).status());
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(require_hopper(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_hopper(&devp));
+  const DeviceInfo& dev = *devp;
   // The smallest tile >= M up to 128; past 128 tokens, 128 or 256, whichever the cost says
   // (128 on a tie within 3%: the narrower tile has the deeper ring).
   const int small = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
@@ -327,8 +329,9 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
       .rule(a.workspace_bytes > 0 && !a.workspace,
             [] { return std::string("workspace_bytes > 0 with a null workspace"); })
       .out("workspace", a.workspace, 16, check::extent_of(a.workspace_bytes), Null::kAllowed);
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(c.device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const DeviceInfo& dev = *devp;
   Nvfp4GemmConfig cfg;
   if (forced) {
     cfg = *forced;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/choice_cache.h"
 #include "common/key_value.h"
 #include "formats/sparse24_layout.h"
 #include "gemm/fp8/config.h"
@@ -18,6 +19,7 @@
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
+#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/sparse.h"
 
@@ -186,7 +188,7 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
 }
 
 // Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
-Status validate(const Sparse24GemmArgs& a, DeviceInfo* dev) {
+Status validate(const Sparse24GemmArgs& a, const DeviceInfo** dev) {
   using check::extent;
   using check::Null;
   const int64_t eb = a.type == SparseType::kF16 ? 2 : 1;
@@ -265,8 +267,9 @@ Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, 
   gemm::gemm_shape(c, m, n, k, 32).rule(type != SparseType::kE4M3 && type != SparseType::kF16,
                                         [] { return std::string("unknown sparse type"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(query_device(&dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(current_device(&devp));
+  const DeviceInfo& dev = *devp;
   const Sparse24Type t = to_format(type);
   const auto cands = score(m, n, k, t, promotes(t, fast_accum), dev.sm_count);
   if (cands.empty()) return Status::Invalid("sparse24_gemm: no candidate for this shape");
@@ -275,8 +278,9 @@ Status choose_sparse24_config(int64_t m, int64_t n, int64_t k, SparseType type, 
 }
 
 Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sparse24GemmConfig* forced) {
-  DeviceInfo dev;
-  LOWBIT_RETURN_IF_ERROR(validate(args, &dev));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(validate(args, &devp));
+  const DeviceInfo& dev = *devp;
   const Sparse24Type type = to_format(args.type);
   const bool promote = promotes(type, args.fast_accum);
   const bool out_fp16 = args.out == SparseOut::kFP16;
@@ -303,14 +307,22 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
                                                                std::to_string(need) + " bytes of workspace, got " +
                                                                std::to_string(args.workspace_bytes));
   } else {
-    bool found = false;
-    for (const auto& c : score(args.m, args.n, args.k, type, promote, dev.sm_count))
-      if (sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, c.config) <= args.workspace_bytes) {
-        cfg = c.config;
-        found = true;
-        break;
-      }
-    if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
+    // Memoized per signature (common/choice_cache.h).
+    static ChoiceCache<7, Sparse24GemmConfig> chosen;
+    const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(type), promote ? 1 : 0,
+                            check::extent_of(args.workspace_bytes)}};
+    if (!chosen.find(key, &cfg)) {
+      bool found = false;
+      for (const auto& c : score(args.m, args.n, args.k, type, promote, dev.sm_count))
+        if (sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, c.config) <= args.workspace_bytes) {
+          cfg = c.config;
+          found = true;
+          break;
+        }
+      if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
+      cfg.reason.clear();  // the cache copies it on every call; choose_sparse24_config gives the reason
+      chosen.insert(key, cfg);
+    }
   }
   const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16);
   if (!entry)
