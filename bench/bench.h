@@ -86,6 +86,9 @@ Status run_nvfp4_grouped_shape(const Options& opt, const Shape& shape, Result* r
 Status run_blockscaled_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_moe_shape(const Options& opt, const Shape& shape, Result* r);
 Status run_sparse_shape(const Options& opt, const Shape& shape, Result* r);
+// --host-overhead: host us per eager call of the main entry points (bench/host_overhead.cpp);
+// 0 when every call ran.
+int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us);
 
 // Nominal dense BF16 tensor rate (H100 SXM): the NVFP4 kernel's MMAs run at it.
 constexpr double kPeakBf16Tflops = 989.0;

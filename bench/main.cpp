@@ -125,7 +125,8 @@ void usage() {
       "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk]]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG (not W6)]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
-      "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n");
+      "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n"
+      "             [--host-overhead (host us per eager call at the first --shape, default 1x4096x4096)]\n");
 }
 
 }  // namespace
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
   Options opt;
   opt.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000003;
   bool list = false;
+  bool host_overhead = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&](const char* what) -> std::string {
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-baseline") opt.baseline = false;
     else if (a == "--fast-accum") opt.fast_accum = true;
     else if (a == "--list") list = true;
+    else if (a == "--host-overhead") host_overhead = true;
     else if (a == "--sparse") {
       opt.sparse = next("--sparse");
       if (opt.sparse != "e4m3" && opt.sparse != "f16") { std::fprintf(stderr, "--sparse takes e4m3 or f16\n"); return 2; }
@@ -170,6 +173,16 @@ int main(int argc, char** argv) {
   if (opt.samples < 50) {
     std::fprintf(stderr, "--samples must be >= 50 (got %d)\n", opt.samples);
     return 2;
+  }
+
+  if (host_overhead) {
+    // The first --shape (default 1 x 4096 x 4096, issue 38's decode layer), eager calls.
+    Shape sh{"custom", 1, 4096, 4096};
+    if (!opt.shapes.empty() && !parse_shape(opt.shapes[0], &sh)) {
+      std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", opt.shapes[0].c_str());
+      return 2;
+    }
+    return run_host_overhead(sh.m, sh.n, sh.k, 3.0);
   }
 
   std::vector<Shape> shapes;
