@@ -16,6 +16,8 @@ export BUILD_DIR=build-dev JOBS=16
 extra=()
 [ -d .deps/googletest ] && extra+=(-DLOWBIT_GTEST_SOURCE="$PWD/.deps/googletest")
 # PyTorch's cuSPARSELt (W3's sparse baseline), when present.
+# The PyTorch operators and their pytest suite (torch and pytest are on the GPU machine).
+python3 -c "import torch, pytest" >/dev/null 2>&1 && extra+=(-DLOWBIT_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$(command -v python3)")
 cslt=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null)
 [ -n "$cslt" ] && extra+=(-DLOWBIT_CUSPARSELT_ROOT="$cslt")
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOWBIT_BUILD_TESTS=ON "${extra[@]}" > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }

@@ -1,0 +1,41 @@
+# torch.ops.lowbit: one shared library (python/csrc/torch_ops.cpp) that registers the operators
+# when PyTorch loads it (torch.ops.load_library). It links the static lowbit and PyTorch's own
+# libraries, found through the Python that will import it; no pybind11, no find_package(Torch)
+# (whose CUDA probing needs more than lowbit does). The build tree holds a ready package in
+# <build>/python/lowbit (PYTHONPATH=<build>/python), and `pip install .` installs one.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+execute_process(
+  COMMAND "${Python3_EXECUTABLE}" -c
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+  OUTPUT_VARIABLE _lowbit_torch OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _lowbit_torch_rc ERROR_QUIET)
+if(NOT _lowbit_torch_rc EQUAL 0)
+  message(FATAL_ERROR "LOWBIT_BUILD_PYTHON: ${Python3_EXECUTABLE} cannot import torch")
+endif()
+string(REPLACE "\n" ";" _lowbit_torch "${_lowbit_torch}")
+list(GET _lowbit_torch 0 LOWBIT_TORCH_DIR)
+list(GET _lowbit_torch 1 LOWBIT_TORCH_CXX11_ABI)
+message(STATUS "PyTorch for torch.ops.lowbit: ${LOWBIT_TORCH_DIR}")
+
+add_library(lowbit_torch MODULE python/csrc/torch_ops.cpp)
+target_include_directories(lowbit_torch SYSTEM PRIVATE ${LOWBIT_TORCH_DIR}/include
+                                                       ${LOWBIT_TORCH_DIR}/include/torch/csrc/api/include)
+target_compile_definitions(lowbit_torch PRIVATE _GLIBCXX_USE_CXX11_ABI=${LOWBIT_TORCH_CXX11_ABI})
+target_compile_options(lowbit_torch PRIVATE ${LOWBIT_CXX_WARNINGS})
+target_link_libraries(lowbit_torch PRIVATE lowbit ${LOWBIT_TORCH_DIR}/lib/libtorch.so
+                                           ${LOWBIT_TORCH_DIR}/lib/libtorch_cpu.so ${LOWBIT_TORCH_DIR}/lib/libc10.so)
+set_target_properties(lowbit_torch PROPERTIES
+  PREFIX "" OUTPUT_NAME "_lowbit_ops"
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python/lowbit
+  BUILD_RPATH "${LOWBIT_TORCH_DIR}/lib"
+  INSTALL_RPATH "$ORIGIN/../torch/lib")
+
+# The package's Python files beside the library in the build tree.
+file(GLOB LOWBIT_PY_FILES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/python/lowbit/*.py)
+foreach(f ${LOWBIT_PY_FILES})
+  get_filename_component(name ${f} NAME)
+  configure_file(${f} ${CMAKE_BINARY_DIR}/python/lowbit/${name} COPYONLY)
+endforeach()
+
+if(SKBUILD)
+  install(TARGETS lowbit_torch LIBRARY DESTINATION lowbit)
+endif()

@@ -1,0 +1,144 @@
+"""Thin, documented wrappers of ``torch.ops.lowbit``: the operators themselves check every
+argument (dtype, device, shape, contiguity) and raise with lowbit's message."""
+
+from typing import Optional, Tuple
+
+import torch
+
+_ops = torch.ops.lowbit
+
+
+def fp8_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    alpha: float = 1.0,
+    a_scale: Optional[torch.Tensor] = None,
+    b_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    residual: Optional[torch.Tensor] = None,
+    activation: str = "none",
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """``out = act(alpha * a_scale * b_scale * a @ b.T + bias) + residual`` in FP8 (E4M3).
+
+    a: float8_e4m3fn [M, K]; b: float8_e4m3fn [N, K] (a Linear weight's layout), both contiguous.
+    a_scale, b_scale: optional float32 one-element CUDA tensors (per-tensor dequantization scales).
+    bias: bfloat16 [N]; residual: bfloat16 [M, N], added last (it may be ``out`` itself).
+    activation: 'none', 'gelu' (erf form) or 'silu'. out_dtype: bfloat16 (default) or float32.
+    out: write into this [M, N] tensor instead of a new one.
+    """
+    if out is not None:
+        return _ops.fp8_gemm.out(a, b, alpha=alpha, a_scale=a_scale, b_scale=b_scale, bias=bias,
+                                 residual=residual, activation=activation, out=out)
+    return _ops.fp8_gemm(a, b, out_dtype=out_dtype, alpha=alpha, a_scale=a_scale, b_scale=b_scale, bias=bias,
+                         residual=residual, activation=activation)
+
+
+def fp8_blockscaled_gemm(
+    a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMM, the DeepSeek-V3 recipe: ``a @ b.T`` with a 1x128 scale per row of a
+    per 128 of K and a 128x128 scale per block of b, promoted in FP32 per K block.
+
+    a: float8_e4m3fn [M, K]; b: float8_e4m3fn [N, K].
+    sfa: float32 [ceil(K/128), ld], ld >= M, a multiple of 4 (K-block-major: ``quantize_fp8_1x128``).
+    sfb: float32 [ceil(N/128), ceil(K/128)] (``quantize_fp8_128x128``).
+    """
+    return _ops.fp8_blockscaled_gemm(a, b, sfa, sfb, out_dtype=out_dtype)
+
+
+def nvfp4_prepack_weights(packed: torch.Tensor, scales: torch.Tensor, k: int, *, swizzled: bool = False) -> torch.Tensor:
+    """Prepacks NVFP4 weights [N, K] (once, at load time) into the GEMM's layout.
+
+    packed: uint8 [N, K/2] (two E2M1 values a byte, low nibble first); scales: E4M3 bytes
+    [N, K/16] row-major, or the 128x4 swizzled layout of cuBLASLt/CUTLASS with ``swizzled=True``.
+    """
+    return _ops.nvfp4_prepack_weights(packed, scales, k, swizzled=swizzled)
+
+
+def nvfp4_gemm(
+    a: torch.Tensor,
+    b_prepacked: torch.Tensor,
+    n: int,
+    *,
+    a_scales: Optional[torch.Tensor] = None,
+    a_global_scale: float = 1.0,
+    b_global_scale: float = 1.0,
+) -> torch.Tensor:
+    """``a @ w.T * a_global_scale * b_global_scale`` with NVFP4 weights w [n, K] (prepacked).
+
+    a: bfloat16 [M, K] (W4A16), or NVFP4 uint8 [M, K/2] with ``a_scales`` E4M3 [M, K/16].
+    Returns bfloat16 [M, n].
+    """
+    return _ops.nvfp4_gemm(a, a_scales, b_prepacked, n, a_global_scale=a_global_scale, b_global_scale=b_global_scale)
+
+
+def sparse24_compress(dense: torch.Tensor, *, prune: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Compresses a 2:4-sparse matrix [M, K] (float8_e4m3fn or float16) into (values [M, K/2],
+    metadata). Without ``prune`` a group with more than two nonzeros raises ValueError naming it
+    (this waits for the GPU); with ``prune`` each group keeps its two largest magnitudes."""
+    return _ops.sparse24_compress(dense, prune=prune)
+
+
+def sparse24_gemm(
+    a_values: torch.Tensor,
+    a_meta: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    a_scale: Optional[torch.Tensor] = None,
+    b_scale: Optional[torch.Tensor] = None,
+    fast_accum: bool = False,
+) -> torch.Tensor:
+    """``alpha * a_scale * b_scale * A @ b.T`` with A 2:4-sparse (``sparse24_compress``'s output) and
+    b dense [N, K]. E4M3 writes bfloat16, float16 writes float16. A model's sparse weight W [O, K]
+    goes on the A side: ``sparse24_gemm(W values, W meta, X)`` is (X @ W.T).T."""
+    return _ops.sparse24_gemm(a_values, a_meta, b, alpha=alpha, a_scale=a_scale, b_scale=b_scale,
+                              fast_accum=fast_accum)
+
+
+def patch_embed_fp8(
+    patches: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    pos: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    patches_scale: Optional[torch.Tensor] = None,
+    weight_scale: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """The ViT patch embedding in one launch: ``patches @ weight.T * scales + bias + pos[row % P]``.
+
+    patches: float8_e4m3fn [M, K] (M a multiple of P); weight: float8_e4m3fn [N, K];
+    bias: bfloat16 [N]; pos: bfloat16 [P, N]. Returns bfloat16 [M, N].
+    """
+    return _ops.patch_embed_fp8(patches, weight, bias, pos, alpha=alpha, patches_scale=patches_scale,
+                                weight_scale=weight_scale)
+
+
+def fused_moe_fp8(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scales: torch.Tensor,
+    top_k: int,
+    *,
+    logits: Optional[torch.Tensor] = None,
+    topk_ids: Optional[torch.Tensor] = None,
+    topk_weights: Optional[torch.Tensor] = None,
+    softcap: float = 0.0,
+    renormalize: bool = True,
+    deterministic: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """The fused FP8 Mixture-of-Experts forward: route (softcap, softmax, top-k), quantize x per
+    token per 128 of K, the block-scaled expert GEMM with the weighted scatter fused in.
+
+    x: bfloat16 [M, K]; w: float8_e4m3fn [experts, N, K]; w_scales: float32
+    [experts, ceil(N/128), K/128]. Route from ``logits`` (float32 or bfloat16 [M, experts]) or pass
+    the routing (``topk_ids`` int32 and ``topk_weights`` float32, both [M, top_k]).
+    ``deterministic``: bitwise reproducible sums. Returns [M, N] of out_dtype (bfloat16 default).
+    """
+    return _ops.fused_moe_fp8(x, w, w_scales, logits, topk_ids, topk_weights, top_k, softcap=softcap,
+                              renormalize=renormalize, deterministic=deterministic, out_dtype=out_dtype)

@@ -1,0 +1,116 @@
+"""Quantization helpers, in PyTorch (any device), so a user needs no other library to prepare
+lowbit's inputs. Each follows the recipe lowbit's own tests and kernels use (src/formats/):
+scale = amax / 448 for E4M3 (amax floored so the reciprocal stays finite), values scaled by one
+FP32 reciprocal per block, round to nearest even, saturating."""
+
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+
+E4M3_MAX = 448.0
+E2M1_MAX = 6.0
+_BLOCK_FLOOR = 1e-12  # per-block amax floor (formats/quantize.h kBlockScaleFloor)
+_TENSOR_FLOOR = 1e-30  # per-tensor amax floor (kTensorAmaxFloor)
+
+
+def _check_float(x: torch.Tensor, name: str, dims: int) -> None:
+    if not x.is_floating_point():
+        raise TypeError(f"lowbit: {name} must be a floating-point tensor, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"lowbit: {name} must have {dims} dimensions, got {x.dim()}")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"lowbit: {name} holds NaN or Inf")
+
+
+def _to_e4m3(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def quantize_fp8_per_tensor(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """x -> (E4M3 codes, float32 [1] scale) with x ~= codes * scale (fp8_gemm's a_scale / b_scale)."""
+    if not x.is_floating_point():
+        raise TypeError(f"lowbit: x must be a floating-point tensor, got {x.dtype}")
+    amax = x.detach().abs().max().float()
+    if not torch.isfinite(amax):
+        raise ValueError("lowbit: x holds NaN or Inf")
+    amax = torch.where(amax > 0, amax.clamp_min(_TENSOR_FLOOR), torch.ones_like(amax))
+    scale = amax / E4M3_MAX
+    return _to_e4m3(x.float() * (E4M3_MAX / amax)), scale.reshape(1)
+
+
+def quantize_fp8_per_token(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (E4M3 codes [M, K], float32 [M] scales), one scale per row (per token)."""
+    _check_float(x, "x", 2)
+    amax = x.detach().abs().amax(dim=1).float()
+    amax = torch.where(amax > 0, amax.clamp_min(_TENSOR_FLOOR), torch.ones_like(amax))
+    return _to_e4m3(x.float() * (E4M3_MAX / amax)[:, None]), amax / E4M3_MAX
+
+
+def quantize_fp8_1x128(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (E4M3 codes [M, K], sfa float32 [ceil(K/128), ld]): one scale per row per 128 of
+    K, laid out K-block-major with ld = M rounded up to 4, as fp8_blockscaled_gemm takes them."""
+    _check_float(x, "x", 2)
+    m, k = x.shape
+    kb = (k + 127) // 128
+    xp = F.pad(x.float(), (0, kb * 128 - k)).reshape(m, kb, 128)
+    amax = xp.abs().amax(dim=2).clamp_min(_BLOCK_FLOOR)  # [M, kb]
+    q = _to_e4m3((xp * (E4M3_MAX / amax)[:, :, None]).reshape(m, kb * 128)[:, :k])
+    ld = (m + 3) // 4 * 4
+    sfa = torch.zeros(kb, ld, dtype=torch.float32, device=x.device)
+    sfa[:, :m] = (amax / E4M3_MAX).t()
+    return q.contiguous(), sfa
+
+
+def quantize_fp8_128x128(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (E4M3 codes [N, K], sfb float32 [ceil(N/128), ceil(K/128)]): one scale per
+    128 x 128 block (the weights' side of the block-scaled recipe)."""
+    _check_float(w, "w", 2)
+    n, k = w.shape
+    nb, kb = (n + 127) // 128, (k + 127) // 128
+    wp = F.pad(w.float(), (0, kb * 128 - k, 0, nb * 128 - n)).reshape(nb, 128, kb, 128)
+    amax = wp.abs().amax(dim=(1, 3)).clamp_min(_BLOCK_FLOOR)  # [nb, kb]
+    q = _to_e4m3(wp * (E4M3_MAX / amax)[:, None, :, None]).reshape(nb * 128, kb * 128)[:n, :k]
+    return q.contiguous(), amax / E4M3_MAX
+
+
+_E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _to_e2m1_codes(v: torch.Tensor) -> torch.Tensor:
+    """Round to nearest even onto the E2M1 grid, saturating at 6; returns 4-bit codes (uint8)."""
+    mag = v.abs().clamp(max=E2M1_MAX)
+    grid = torch.tensor(_E2M1_GRID, device=v.device)
+    # Midpoints between grid points; ties go to the even code (the lower one at 0.25, 0.75, 1.25,
+    # 1.75, 2.5, 3.5, 5: codes 0, 2, 2, 4, 4, 6, 6).
+    mids = (grid[1:] + grid[:-1]) / 2
+    idx = torch.bucketize(mag, mids, right=False)  # ties -> lower index
+    tie = (mag.unsqueeze(-1) == mids).any(-1)
+    up = tie & (idx % 2 == 1)
+    idx = torch.where(up, idx + 1, idx)
+    sign = (v < 0) & (idx > 0)
+    return (idx | (sign.to(idx.dtype) << 3)).to(torch.uint8)
+
+
+def quantize_nvfp4(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, float]:
+    """x [M, K] (K a multiple of 16) -> (packed uint8 [M, K/2], scales E4M3 bytes [M, K/16],
+    global_scale) with x ~= e2m1 * scale * global_scale: NVFP4, the recipe of src/formats/nvfp4.h."""
+    _check_float(x, "x", 2)
+    m, k = x.shape
+    if k % 16:
+        raise ValueError(f"lowbit: K must be a multiple of 16 for NVFP4, got {k}")
+    xf = x.float()
+    amax = float(xf.abs().max()) if xf.numel() else 0.0
+    if amax > 0:
+        amax = max(amax, _TENSOR_FLOOR)
+    enc = (E2M1_MAX * E4M3_MAX) / amax if amax > 0 else 1.0
+    g = amax / (E2M1_MAX * E4M3_MAX) if amax > 0 else 1.0
+    blocks = xf.reshape(m, k // 16, 16)
+    bamax = blocks.abs().amax(dim=2)
+    sf = _to_e4m3(bamax / E2M1_MAX * enc)
+    s = sf.float()
+    mul = torch.where(s > 0, enc / s, torch.zeros_like(s))
+    codes = torch.where((s > 0)[:, :, None], _to_e2m1_codes(blocks * mul[:, :, None]), torch.zeros_like(blocks, dtype=torch.uint8))
+    codes = codes.reshape(m, k)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+    return packed, sf.view(torch.uint8).contiguous(), g

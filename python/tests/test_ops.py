@@ -1,0 +1,332 @@
+"""torch.ops.lowbit against PyTorch references. CPU tests (import, shapes under fake tensors,
+argument errors, the quantizers) run everywhere; GPU tests need a Hopper GPU and skip, saying why,
+elsewhere (LOWBIT_REQUIRE_GPU=1 turns the skip into a failure). Fresh random inputs each run,
+seed printed (LOWBIT_TEST_SEED replays one)."""
+
+import os
+import re
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lowbit
+
+SEED = int(os.environ.get("LOWBIT_TEST_SEED", int(time.time() * 1000) % 1000000007))
+print(f"[lowbit] pytest seed {SEED} (set LOWBIT_TEST_SEED to replay)")
+
+
+def _hopper():
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"not a Hopper (sm_90) GPU: sm_{major}{minor}"
+    return None
+
+
+_why = _hopper()
+if _why and os.environ.get("LOWBIT_REQUIRE_GPU") == "1":
+    raise RuntimeError(f"LOWBIT_REQUIRE_GPU=1 but {_why}")
+gpu = pytest.mark.skipif(_why is not None, reason=f"GPU tests need a Hopper GPU: {_why}")
+
+
+@pytest.fixture
+def gen():
+    g = torch.Generator(device="cuda" if _why is None else "cpu")
+    g.manual_seed(SEED)
+    return g
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    assert torch.isfinite(got).all(), "non-finite outputs"
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+# ---------------------------------------------------------------------------------------- CPU
+
+
+def test_version_matches_the_header():
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "lowbit", "version.h")).read()
+    parts = [re.search(rf"LOWBIT_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
+    assert lowbit.__version__ == ".".join(parts)
+
+
+def test_fake_tensor_shapes():
+    m = torch.device("meta")
+    a = torch.empty(100, 512, dtype=torch.float8_e4m3fn, device=m)
+    b = torch.empty(384, 512, dtype=torch.float8_e4m3fn, device=m)
+    assert lowbit.fp8_gemm(a, b).shape == (100, 384)
+    assert lowbit.fp8_gemm(a, b, out_dtype=torch.float32).dtype == torch.float32
+    sfa = torch.empty(4, 100, device=m)
+    sfb = torch.empty(3, 4, device=m)
+    assert lowbit.fp8_blockscaled_gemm(a, b, sfa, sfb).shape == (100, 384)
+    packed = torch.empty(384, 256, dtype=torch.uint8, device=m)
+    scales = torch.empty(384, 32, dtype=torch.uint8, device=m)
+    pre = lowbit.nvfp4_prepack_weights(packed, scales, 512)
+    assert pre.dim() == 1 and pre.dtype == torch.uint8
+    assert lowbit.nvfp4_gemm(torch.empty(16, 512, dtype=torch.bfloat16, device=m), pre, 384).shape == (16, 384)
+    vals, meta = lowbit.sparse24_compress(torch.empty(128, 512, dtype=torch.float8_e4m3fn, device=m), prune=True)
+    assert vals.shape == (128, 256) and meta.dtype == torch.uint8
+    assert lowbit.sparse24_gemm(vals, meta, b).shape == (128, 384)
+    x = torch.empty(8, 512, dtype=torch.bfloat16, device=m)
+    w = torch.empty(16, 256, 512, dtype=torch.float8_e4m3fn, device=m)
+    ws = torch.empty(16, 2, 4, device=m)
+    logits = torch.empty(8, 16, device=m)
+    assert lowbit.fused_moe_fp8(x, w, ws, 2, logits=logits).shape == (8, 256)
+
+
+def test_compile_sees_the_fake_implementation():
+    m = torch.device("meta")
+    a = torch.empty(64, 256, dtype=torch.float8_e4m3fn, device=m)
+    b = torch.empty(128, 256, dtype=torch.float8_e4m3fn, device=m)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fa, fb = mode.from_tensor(a), mode.from_tensor(b)
+        assert torch.ops.lowbit.fp8_gemm(fa, fb).shape == (64, 128)
+
+
+def test_bad_arguments_raise_with_the_reason():
+    m = torch.device("meta")
+    a = torch.empty(64, 256, dtype=torch.float8_e4m3fn, device=m)
+    b = torch.empty(128, 256, dtype=torch.float8_e4m3fn, device=m)
+    with pytest.raises(TypeError, match="a must be"):
+        lowbit.fp8_gemm(torch.empty(64, 256, device=m), b)
+    with pytest.raises(ValueError, match="K ="):
+        lowbit.fp8_gemm(a, torch.empty(128, 128, dtype=torch.float8_e4m3fn, device=m))
+    with pytest.raises(ValueError, match="activation"):
+        lowbit.fp8_gemm(a, b, activation="relu")
+    with pytest.raises(TypeError, match="out_dtype"):
+        lowbit.fp8_gemm(a, b, out_dtype=torch.float16)
+    with pytest.raises(ValueError, match="sfa"):
+        lowbit.fp8_blockscaled_gemm(a, b, torch.empty(1, 64, device=m), torch.empty(1, 2, device=m))
+    with pytest.raises(ValueError, match="topk_ids"):
+        x = torch.empty(8, 512, dtype=torch.bfloat16, device=m)
+        w = torch.empty(16, 256, 512, dtype=torch.float8_e4m3fn, device=m)
+        lowbit.fused_moe_fp8(x, w, torch.empty(16, 2, 4, device=m), 2, topk_ids=torch.empty(8, 2, dtype=torch.int32, device=m))
+    with pytest.raises(ValueError, match="NaN"):
+        lowbit.quantize_fp8_per_token(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_quantizers_round_trip():
+    g = torch.Generator().manual_seed(SEED)
+    x = torch.randn(37, 300, generator=g) * 3
+    q, s = lowbit.quantize_fp8_per_token(x)
+    assert rel_err(q.float() * s[:, None], x) < 0.04
+    q, s = lowbit.quantize_fp8_per_tensor(x)
+    assert rel_err(q.float() * s, x) < 0.05
+    q, sfa = lowbit.quantize_fp8_1x128(x)
+    assert sfa.shape == (3, 40)
+    deq = q.float().reshape(37, 300) * sfa[:, :37].t().repeat_interleave(128, dim=1)[:, :300]
+    assert rel_err(deq, x) < 0.04
+    w = torch.randn(200, 300, generator=g)
+    q, sfb = lowbit.quantize_fp8_128x128(w)
+    assert sfb.shape == (2, 3)
+    deq = q.float() * sfb.repeat_interleave(128, 0).repeat_interleave(128, 1)[:200, :300]
+    assert rel_err(deq, w) < 0.04
+    packed, scales, gs = lowbit.quantize_nvfp4(x[:, :288])
+    assert packed.shape == (37, 144) and scales.shape == (37, 18)
+    assert rel_err(_dequantize_nvfp4(packed, scales, gs), x[:, :288]) < 0.15
+
+
+_E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def _dequantize_nvfp4(packed, scales, gs):
+    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
+    mag = _E2M1.to(packed.device)[codes & 7]
+    val = torch.where((codes & 8) != 0, -mag, mag)
+    s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(16, dim=1)
+    return val * s * gs
+
+
+# ---------------------------------------------------------------------------------------- GPU
+
+
+def _fp8_pair(m, n, k, gen, scale=1.0):
+    a = torch.randn(m, k, device="cuda", generator=gen) * scale
+    b = torch.randn(n, k, device="cuda", generator=gen) * scale
+    qa, sa = lowbit.quantize_fp8_per_tensor(a)
+    qb, sb = lowbit.quantize_fp8_per_tensor(b)
+    ref = (qa.double() * sa.double()) @ (qb.double() * sb.double()).T
+    return qa, sa, qb, sb, ref
+
+
+@gpu
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (3, 256, 512), (127, 384, 1024), (129, 2048, 7168), (512, 1024, 256)])
+def test_fp8_gemm_matches_reference(m, n, k, gen):
+    qa, sa, qb, sb, ref = _fp8_pair(m, n, k, gen)
+    out = lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb)
+    assert rel_err(out, ref) < 1e-2
+    out32 = lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, out_dtype=torch.float32)
+    assert rel_err(out32, ref) < 2e-3
+    # torch._scaled_mm (cuBLASLt) on the same inputs: within 2x its error.
+    base = torch._scaled_mm(qa, qb.T, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    assert rel_err(out32, ref) <= 2 * rel_err(base, ref) + 1e-6
+
+
+@gpu
+def test_fp8_gemm_small_integers_exact(gen):
+    m, n, k = 70, 192, 512
+    a = torch.randint(-4, 5, (m, k), device="cuda", generator=gen).float()
+    b = torch.randint(-4, 5, (n, k), device="cuda", generator=gen).float()
+    out = lowbit.fp8_gemm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), out_dtype=torch.float32)
+    assert torch.equal(out, a @ b.T)
+
+
+@gpu
+def test_fp8_gemm_epilogues_and_out(gen):
+    m, n, k = 96, 512, 1024
+    qa, sa, qb, sb, ref = _fp8_pair(m, n, k, gen)
+    bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    res = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+    for act, fn in (("none", lambda t: t), ("gelu", lambda t: F.gelu(t)), ("silu", F.silu)):
+        want = fn(ref * 0.5 + bias.double()) + res.double()
+        got = lowbit.fp8_gemm(qa, qb, alpha=0.5, a_scale=sa, b_scale=sb, bias=bias, residual=res, activation=act)
+        assert rel_err(got, want) < 1e-2, act
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, out=out)
+    assert rel_err(out, ref) < 1e-2
+    # In place: the residual is the output.
+    inplace = res.clone()
+    lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, residual=inplace, out=inplace)
+    assert rel_err(inplace, ref + res.double()) < 1e-2
+
+
+@gpu
+def test_fp8_gemm_runs_on_the_current_stream_and_in_graphs(gen):
+    qa, sa, qb, sb, ref = _fp8_pair(64, 1024, 2048, gen)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        out = lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb)
+    s.synchronize()
+    assert rel_err(out, ref) < 1e-2
+    # Captured (torch's default, global capture mode), replayed with new inputs in the same buffers.
+    static_out = torch.empty(64, 1024, device="cuda", dtype=torch.bfloat16)
+    lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, out=static_out)  # the stream's workspace exists first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, out=static_out)
+    qa2, sa2, _, _, _ = _fp8_pair(64, 1024, 2048, gen)
+    qa.copy_(qa2)
+    sa.copy_(sa2)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = (qa.double() * sa.double()) @ (qb.double() * sb.double()).T
+    assert rel_err(static_out, want) < 1e-2
+
+
+@gpu
+def test_fp8_gemm_under_torch_compile(gen):
+    qa, sa, qb, sb, ref = _fp8_pair(32, 512, 1024, gen)
+    f = torch.compile(lambda a, b, x, y: lowbit.fp8_gemm(a, b, a_scale=x, b_scale=y), fullgraph=True)
+    assert rel_err(f(qa, qb, sa, sb), ref) < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (64, 4096, 7168), (100, 384, 1000), (4096, 1024, 512)])
+def test_fp8_blockscaled_gemm_matches_reference(m, n, k, gen):
+    a = torch.randn(m, k, device="cuda", generator=gen)
+    b = torch.randn(n, k, device="cuda", generator=gen)
+    qa, sfa = lowbit.quantize_fp8_1x128(a)
+    qb, sfb = lowbit.quantize_fp8_128x128(b)
+    kb = sfa.shape[0]
+    da = qa.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)[:, :k]
+    db = qb.double() * sfb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+    assert kb == (k + 127) // 128
+    out = lowbit.fp8_blockscaled_gemm(qa, qb, sfa, sfb, out_dtype=torch.float32)
+    assert rel_err(out, da @ db.T) < 2e-3
+
+
+@gpu
+@pytest.mark.parametrize("fp4_act", [False, True])
+def test_nvfp4_gemm_matches_reference(fp4_act, gen):
+    m, n, k = 16, 512, 1024
+    w = torch.randn(n, k, device="cuda", generator=gen)
+    wp, ws, wg = lowbit.quantize_nvfp4(w)
+    pre = lowbit.nvfp4_prepack_weights(wp, ws, k)
+    wd = _dequantize_nvfp4(wp, ws, wg).double()
+    x = torch.randn(m, k, device="cuda", generator=gen)
+    if fp4_act:
+        xp, xs, xg = lowbit.quantize_nvfp4(x)
+        out = lowbit.nvfp4_gemm(xp, pre, n, a_scales=xs, a_global_scale=xg, b_global_scale=wg)
+        ref = _dequantize_nvfp4(xp, xs, xg).double() @ wd.T
+    else:
+        xb = x.bfloat16()
+        out = lowbit.nvfp4_gemm(xb, pre, n, b_global_scale=wg)
+        ref = xb.double() @ wd.T
+    assert rel_err(out, ref) < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16])
+def test_sparse24_gemm_matches_reference(dtype, gen):
+    m, n, k = 256, 384, 512
+    a = torch.randn(m, k, device="cuda", generator=gen)
+    keep = torch.rand(m, k // 4, 4, device="cuda", generator=gen).argsort(dim=2)[:, :, :2]
+    mask = torch.zeros(m, k // 4, 4, device="cuda").scatter_(2, keep, 1.0).reshape(m, k)
+    a = (a * mask).to(dtype)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
+    vals, meta = lowbit.sparse24_compress(a)
+    out = lowbit.sparse24_gemm(vals, meta, b)
+    ref = a.double() @ b.double().T
+    assert rel_err(out, ref) < 1e-2
+    dense = torch.ones(m, k, device="cuda").to(dtype)
+    with pytest.raises(ValueError, match="not 2:4 sparse"):
+        lowbit.sparse24_compress(dense)
+    vals, meta = lowbit.sparse24_compress(dense, prune=True)  # keeps two of every four
+
+
+@gpu
+def test_patch_embed_matches_reference(gen):
+    p, n, k = 196, 256, 768
+    patches = torch.randn(2 * p, k, device="cuda", generator=gen)
+    weight = torch.randn(n, k, device="cuda", generator=gen) * 0.05
+    qp, sp = lowbit.quantize_fp8_per_tensor(patches)
+    qw, sw = lowbit.quantize_fp8_per_tensor(weight)
+    bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    pos = torch.randn(p, n, device="cuda", generator=gen).bfloat16()
+    out = lowbit.patch_embed_fp8(qp, qw, bias, pos, patches_scale=sp, weight_scale=sw)
+    ref = (qp.double() * sp.double()) @ (qw.double() * sw.double()).T + bias.double() + pos.double().repeat(2, 1)
+    assert rel_err(out, ref) < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 16, 200])
+def test_fused_moe_matches_reference(m, gen):
+    e, top_k, n, k = 16, 4, 256, 512
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w = torch.randn(e, n, k, device="cuda", generator=gen)
+    wq, wsc = zip(*(lowbit.quantize_fp8_128x128(w[i]) for i in range(e)))
+    wq, wsc = torch.stack(wq), torch.stack(wsc)
+    ids = torch.stack([torch.randperm(e, device="cuda", generator=gen)[:top_k] for _ in range(m)]).int()
+    wts = torch.rand(m, top_k, device="cuda", generator=gen)
+    y = lowbit.fused_moe_fp8(x, wq, wsc, top_k, topk_ids=ids, topk_weights=wts, out_dtype=torch.float32,
+                             deterministic=True)
+    xq, sfa = lowbit.quantize_fp8_1x128(x.float())
+    xd = xq.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)
+    wd = wq.double() * wsc.double().repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :n, :k]
+    ref = torch.zeros(m, n, dtype=torch.float64, device="cuda")
+    for j in range(top_k):
+        ref += wts[:, j, None].double() * torch.einsum("mk,mnk->mn", xd, wd[ids[:, j].long()])
+    assert rel_err(y, ref) < 2e-3
+    # Routing from logits: the same as torch's softmax + top-k + renormalization.
+    logits = torch.randn(m, e, device="cuda", generator=gen)
+    y2 = lowbit.fused_moe_fp8(x, wq, wsc, top_k, logits=logits, out_dtype=torch.float32)
+    p = logits.softmax(-1)
+    tw, ti = p.topk(top_k, dim=-1)
+    tw = tw / tw.sum(-1, keepdim=True)
+    y3 = lowbit.fused_moe_fp8(x, wq, wsc, top_k, topk_ids=ti.int(), topk_weights=tw, out_dtype=torch.float32)
+    assert rel_err(y2, y3) < 1e-5
+
+
+@gpu
+def test_host_tensors_and_mismatched_devices_are_refused(gen):
+    qa, sa, qb, sb, _ = _fp8_pair(64, 256, 512, gen)
+    with pytest.raises(TypeError, match="CUDA tensor"):
+        lowbit.fp8_gemm(qa.cpu(), qb)
+    with pytest.raises(TypeError, match="CUDA tensor"):
+        lowbit.fp8_gemm(qa, qb, a_scale=sa.cpu())
