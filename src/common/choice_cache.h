@@ -12,6 +12,8 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "lowbit/status.h"
+
 namespace lowbit {
 
 // A trivially copyable key of int64 fields, hashed and compared bytewise.
@@ -42,6 +44,23 @@ class ChoiceCache {
     if (it == map_.end()) return false;
     *out = it->second;
     return true;
+  }
+  // The cached choice, or the first of `candidates` (best first) that `fits` -- then kept, its
+  // reason text dropped (the cache copies the value on every call; the chooser's own entry point
+  // gives the reason). `none` is the error when no candidate fits.
+  template <class Candidates, class Fits>
+  Status pick(const ChoiceKey<kFields>& key, Value* out, const Candidates& candidates, const Fits& fits,
+              const char* none) {
+    if (find(key, out)) return Status::Ok();
+    for (auto c : candidates()) {
+      Value v = c.config;
+      if (!fits(&v)) continue;
+      v.reason.clear();
+      insert(key, v);
+      *out = v;
+      return Status::Ok();
+    }
+    return Status::Invalid(none);
   }
   void insert(const ChoiceKey<kFields>& key, const Value& value) {
     std::unique_lock<std::shared_mutex> lock(mu_);

@@ -254,19 +254,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     static ChoiceCache<7, Fp8GemmConfig> chosen;
     const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(epilogue_kind(args)),
                             static_cast<int64_t>(args.out_type), check::extent_of(args.workspace_bytes)}};
-    if (!chosen.find(key, &cfg)) {
-      bool found = false;
-      for (auto& c : fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count))
-        if (fp8_gemm_workspace_size(args.m, args.n, args.k, c.config) <= args.workspace_bytes &&
-            fp8::fp8_usable_config(&c.config, epilogue_kind(args), args.out_type == OutType::kFP32)) {
-          cfg = c.config;
-          found = true;
-          break;
-        }
-      if (!found) return Status::Invalid("fp8_gemm: no usable config for this shape");
-      cfg.reason.clear();  // the cache copies it on every call; choose_fp8_config gives the reason
-      chosen.insert(key, cfg);
-    }
+    LOWBIT_RETURN_IF_ERROR(chosen.pick(
+        key, &cfg, [&] { return fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count); },
+        [&](Fp8GemmConfig* c) {
+          return fp8_gemm_workspace_size(args.m, args.n, args.k, *c) <= args.workspace_bytes &&
+                 fp8::fp8_usable_config(c, epilogue_kind(args), args.out_type == OutType::kFP32);
+        },
+        "fp8_gemm: no usable config for this shape"));
   }
 
   const bool fused = fused_epilogue(args);

@@ -311,18 +311,12 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
     static ChoiceCache<7, Sparse24GemmConfig> chosen;
     const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(type), promote ? 1 : 0,
                             check::extent_of(args.workspace_bytes)}};
-    if (!chosen.find(key, &cfg)) {
-      bool found = false;
-      for (const auto& c : score(args.m, args.n, args.k, type, promote, dev.sm_count))
-        if (sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, c.config) <= args.workspace_bytes) {
-          cfg = c.config;
-          found = true;
-          break;
-        }
-      if (!found) return Status::Invalid("sparse24_gemm: no usable config for this shape");
-      cfg.reason.clear();  // the cache copies it on every call; choose_sparse24_config gives the reason
-      chosen.insert(key, cfg);
-    }
+    LOWBIT_RETURN_IF_ERROR(chosen.pick(
+        key, &cfg, [&] { return score(args.m, args.n, args.k, type, promote, dev.sm_count); },
+        [&](Sparse24GemmConfig* c) {
+          return sparse24_gemm_workspace_size(args.m, args.n, args.k, args.type, *c) <= args.workspace_bytes;
+        },
+        "sparse24_gemm: no usable config for this shape"));
   }
   const Entry* entry = find_entry(type, cfg.block_n, cfg.cluster, promote, out_fp16);
   if (!entry)
