@@ -9,7 +9,8 @@ execute_process(
           "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
   OUTPUT_VARIABLE _lowbit_torch OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _lowbit_torch_rc ERROR_QUIET)
 if(NOT _lowbit_torch_rc EQUAL 0)
-  message(FATAL_ERROR "LOWBIT_BUILD_PYTHON: ${Python3_EXECUTABLE} cannot import torch")
+  message(FATAL_ERROR "LOWBIT_BUILD_PYTHON: ${Python3_EXECUTABLE} cannot import torch. The operators are built "
+                      "against the torch they run with: install torch, then pip install --no-build-isolation .")
 endif()
 string(REPLACE "\n" ";" _lowbit_torch "${_lowbit_torch}")
 list(GET _lowbit_torch 0 LOWBIT_TORCH_DIR)

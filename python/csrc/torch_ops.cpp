@@ -191,6 +191,10 @@ Tensor& fp8_gemm_out_meta(const Tensor& a, const Tensor& b, double, const std::o
                           const std::optional<Tensor>& residual, const std::string& act, Tensor& out) {
   fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
   activation(act);
+  TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kFloat,
+                   "lowbit: out must be bfloat16 or float32");
+  TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0),
+                    "lowbit: out must be [M, N] = [", a.size(0), ", ", b.size(0), "]");
   return out;
 }
 
@@ -543,8 +547,8 @@ Tensor fused_moe_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scales, c
   a.reduce = deterministic ? lowbit::MoeReduce::kDeterministic : lowbit::MoeReduce::kAtomic;
   // No initialization needed (lowbit/moe.h): a fresh buffer from the caching allocator.
   const size_t bytes = lowbit::fused_moe_workspace_size(shape, a.reduce, ot);
-  TORCH_CHECK_VALUE(bytes > 0, "lowbit: fused_moe_fp8: shape refused (experts in [1, 512], top_k in [1, min(32, "
-                               "experts)], K a multiple of 128, N of 16)");
+  // A refused shape sizes nothing: the call then says why.
+  if (bytes == 0) raise_if_error(lowbit::fused_moe_fp8(a, nullptr, 0, current_stream(x)));
   Tensor ws = scratch(x, bytes + 256);
   void* base = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data_ptr()) + 255) / 256 * 256);
   raise_if_error(lowbit::fused_moe_fp8(a, base, bytes, current_stream(x)));

@@ -23,6 +23,13 @@ def _check_float(x: torch.Tensor, name: str, dims: int) -> None:
         raise ValueError(f"lowbit: {name} holds NaN or Inf")
 
 
+def _recip(t: torch.Tensor, numerator: float) -> torch.Tensor:
+    """numerator / t, one correctly rounded FP32 division per element (a Python scalar over a
+    tensor is computed as the tensor's reciprocal times the scalar: two roundings, and codes one
+    step apart from lowbit's quantizers)."""
+    return torch.full_like(t, numerator).div(t)
+
+
 def _to_e4m3(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
@@ -34,17 +41,18 @@ def quantize_fp8_per_tensor(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor
     amax = x.detach().abs().max().float()
     if not torch.isfinite(amax):
         raise ValueError("lowbit: x holds NaN or Inf")
-    amax = torch.where(amax > 0, amax.clamp_min(_TENSOR_FLOOR), torch.ones_like(amax))
-    scale = amax / E4M3_MAX
-    return _to_e4m3(x.float() * (E4M3_MAX / amax)), scale.reshape(1)
+    zero = amax == 0
+    amax = torch.where(zero, torch.full_like(amax, E4M3_MAX), amax.clamp_min(_TENSOR_FLOOR))  # all zero: scale 1
+    scale = amax.div(torch.full_like(amax, E4M3_MAX))
+    return _to_e4m3(x.float() * _recip(amax, E4M3_MAX)), scale.reshape(1)
 
 
 def quantize_fp8_per_token(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (E4M3 codes [M, K], float32 [M] scales), one scale per row (per token)."""
     _check_float(x, "x", 2)
     amax = x.detach().abs().amax(dim=1).float()
-    amax = torch.where(amax > 0, amax.clamp_min(_TENSOR_FLOOR), torch.ones_like(amax))
-    return _to_e4m3(x.float() * (E4M3_MAX / amax)[:, None]), amax / E4M3_MAX
+    amax = torch.where(amax == 0, torch.full_like(amax, E4M3_MAX), amax.clamp_min(_TENSOR_FLOOR))
+    return _to_e4m3(x.float() * _recip(amax, E4M3_MAX)[:, None]), amax.div(torch.full_like(amax, E4M3_MAX))
 
 
 def quantize_fp8_1x128(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +63,10 @@ def quantize_fp8_1x128(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     kb = (k + 127) // 128
     xp = F.pad(x.float(), (0, kb * 128 - k)).reshape(m, kb, 128)
     amax = xp.abs().amax(dim=2).clamp_min(_BLOCK_FLOOR)  # [M, kb]
-    q = _to_e4m3((xp * (E4M3_MAX / amax)[:, :, None]).reshape(m, kb * 128)[:, :k])
+    q = _to_e4m3((xp * _recip(amax, E4M3_MAX)[:, :, None]).reshape(m, kb * 128)[:, :k])
     ld = (m + 3) // 4 * 4
     sfa = torch.zeros(kb, ld, dtype=torch.float32, device=x.device)
-    sfa[:, :m] = (amax / E4M3_MAX).t()
+    sfa[:, :m] = amax.div(torch.full_like(amax, E4M3_MAX)).t()
     return q.contiguous(), sfa
 
 
@@ -70,8 +78,8 @@ def quantize_fp8_128x128(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     nb, kb = (n + 127) // 128, (k + 127) // 128
     wp = F.pad(w.float(), (0, kb * 128 - k, 0, nb * 128 - n)).reshape(nb, 128, kb, 128)
     amax = wp.abs().amax(dim=(1, 3)).clamp_min(_BLOCK_FLOOR)  # [nb, kb]
-    q = _to_e4m3(wp * (E4M3_MAX / amax)[:, None, :, None]).reshape(nb * 128, kb * 128)[:n, :k]
-    return q.contiguous(), amax / E4M3_MAX
+    q = _to_e4m3(wp * _recip(amax, E4M3_MAX)[:, None, :, None]).reshape(nb * 128, kb * 128)[:n, :k]
+    return q.contiguous(), amax.div(torch.full_like(amax, E4M3_MAX))
 
 
 _E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -88,7 +96,7 @@ def _to_e2m1_codes(v: torch.Tensor) -> torch.Tensor:
     tie = (mag.unsqueeze(-1) == mids).any(-1)
     up = tie & (idx % 2 == 1)
     idx = torch.where(up, idx + 1, idx)
-    sign = (v < 0) & (idx > 0)
+    sign = torch.signbit(v)  # -0 and negatives that round to zero keep the sign bit (0x8), as the hardware
     return (idx | (sign.to(idx.dtype) << 3)).to(torch.uint8)
 
 
@@ -100,16 +108,19 @@ def quantize_nvfp4(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, float]:
     if k % 16:
         raise ValueError(f"lowbit: K must be a multiple of 16 for NVFP4, got {k}")
     xf = x.float()
-    amax = float(xf.abs().max()) if xf.numel() else 0.0
-    if amax > 0:
-        amax = max(amax, _TENSOR_FLOOR)
-    enc = (E2M1_MAX * E4M3_MAX) / amax if amax > 0 else 1.0
-    g = amax / (E2M1_MAX * E4M3_MAX) if amax > 0 else 1.0
+    # enc and g in FP32, as the recipe computes them.
+    amax = xf.abs().max() if xf.numel() else torch.zeros((), device=x.device)
+    top = torch.full_like(amax, E2M1_MAX * E4M3_MAX)
+    if float(amax) > 0:
+        amax = amax.clamp_min(_TENSOR_FLOOR)
+        enc, g = top.div(amax), float(amax.div(top))
+    else:
+        enc, g = torch.ones_like(amax), 1.0
     blocks = xf.reshape(m, k // 16, 16)
     bamax = blocks.abs().amax(dim=2)
-    sf = _to_e4m3(bamax / E2M1_MAX * enc)
+    sf = _to_e4m3(bamax.div(torch.full_like(bamax, E2M1_MAX)) * enc)
     s = sf.float()
-    mul = torch.where(s > 0, enc / s, torch.zeros_like(s))
+    mul = torch.where(s > 0, enc.expand_as(s).div(s), torch.zeros_like(s))
     codes = torch.where((s > 0)[:, :, None], _to_e2m1_codes(blocks * mul[:, :, None]), torch.zeros_like(blocks, dtype=torch.uint8))
     codes = codes.reshape(m, k)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
