@@ -40,8 +40,6 @@ inline size_t sat_add(size_t a, size_t b) {
   return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 inline size_t sat_size(int64_t v) { return v < 0 ? SIZE_MAX : static_cast<size_t>(v); }
-// Rounds up to a multiple of `a` (a power of two), saturating.
-inline size_t sat_round_up(size_t v, size_t a) { return v > SIZE_MAX - (a - 1) ? SIZE_MAX : (v + a - 1) / a * a; }
 
 // "2^31 - 257", "2^30", or the decimal value: how messages write a limit.
 std::string limit_text(int64_t v);
