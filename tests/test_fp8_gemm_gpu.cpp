@@ -14,6 +14,7 @@
 #include "device_fill.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/fp16.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 #include "lowbit/patch_embed.h"
@@ -42,11 +43,13 @@ struct Case {
   Activation activation = Activation::kNone;
   void* workspace = nullptr;  // a caller's workspace shared across cases (zero-filled once), or null: one per case
   size_t workspace_bytes = 0;
+  bool row_scales = false;  // per-token x per-channel scales (a_row_scale, b_row_scale)
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
-         (c.out == OutType::kFP32 ? " fp32" : " bf16") + (c.bias ? " +bias" : "") +
+         (c.out == OutType::kFP32 ? " fp32" : c.out == OutType::kFP16 ? " fp16" : " bf16") +
+         (c.row_scales ? " +row scales" : "") + (c.bias ? " +bias" : "") +
          (c.row_bcast_rows ? " +pos[P=" + std::to_string(c.row_bcast_rows) + "]" : std::string()) +
          (c.activation == Activation::kGelu ? " gelu" : c.activation == Activation::kSilu ? " silu" : "") +
          (c.residual ? " +residual" : "") +
@@ -67,7 +70,8 @@ struct Outcome {
 void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   const uint64_t seed = lowbit_test::seed() * 7919 + seed_offset + static_cast<uint64_t>(c.m * 31 + c.n * 17 + c.k);
   const size_t ob = c.out == OutType::kFP32 ? 4 : 2;
-  Buf A(c.m * c.k), B(c.n * c.k), D(c.m * c.n * ob), Dl(c.m * c.n * ob), bias(c.n * 2), scales(512);
+  Buf A(c.m * c.k), B(c.n * c.k), D(c.m * c.n * ob), Dl(c.m * c.n * ob), bias(c.n * 2), scales(512),
+      row_scale(c.m * 4), col_scale(c.n * 4);
   const bool ints = c.inputs == Inputs::kSmallInts;
   if (ints) {
     ASSERT_EQ(bench::fill_e4m3_int(A.p, c.m * c.k, 4, seed, nullptr), cudaSuccess);
@@ -81,6 +85,18 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
     hbias[j] = formats::float_to_bf16(ints ? static_cast<float>((j * 7 + seed) % 9) - 4.0f
                                            : 0.25f * static_cast<float>((j * 13 + seed) % 17) - 2.0f);
   CUDA_OK(cudaMemcpy(bias.p, hbias.data(), c.n * 2, cudaMemcpyHostToDevice));
+  // Per-token and per-channel scales: powers of two from 1/4 to 4 in exact mode (every value
+  // stays exact), else in [0.01, 0.2); hashed per row and column, so a kernel that took another
+  // row's or column's scale shows.
+  std::vector<float> hrow(c.m), hcol(c.n);
+  for (int64_t r = 0; r < c.m; ++r)
+    hrow[r] = ints ? std::ldexp(1.0f, static_cast<int>((r * 7 + seed) % 5) - 2)
+                   : 0.01f + 0.19f * static_cast<float>((r * 2654435761u + seed) % 1000) / 1000.0f;
+  for (int64_t j = 0; j < c.n; ++j)
+    hcol[j] = ints ? std::ldexp(1.0f, static_cast<int>((j * 11 + seed + 3) % 5) - 2)
+                   : 0.01f + 0.19f * static_cast<float>((j * 40503u + seed + 5) % 1000) / 1000.0f;
+  CUDA_OK(cudaMemcpy(row_scale.p, hrow.data(), c.m * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(col_scale.p, hcol.data(), c.n * 4, cudaMemcpyHostToDevice));
   // Epilogue tensors: integers in [-32, 32] (exact in BF16) from a hash of (row, column), so no
   // two rows repeat: a kernel that took the wrong row of pos (row r mod some divisor of P, or
   // off by a period) or of the residual shows. (A pattern in i = r * n + c repeated every 7 rows,
@@ -132,6 +148,8 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.a_scale = static_cast<float*>(scales.p);
   a.b_scale = static_cast<float*>(scales.p) + 64;
   a.bias = c.bias ? bias.p : nullptr;
+  a.a_row_scale = c.row_scales ? static_cast<const float*>(row_scale.p) : nullptr;
+  a.b_row_scale = c.row_scales ? static_cast<const float*>(col_scale.p) : nullptr;
   a.row_bcast = P ? pos.p : nullptr;
   a.row_bcast_rows = P;
   a.residual = c.residual ? res.p : nullptr;
@@ -146,7 +164,9 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   // but does not hide lowbit's own element checks below.
   // (cuBLASLt has no row-broadcast, residual or GELU-erf epilogue matching ours: those cases are
   // checked element by element against the reference only.)
-  const bool plain = P == 0 && !c.residual && c.activation == Activation::kNone;
+  // (Nor do these tests plan its outer-vector scaling: the row-scale cases too are checked
+  // against the reference alone; lowbit-bench --rowwise compares with cuBLASLt's.)
+  const bool plain = P == 0 && !c.residual && c.activation == Activation::kNone && !c.row_scales;
   bench::CublasLtFp8 lt;
   Status lst = plain ? lt.plan(c.m, c.n, c.k, c.out, c.bias, a.a_scale, a.b_scale)
                      : Status::Error(StatusCode::kInvalidArgument, "no matching cuBLASLt epilogue");
@@ -176,6 +196,8 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   p.a = fa.data();
   p.b = fb.data();
   p.alpha = static_cast<double>(alpha) * hs[0] * hs[1];
+  p.row_scale = c.row_scales ? hrow.data() : nullptr;
+  p.col_scale = c.row_scales ? hcol.data() : nullptr;
   p.bias = c.bias ? fbias.data() : nullptr;
   p.row_bcast = P ? fpos.data() : nullptr;
   p.row_period = P ? P : 1;
@@ -206,8 +228,10 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
     }
   } else if (ints) {
     for (size_t i = 0; i < ref.size(); ++i) {
-      const double want = c.out == OutType::kFP32 ? static_cast<double>(static_cast<float>(ref[i]))
-                                                  : formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(ref[i])));
+      const float r32 = static_cast<float>(ref[i]);
+      const double want = c.out == OutType::kFP32   ? static_cast<double>(r32)
+                          : c.out == OutType::kFP16 ? formats::fp16_to_float(formats::float_to_fp16(r32))
+                                                    : formats::bf16_to_float(formats::float_to_bf16(r32));
       if (!(got[i] == want)) {
         if (o->mismatches < 5)
           ADD_FAILURE() << describe(c) << ": element (" << i / c.n << ", " << i % c.n << ") = " << got[i]
@@ -275,6 +299,90 @@ TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
       expect_exact(c);
     }
   }
+}
+
+// Per-token x per-channel scales and FP16 output run every tile's staged epilogue: with and
+// without a bias, split or not, in every output type.
+TEST_F(Fp8GemmGpu, RowScalesExactEveryStagedTile) {
+  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=128,splits=2", "bn=256,splits=3",
+                          "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=112,bm=64", "bn=128,grid=5,group=2"})
+    for (OutType out : {OutType::kBF16, OutType::kFP32, OutType::kFP16})
+      for (bool bias : {false, true}) {
+        Case c{256, 384, 512, out, bias, Inputs::kSmallInts, cfg};
+        c.row_scales = true;
+        expect_exact(c);
+      }
+  // FP16 output without scales: the staged kernels with ones and zeros staged.
+  expect_exact({256, 384, 512, OutType::kFP16, false, Inputs::kSmallInts, "bn=192"});
+}
+
+TEST_F(Fp8GemmGpu, RowScalesEdgeShapesExact) {
+  for (int64_t m : {1, 3, 64, 127, 129, 1000})
+    for (int64_t n : {16, 208})
+      for (int64_t k : {16, 400})
+        for (const char* cfg : {static_cast<const char*>(nullptr), "bn=256", "bn=112,bm=64"})
+          for (OutType out : {OutType::kBF16, OutType::kFP16}) {
+            Case c{m, n, k, out, m % 2 == 1, Inputs::kSmallInts, cfg};
+            c.row_scales = true;
+            expect_exact(c);
+          }
+}
+
+TEST_F(Fp8GemmGpu, RowScalesRandomWithinBound) {
+  for (int64_t m : {1, 64, 128, 1000})
+    for (OutType out : {OutType::kBF16, OutType::kFP16, OutType::kFP32}) {
+      Case c{m, 1024, 2048, out, m == 64, Inputs::kUniform, nullptr};
+      c.row_scales = true;
+      expect_close(c);
+    }
+}
+
+// Per-row scales and FP16 output run the staged epilogue only: the fused steps, and the
+// kernels compiled for the plain epilogue alone (CTA pairs, promotion every two K blocks, the
+// overlapped epilogue), refuse them; so do bad scale pointers.
+TEST_F(Fp8GemmGpu, RowScalesRejectWhatTheyCannotRun) {
+  const int64_t m = 256, n = 256, k = 512;
+  Buf A(m * k), B(n * k), D(m * n * 4), res(m * n * 2), rs(m * 4 + 64), cs(n * 4);
+  Fp8GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.a_row_scale = static_cast<const float*>(rs.p);
+  a.b_row_scale = static_cast<const float*>(cs.p);
+  auto refused = [&](const Fp8GemmArgs& x, const char* config, const char* what) {
+    Fp8GemmConfig cfg;
+    if (config) {
+      ASSERT_TRUE(parse_fp8_config(config, &cfg).ok()) << config;
+    }
+    const Status st = fp8_gemm(x, nullptr, config ? &cfg : nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.to_string();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+  };
+  Fp8GemmArgs x = a;
+  x.residual = res.p;
+  refused(x, nullptr, "row scales with a residual");
+  x = a;
+  x.activation = Activation::kSilu;
+  refused(x, nullptr, "row scales with an activation");
+  x = a;
+  x.a_row_scale = nullptr;
+  x.b_row_scale = nullptr;
+  x.out_type = OutType::kFP16;
+  x.activation = Activation::kGelu;
+  refused(x, nullptr, "FP16 out with an activation");
+  for (const char* cfg : {"bn=128,cluster=2", "bn=256,promote=2", "bn=128,overlap=1", "bn=256,promote=2,overlap=1,uneven=1"})
+    refused(a, cfg, cfg);
+  x = a;
+  x.a_row_scale = reinterpret_cast<const float*>(static_cast<const char*>(rs.p) + 2);
+  refused(x, nullptr, "misaligned a_row_scale");
+  std::vector<float> host(n, 1.0f);
+  x = a;
+  x.b_row_scale = host.data();
+  refused(x, nullptr, "pageable host b_row_scale");
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the context survives";
 }
 
 TEST_F(Fp8GemmGpu, EdgeShapesExact) {

@@ -114,6 +114,8 @@ TEST(Reliability, ChoosersRefuseWhatTheCallsRefuse) {
   expect_invalid(choose_fp8_config(64, 256, 256, &fc, static_cast<Fp8EpilogueKind>(9)), "unknown epilogue");
   expect_invalid(choose_fp8_config(64, 256, 256, &fc, Fp8EpilogueKind::kPlain, 0, static_cast<OutType>(4)),
                  "unknown out_type");
+  expect_invalid(choose_fp8_config(64, 256, 256, &fc, Fp8EpilogueKind::kFused, 0, OutType::kFP16),
+                 "FP16 output runs the plain and bias epilogues");
   Sparse24GemmConfig sc;
   expect_invalid(choose_sparse24_config(64, 256, 48, SparseType::kE4M3, &sc), "K must be a positive multiple of 32");
   expect_invalid(choose_sparse24_config(64, 256, 256, static_cast<SparseType>(3), &sc), "unknown sparse type");

@@ -82,6 +82,25 @@ TEST(Fp8Validation, RejectsBadPointers) {
   expect_invalid(a, "null workspace");
 }
 
+// Per-row scales: 4-byte aligned, and not with the fused epilogue's steps (checked on the host,
+// before any pointer is looked at).
+TEST(Fp8Validation, RejectsBadRowScales) {
+  auto a = valid_args();
+  a.a_row_scale = reinterpret_cast<const float*>(0x400000002);
+  expect_invalid(a, "a_row_scale must be 4-byte aligned");
+  a = valid_args();
+  a.b_row_scale = reinterpret_cast<const float*>(0x400000001);
+  expect_invalid(a, "b_row_scale must be 4-byte aligned");
+  a = valid_args();
+  a.a_row_scale = reinterpret_cast<const float*>(0x400000000);
+  a.activation = Activation::kGelu;
+  expect_invalid(a, "not with row_bcast, an activation or a residual");
+  a = valid_args();
+  a.out_type = OutType::kFP16;
+  a.residual = reinterpret_cast<const void*>(0x500000000);
+  expect_invalid(a, "not with row_bcast, an activation or a residual");
+}
+
 // An out_type outside the enum picked the BF16 kernel and returned Ok.
 TEST(Fp8Validation, RejectsUnknownOutType) {
   auto a = valid_args();

@@ -1,9 +1,9 @@
 // Dense FP8 (E4M3) GEMM on Hopper with a fused epilogue:
-//   v = alpha * a_scale * b_scale * A[M,K] . B[N,K]^T
+//   v = alpha * a_scale * b_scale * a_row_scale[row] * b_row_scale[col] * A[M,K] . B[N,K]^T
 //   v += bias[col];  v += row_bcast[row % row_bcast_rows][col];  v = activation(v);  v += residual[row][col]
 //   D[row][col] = v  (each step only when its argument is given)
 // A and B are row-major and K-major (each row holds K contiguous E4M3 bytes); D is row-major
-// BF16 or FP32. Accumulation is FP32: every 128-wide K block (as cuBLASLt does without fast
+// BF16, FP16 or FP32. Accumulation is FP32: every 128-wide K block (as cuBLASLt does without fast
 // accumulation) or every two (Fp8GemmConfig::promote_every = 2, chosen where the cost model
 // gains over 3%) is promoted from the tensor cores' accumulator into FP32 registers.
 #pragma once
@@ -18,7 +18,8 @@
 
 namespace lowbit {
 
-enum class OutType { kBF16, kFP32 };
+// FP16 output: fp8_gemm only, with the plain, bias and per-row-scale epilogues.
+enum class OutType { kBF16, kFP32, kFP16 };
 enum class Activation { kNone, kGelu /* erf form */, kSilu };
 
 struct Fp8GemmArgs {
@@ -32,6 +33,12 @@ struct Fp8GemmArgs {
   float alpha = 1.0f;
   const float* a_scale = nullptr;  // optional device scalar (per-tensor dequant scale of A)
   const float* b_scale = nullptr;  // optional device scalar (per-tensor dequant scale of B)
+  // Optional per-token x per-channel dequantization (vLLM's cutlass_scaled_mm, torch._scaled_mm
+  // with rowwise scales): FP32 on the device, 4-byte aligned, one scale per row of A ([m], per
+  // token) and one per row of B ([n], per output channel); either alone is allowed, and both
+  // combine with alpha and the per-tensor scales. Not with row_bcast, an activation or a residual.
+  const float* a_row_scale = nullptr;
+  const float* b_row_scale = nullptr;
   const void* bias = nullptr;      // optional BF16 [n] on the device, 16-byte aligned
   // Optional BF16 [row_bcast_rows, n]: output row r adds row r % row_bcast_rows (a positional
   // embedding repeated per image, for example). 16-byte aligned; row_bcast_rows >= 1.
@@ -107,7 +114,8 @@ struct Fp8GemmConfig {
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
-// activation or residual). Kernels are compiled per epilogue, so it narrows the configs.
+// activation or residual). Kernels are compiled per epilogue, so it narrows the configs. Per-row
+// scales and FP16 output run the bias epilogue's kernels (kBias), with or without a bias.
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
 // The configuration lowbit would pick for this shape, epilogue and output type on this device,

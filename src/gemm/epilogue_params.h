@@ -1,5 +1,5 @@
 // What a GEMM epilogue fuses, in the order it applies them (host and device see the same struct):
-//   v = alpha * a_scale * b_scale * acc
+//   v = alpha * a_scale * b_scale * row_scale[row] * col_scale[col] * acc
 //   v += bias[col]                          (bias)
 //   v += row_bcast[row % row_period][col]   (row_bcast: e.g. a ViT positional embedding)
 //   v = activation(v)                       (none, GELU (erf), SiLU)
@@ -19,6 +19,8 @@ struct EpilogueParams {
   float alpha;
   const float* a_scale;            // may be null
   const float* b_scale;            // may be null
+  const float* row_scale;          // [m] or null: per-token scales of A (the staged epilogue only)
+  const float* col_scale;          // [n] or null: per-channel scales of B (the staged epilogue only)
   const __nv_bfloat16* bias;       // [n] or null
   const __nv_bfloat16* row_bcast;  // [row_period, n] or null
   int row_period;

@@ -13,6 +13,8 @@ double gemm_element(const GemmProblem& p, int64_t row, int64_t col) {
   double s = 0.0;
   for (int64_t i = 0; i < p.k; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   s *= p.alpha;
+  if (p.row_scale) s *= static_cast<double>(p.row_scale[row]);
+  if (p.col_scale) s *= static_cast<double>(p.col_scale[col]);
   if (p.bias) s += static_cast<double>(p.bias[col]);
   if (p.row_bcast) s += static_cast<double>(p.row_bcast[(row % p.row_period) * p.n + col]);
   if (p.activation == 1) s = 0.5 * s * (1.0 + std::erf(s / std::sqrt(2.0)));

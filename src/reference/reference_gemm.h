@@ -13,6 +13,8 @@ struct GemmProblem {
   const float* a = nullptr;     // [m, k] row-major
   const float* b = nullptr;     // [n, k] row-major
   double alpha = 1.0;
+  const float* row_scale = nullptr;  // [m] or null: per-token scales (alpha * row_scale[r] * col_scale[c])
+  const float* col_scale = nullptr;  // [n] or null: per-channel scales
   const float* bias = nullptr;       // [n] or null
   const float* row_bcast = nullptr;  // [row_period, n] or null: row r adds row r % row_period
   int64_t row_period = 1;
@@ -20,7 +22,8 @@ struct GemmProblem {
   const float* residual = nullptr;   // [m, n] or null, added after the activation
 };
 
-// One output element, in FP64: act(alpha * sum_k a[r,k] * b[c,k] + bias[c] + row_bcast[r % P][c])
+// One output element, in FP64: act(alpha * row_scale[r] * col_scale[c] * sum_k a[r,k] * b[c,k] + bias[c]
+// + row_bcast[r % P][c])
 // + residual[r][c] (the order of gemm/epilogue_params.h).
 double gemm_element(const GemmProblem& p, int64_t row, int64_t col);
 

@@ -253,7 +253,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
       .ptr("sfb", x.sfb, 4, Null::kRefused, extent(check::ceil_div(x.n, 128), check::ceil_div(x.k, 128), 4))
       .rule(x.sfa_ld < x.m || x.sfa_ld % 4 != 0,
             [&] { return "sfa_ld must be >= M and a multiple of 4 (got " + std::to_string(x.sfa_ld) + ")"; })
-      .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
+      .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   const DeviceInfo* devp = nullptr;
@@ -323,7 +323,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
               return std::to_string(groups) + " groups need " + std::to_string(fp8_grouped_workspace_size(groups)) +
                      " bytes of workspace, got " + std::to_string(workspace_bytes);
             })
-      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); });
+      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
   const DeviceInfo* devp = nullptr;

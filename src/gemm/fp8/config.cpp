@@ -422,12 +422,17 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
       .rule(epilogue != Fp8EpilogueKind::kPlain && epilogue != Fp8EpilogueKind::kBias &&
                 epilogue != Fp8EpilogueKind::kFused,
             [] { return std::string("unknown epilogue kind"); })
-      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("unknown out_type"); })
+      .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32 && out_type != OutType::kFP16,
+            [] { return std::string("unknown out_type"); })
+      .rule(out_type == OutType::kFP16 && epilogue == Fp8EpilogueKind::kFused,
+            [] { return std::string("FP16 output runs the plain and bias epilogues, not the fused one"); })
       .rule(row_bcast_rows < 0, [] { return std::string("row_bcast_rows must be >= 0"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   const DeviceInfo* devp = nullptr;
   LOWBIT_RETURN_IF_ERROR(current_device(&devp));
   const DeviceInfo& dev = *devp;
+  // FP16 output runs the staged (bias) epilogue's kernels.
+  if (out_type == OutType::kFP16) epilogue = Fp8EpilogueKind::kBias;
   for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
     if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32)) {
       *out = c.config;

@@ -1,4 +1,5 @@
-// FP8 GEMM epilogue: alpha and a bias, converted to BF16 or FP32 and stored with TMA (the fused
+// FP8 GEMM epilogue: alpha, per-token and per-channel scales and a bias, converted to BF16, FP16
+// or FP32 and stored with TMA (the fused
 // operations -- row broadcast, activation, residual -- are applied to the accumulators first by
 // gemm/fp8/epilogue_fused.cuh; every variant stores here). Each consumer warpgroup stages its
 // 64-row slice in 64-row chunks (128, 64 or 32 bytes wide, swizzled to that width so the
@@ -28,7 +29,13 @@ namespace lowbit::fp8 {
 // warp has read it, which leaves the whole next mainloop to land the copies.
 template <class T>
 struct StagedEpilogueOperands {
-  // Absent operands read as zeros, so the epilogue math carries no branches.
+  // Whether any operand is staged per unit (else nothing is loaded and nothing waits).
+  __device__ __forceinline__ static bool any(const Fp8KernelParams& p) {
+    return p.epi.bias != nullptr || p.epi.col_scale != nullptr;
+  }
+
+  // Absent operands read as zeros (bias) and ones (scales), so the epilogue math carries no
+  // branches.
   __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p,
                                               int consumer_warps) {
     if (threadIdx.x == 0) {
@@ -37,6 +44,8 @@ struct StagedEpilogueOperands {
     }
     if (p.epi.bias == nullptr)
       for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.bias[i] = __float2bfloat16(0.0f);
+    if (p.epi.col_scale == nullptr)
+      for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.col_scale[i] = 1.0f;
   }
 
   // Called by lane 0 of the loader warp, once per unit in the consumers' order; `parity` flips
@@ -45,10 +54,13 @@ struct StagedEpilogueOperands {
                                               const gemm::WorkUnit& w, uint32_t parity) {
     hopper::mbarrier_wait(&ss.ops.empty, parity ^ 1u);  // a fresh barrier lets the first unit through
     const int col0 = w.n_block * T::kBlockN;
-    const int cols = p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN;
-    const uint32_t row_bytes = static_cast<uint32_t>(cols) * 2;  // n % 16 == 0: a multiple of 32
-    hopper::mbarrier_arrive_expect_tx(&ss.ops.full, row_bytes);
-    hopper::bulk_load(ss.ops.bias, p.epi.bias + col0, row_bytes, &ss.ops.full);
+    const uint32_t cols = static_cast<uint32_t>(p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN);
+    // n % 16 == 0: both slices are whole 16-byte units.
+    const uint32_t bias_bytes = p.epi.bias ? cols * 2 : 0u;
+    const uint32_t scale_bytes = p.epi.col_scale ? cols * 4 : 0u;
+    hopper::mbarrier_arrive_expect_tx(&ss.ops.full, bias_bytes + scale_bytes);
+    if (bias_bytes) hopper::bulk_load(ss.ops.bias, p.epi.bias + col0, bias_bytes, &ss.ops.full);
+    if (scale_bytes) hopper::bulk_load(ss.ops.col_scale, p.epi.col_scale + col0, scale_bytes, &ss.ops.full);
   }
 
   __device__ __forceinline__ static void wait(typename T::SharedStorage& ss, uint32_t parity) {
@@ -74,16 +86,32 @@ struct Fp8Epilogue {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
   }
 
-  // The element math, reading the staged bias (StagedEpilogueOperands::wait first).
+  // The staged epilogue's scale of this thread's two fragment rows (16w + l/4 and 8 below):
+  // alpha times their per-token scales. Loaded before the unit's mainloop, so the loads land
+  // under it; rows past M read nothing (their outputs are clipped).
+  __device__ __forceinline__ static float2 row_scales(const Fp8KernelParams& p, const gemm::WorkUnit& w,
+                                                      int consumer_wg, float alpha) {
+    float2 s = make_float2(alpha, alpha);
+    if (p.epi.row_scale == nullptr) return s;
+    const int t = threadIdx.x % 128;
+    const int r = w.m_block * T::kBlockM + consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
+    if (r < p.m) s.x *= __ldg(p.epi.row_scale + r);
+    if (r + 8 < p.m) s.y *= __ldg(p.epi.row_scale + r + 8);
+    return s;
+  }
+
+  // The element math, reading the staged bias and per-channel scales (StagedEpilogueOperands::wait
+  // first); `rows` is row_scales' (staged variants) or alpha twice.
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
-                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
+                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float2 rows,
                                                float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     if (!T::kOverlapEpilogue && row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
     const int tile_col = 2 * (lane % 4);
+    const float alpha = rows.x;
     if constexpr (T::kStaged) {
-      apply_alpha_bias(ss, tile_col, alpha, acc);
+      apply_scales_bias(ss, tile_col, rows, acc);
     } else {
       apply_alpha(alpha, acc);
     }
@@ -200,16 +228,19 @@ struct Fp8Epilogue {
     for (int i = 0; i < T::kBlockN / 2; ++i) acc[i] *= alpha;
   }
 
-  // Plain variants: alpha and the staged bias.
-  __device__ __forceinline__ static void apply_alpha_bias(const typename T::SharedStorage& ss, int tile_col,
-                                                          float alpha, float (&acc)[T::kBlockN / 2]) {
+  // Staged variants: each row's scale (alpha with its per-token scale) times each column's
+  // per-channel scale, then the bias. Absent scales are ones, so a bias alone computes
+  // fmaf(acc, alpha, bias) exactly as before the scales existed.
+  __device__ __forceinline__ static void apply_scales_bias(const typename T::SharedStorage& ss, int tile_col,
+                                                           float2 rows, float (&acc)[T::kBlockN / 2]) {
 #pragma unroll
     for (int g = 0; g < T::kBlockN / 8; ++g) {
       const float2 b = load_pair(ss.ops.bias + tile_col + 8 * g);
-      acc[4 * g + 0] = fmaf(acc[4 * g + 0], alpha, b.x);
-      acc[4 * g + 1] = fmaf(acc[4 * g + 1], alpha, b.y);
-      acc[4 * g + 2] = fmaf(acc[4 * g + 2], alpha, b.x);
-      acc[4 * g + 3] = fmaf(acc[4 * g + 3], alpha, b.y);
+      const float2 c = *reinterpret_cast<const float2*>(ss.ops.col_scale + tile_col + 8 * g);
+      acc[4 * g + 0] = fmaf(acc[4 * g + 0], rows.x * c.x, b.x);
+      acc[4 * g + 1] = fmaf(acc[4 * g + 1], rows.x * c.y, b.y);
+      acc[4 * g + 2] = fmaf(acc[4 * g + 2], rows.y * c.x, b.x);
+      acc[4 * g + 3] = fmaf(acc[4 * g + 3], rows.y * c.y, b.y);
     }
   }
 

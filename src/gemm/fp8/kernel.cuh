@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   };
-  // Without a bias the staged bias is the zeros init wrote: no loads, no per-unit handshake.
-  const bool staged = T::kStaged && !T::kFused && p.epi.bias != nullptr;
+  // Without a bias or per-channel scales the staged slices are the zeros and ones init wrote:
+  // no loads, no per-unit handshake.
+  const bool staged = T::kStaged && !T::kFused && StagedOps::any(p);
 
   // Role split.
   if (warpgroup == 0) {
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // cores have work while both warpgroups scale their fragments (W1 v14).
           auto apply = [&] {
             if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
-            else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+            else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, make_float2(alpha, alpha), acc);
           };
           const int next = u + unit_step;
           if (next >= num_units) {
@@ -176,6 +177,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       uint32_t parity = 0;
       for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
         const gemm::WorkUnit w = unit_at(u);
+        float2 rows = make_float2(alpha, alpha);
+        if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
         // Mainloop.
         consumer.run(w, acc);
         // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           if constexpr (T::kStaged)
             if (staged) StagedOps::wait(ss, parity);
-          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, acc);
+          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }

@@ -25,6 +25,8 @@ namespace {
 
 using fp8::Fp8KernelParams;
 
+int out_bytes(OutType t) { return t == OutType::kFP32 ? 4 : 2; }
+
 // Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
 Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
   using check::extent;
@@ -33,9 +35,11 @@ Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
   gemm::gemm_shape(c, a.m, a.n, a.k, 16)
       .ptr("A", a.a, 16, Null::kRefused, extent(a.m, a.k))
       .ptr("B", a.b, 16, Null::kRefused, extent(a.n, a.k))
-      .out("D", a.d, 16, extent(a.m, a.n, a.out_type == OutType::kFP32 ? 4 : 2))
+      .out("D", a.d, 16, extent(a.m, a.n, out_bytes(a.out_type)))
       .ptr("a_scale", a.a_scale, 4, Null::kAllowed, 4)
       .ptr("b_scale", a.b_scale, 4, Null::kAllowed, 4)
+      .ptr("a_row_scale", a.a_row_scale, 4, Null::kAllowed, extent(a.m, 4))
+      .ptr("b_row_scale", a.b_row_scale, 4, Null::kAllowed, extent(a.n, 4))
       .ptr("bias", a.bias, 16, Null::kAllowed, extent(a.n, 2))
       .ptr("row_bcast", a.row_bcast, 16, Null::kAllowed, extent(a.row_bcast_rows, a.n, 2))
       // In place (residual == D) is safe: each tile reads its residual before it stores itself.
@@ -47,19 +51,31 @@ Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
       .rule(a.activation != Activation::kNone && a.activation != Activation::kGelu && a.activation != Activation::kSilu,
             [] { return std::string("unknown activation"); })
       // Any other value picked the BF16 kernel and wrote half-width values into the caller's buffer.
-      .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32, [] { return std::string("unknown out_type"); })
+      .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32 && a.out_type != OutType::kFP16,
+            [] { return std::string("unknown out_type"); })
+      // The fused epilogue's shared memory holds no per-channel scales (gemm/fp8/traits.cuh).
+      .rule((a.a_row_scale || a.b_row_scale || a.out_type == OutType::kFP16) &&
+                (a.row_bcast || a.residual || a.activation != Activation::kNone),
+            [] {
+              return std::string("per-row scales and FP16 output run with alpha, the per-tensor scales and a bias; "
+                                 "not with row_bcast, an activation or a residual");
+            })
       .rule(a.workspace_bytes > 0 && !a.workspace,
             [] { return std::string("workspace_bytes > 0 with a null workspace"); })
       .out("workspace", a.workspace, 16, check::extent_of(a.workspace_bytes), Null::kAllowed);
   return c.device(dev);
 }
 
-// Row broadcast, activation and residual need the fused epilogue; alpha and bias do not.
+// Row broadcast, activation and residual need the fused epilogue; a bias, per-row scales and
+// FP16 output the staged one (kBias); alpha and the per-tensor scales neither.
 bool fused_epilogue(const Fp8GemmArgs& a) {
   return a.row_bcast != nullptr || a.residual != nullptr || a.activation != Activation::kNone;
 }
+bool staged_epilogue(const Fp8GemmArgs& a) {
+  return a.bias || a.a_row_scale || a.b_row_scale || a.out_type == OutType::kFP16;
+}
 Fp8EpilogueKind epilogue_kind(const Fp8GemmArgs& a) {
-  return fused_epilogue(a) ? Fp8EpilogueKind::kFused : a.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain;
+  return fused_epilogue(a) ? Fp8EpilogueKind::kFused : staged_epilogue(a) ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain;
 }
 
 Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
@@ -82,7 +98,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
   LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
-  const bool plain = !a.bias && !fused_epilogue(a);
+  const bool plain = !staged_epilogue(a) && !fused_epilogue(a);
   if (c.overlap && c.splits != 1)
     return Status::Invalid("fp8_gemm: overlap=1 runs unsplit (no split-K fix-up while MMAs are in flight); config " +
                            c.to_string());
@@ -116,10 +132,10 @@ using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CU
                                  int* launched);
 
 template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows, bool kOverlap, bool kUneven>
+          int kResidentRows, bool kOverlap, bool kUneven, bool kOutFp16>
 struct Variant {
   using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap, kUneven>;
+                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap, kUneven, kOutFp16>;
 
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
@@ -135,6 +151,7 @@ struct VariantEntry {
   int block_m;
   int block_n;
   bool out_fp32;
+  bool out_fp16;
   bool fused;
   bool staged;
   int cluster;
@@ -147,11 +164,16 @@ struct VariantEntry {
 };
 
 template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
-          bool Overlap = false, bool Uneven = false>
+          bool Overlap = false, bool Uneven = false, bool F16 = false>
 constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap, Uneven>;
-  return VariantEntry{BM, BN, F32, Fused, Staged || Fused, Cluster, Promote, Resident > 0, Overlap, Uneven, &V::launch,
-                      &V::smem_bytes};
+  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap, Uneven, F16>;
+  return VariantEntry{BM,      BN,     F32, F16,        Fused,       Staged || Fused, Cluster,
+                      Promote, Resident > 0, Overlap, Uneven, &V::launch, &V::smem_bytes};
+}
+// FP16 out: the staged epilogue of a tile (bias, per-row scales).
+template <int BN, int BM = 128>
+constexpr VariantEntry fp16_entry() {
+  return entry<BN, false, false, true, 1, 1, BM, 0, false, false, true>();
 }
 // The overlapped-epilogue twin of a plain, unstaged, single-CTA large-M tile (fp8_config_compiled).
 template <int BN, bool F32, int Promote, bool Uneven = false>
@@ -203,21 +225,26 @@ const VariantEntry kEntries[] = {
     // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
+    // FP16 out (vLLM's cutlass_scaled_mm offers it): every tile's staged epilogue, which FP16
+    // calls run with or without a bias and scales.
+    fp16_entry<64>(), fp16_entry<128>(), fp16_entry<192>(), fp16_entry<256>(), fp16_entry<176>(),
+    fp16_entry<64, 64>(), fp16_entry<112, 64>(),
 };
 constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
   // overlapped-epilogue twins (one with uneven columns).
   int n = 4 + 2 + 2 + 4 + 2;
-  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0);
+  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0) + 1;  // + FP16
   return n;
 }
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
-              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues");
+              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues, FP16 staged");
 
-const VariantEntry* find_entry(int block_m, int block_n, bool out_fp32, bool fused, bool staged, int cluster,
+const VariantEntry* find_entry(int block_m, int block_n, OutType out, bool fused, bool staged, int cluster,
                                int promote_every, bool resident, bool overlap, bool uneven) {
   for (const auto& e : kEntries)
-    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32 && e.fused == fused &&
+    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == (out == OutType::kFP32) &&
+        e.out_fp16 == (out == OutType::kFP16) && e.fused == fused &&
         e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&
         e.overlap == overlap && e.uneven == uneven)
       return &e;
@@ -290,8 +317,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              "(no activation or residual); config " + cfg.to_string());
     cfg.overlap = false;
   }
-  const bool staged = fused || args.bias != nullptr;
-  const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type == OutType::kFP32, fused, staged,
+  const bool staged = fused || staged_epilogue(args);
+  const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type, fused, staged,
                                          cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven);
   if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
@@ -300,7 +327,6 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              " bytes of shared memory per block; the device allows " +
                              std::to_string(dev.smem_per_block_optin));
 
-  const bool f32 = args.out_type == OutType::kFP32;
   CUtensorMap tm_a, tm_b, tm_d;
   hopper::TensorMap2dSpec sa;
   sa.base = args.a;
@@ -320,11 +346,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
   // not a multiple of 128 bytes, swizzled to its width.
-  const int out_bytes = f32 ? 4 : 2;
-  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, out_bytes);
+  const int ob = out_bytes(args.out_type);
+  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
+  const CUtensorMapDataType d_type = args.out_type == OutType::kFP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                     : args.out_type == OutType::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   hopper::TensorMap2dSpec sd =
-      hopper::dense_2d(args.d, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, out_bytes,
-                       args.m, args.n, 64, static_cast<uint32_t>(chunk_bytes / out_bytes));
+      hopper::dense_2d(args.d, d_type, ob, args.m, args.n, 64, static_cast<uint32_t>(chunk_bytes / ob));
   sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
                : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
                                    : hopper::TmaSwizzle::k32B;
@@ -357,6 +385,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   if (cfg.uneven)
     p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
+  p.epi.row_scale = args.a_row_scale;
+  p.epi.col_scale = args.b_row_scale;
   p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
   p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
   p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);

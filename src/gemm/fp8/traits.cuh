@@ -90,10 +90,11 @@ struct RegisterSplit {
 // kUneven_: uneven columns (gemm::UnevenColumnLayout): tiles of 256 and 240 columns, so that the
 // tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
 // overlapped 256-wide tile promoting every two K blocks, BF16 out, plain without a bias.
+// kOutFp16_: 16-bit outputs in FP16 instead of BF16 (the staged epilogue only).
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
-          bool kUneven_ = false>
-struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
+          bool kUneven_ = false, bool kOutFp16_ = false>
+struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, 2, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
@@ -121,7 +122,8 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
 
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;
-  using Staging = EpilogueStaging<kBlockN_, kOutFp32_>;
+  static_assert(!kOutFp16_ || (kStaged_ && !kFused_), "FP16 out: the staged epilogue");
+  using Staging = EpilogueStaging<kBlockN_, kOutFp32_, 2, kOutFp16_>;
   // Bytes TMA lands per stage when the A box has `a_rows` rows (128, or 64 when M <= 64).
   __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
     return static_cast<uint32_t>(a_rows * kBlockK + kSmemB);
@@ -131,10 +133,12 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_>, RegisterSplit {
   // addresses: 3 x 64 = 192 for BN = 128 does, 3 x 96 = 288 for BN = 192 does not.
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
-  // Plain variants with a bias: the bias slice, staged per unit by a producer warp
-  // (StagedEpilogueOperands in gemm/fp8/epilogue.cuh).
+  // Plain variants with a bias or per-channel scales: their slices, staged per unit by a
+  // producer warp (StagedEpilogueOperands in gemm/fp8/epilogue.cuh). The per-token scales need
+  // no shared memory: each consumer thread loads its two rows' before the unit's mainloop.
   struct StagedOperands {
     alignas(16) __nv_bfloat16 bias[kBlockN];
+    alignas(16) float col_scale[kBlockN];
     uint64_t full;   // the loader arms it with the unit's byte count; bulk copies complete it
     uint64_t empty;  // every working consumer warp arrives once it has read the operands
   };
