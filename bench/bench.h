@@ -20,8 +20,11 @@ struct Options {
   std::vector<std::string> shapes;  // "MxNxK"
   std::string config;               // forced lowbit config, empty = chooser
   std::vector<std::string> alt_configs;  // more configs timed alongside (--alt), interleaved
-  OutType out = OutType::kBF16;
+  OutType out = OutType::kBF16;  // FP16: the dense FP8 GEMM (W1, custom shapes) only
   bool bias = false;
+  // The dense FP8 GEMM with per-token x per-channel scales (Fp8GemmArgs::a_row_scale and
+  // b_row_scale) instead of per-tensor ones, against cuBLASLt's outer-vector scaling.
+  bool rowwise = false;
   bool baseline = true;
   bool explain = false;
   int samples = 50;

@@ -15,6 +15,7 @@
 #include "device_fill.h"
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
+#include "formats/fp16.h"
 #include "lowbit/device.h"
 #include "reference/reference_gemm.h"
 #include "timing.h"
@@ -35,7 +36,7 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   cudaStream_t s = stream.s;
 
   std::vector<DeviceBuffer> A(sets), B(sets);
-  DeviceBuffer D, Dbase, bias, scales, ws;
+  DeviceBuffer D, Dbase, bias, bias16, scales, row_a, row_b, ws;
   const uint64_t seed = opt.seed;
   for (int i = 0; i < sets; ++i) {
     LOWBIT_RETURN_IF_ERROR(A[i].alloc(static_cast<size_t>(m * k)));
@@ -55,11 +56,48 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sa, &h_scales[0], 4, cudaMemcpyHostToDevice, s), "scales"));
   LOWBIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(d_sb, &h_scales[1], 4, cudaMemcpyHostToDevice, s), "scales"));
   const float alpha = 1.0f;
+  // --rowwise: a random positive scale per row of A (per token) and of B (per output channel), in
+  // place of the per-tensor ones, spread over a decade so that a scale applied to the wrong row or
+  // column shows in the error.
+  std::vector<float> h_row_a, h_row_b;
+  const float* d_row_a = nullptr;
+  const float* d_row_b = nullptr;
+  if (opt.rowwise) {
+    std::mt19937_64 srng(seed ^ 0x5CA1E);
+    std::uniform_real_distribution<float> dist(0.01f, 0.1f);
+    for (int64_t i = 0; i < m; ++i) h_row_a.push_back(dist(srng));
+    for (int64_t j = 0; j < n; ++j) h_row_b.push_back(dist(srng));
+    LOWBIT_RETURN_IF_ERROR(row_a.alloc(static_cast<size_t>(m) * 4));
+    LOWBIT_RETURN_IF_ERROR(row_b.alloc(static_cast<size_t>(n) * 4));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(row_a.p, h_row_a.data(), h_row_a.size() * 4, cudaMemcpyHostToDevice, s), "row scales"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(row_b.p, h_row_b.data(), h_row_b.size() * 4, cudaMemcpyHostToDevice, s), "row scales"));
+    d_row_a = static_cast<const float*>(row_a.p);
+    d_row_b = static_cast<const float*>(row_b.p);
+  }
+  // cuBLASLt takes an FP16 bias with FP16 output: the same values (BF16 in [-1, 1] converts
+  // exactly except below FP16's normal range, 2^-14, where it is off by under 2^-25).
+  const void* base_bias = opt.bias ? bias.p : nullptr;
+  if (opt.bias && opt.out == OutType::kFP16) {
+    std::vector<uint16_t> hb(static_cast<size_t>(n));
+    LOWBIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(hb.data(), bias.p, hb.size() * 2, cudaMemcpyDeviceToHost, s), "bias"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "bias"));
+    for (auto& v : hb) v = formats::float_to_fp16(formats::bf16_to_float(v));
+    LOWBIT_RETURN_IF_ERROR(bias16.alloc(hb.size() * 2));
+    LOWBIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(bias16.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s), "bias"));
+    base_bias = bias16.p;
+  }
 
   // cfgs[0] is the one reported; the --alt configs are timed alongside it, interleaved.
   std::vector<Fp8GemmConfig> cfgs;
   size_t ws_bytes = 0;
-  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes, opt.bias ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain));
+  // Per-row scales and FP16 output run the bias epilogue's kernels (lowbit/gemm.h).
+  const bool bias_kernels = opt.bias || opt.rowwise || opt.out == OutType::kFP16;
+  LOWBIT_RETURN_IF_ERROR(resolve_configs(opt, m, n, k, &cfgs, &ws_bytes,
+                                         bias_kernels ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain));
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
   LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
   const Fp8GemmConfig& cfg = cfgs[0];
@@ -76,8 +114,10 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     a.d = D.p;
     a.out_type = opt.out;
     a.alpha = alpha;
-    a.a_scale = d_sa;
-    a.b_scale = d_sb;
+    a.a_scale = opt.rowwise ? nullptr : d_sa;
+    a.b_scale = opt.rowwise ? nullptr : d_sb;
+    a.a_row_scale = d_row_a;
+    a.b_row_scale = d_row_b;
     a.bias = opt.bias ? bias.p : nullptr;
     a.workspace = ws.p;
     a.workspace_bytes = ws_bytes;
@@ -88,14 +128,15 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
   bool baseline = opt.baseline;
   std::string baseline_note;
   if (baseline) {
-    const Status ps = lt.plan(m, n, k, opt.out, opt.bias, d_sa, d_sb);
+    const Status ps = opt.rowwise ? lt.plan_rowwise(m, n, k, opt.out, opt.bias, d_row_a, d_row_b)
+                                  : lt.plan(m, n, k, opt.out, opt.bias, d_sa, d_sb);
     if (!ps.ok()) {
       baseline = false;
       baseline_note = "baseline unavailable: " + ps.to_string();
     }
   }
   auto base = [&](cudaStream_t st, int i) {
-    return lt.run(A[i % sets].p, B[i % sets].p, Dbase.p, opt.bias ? bias.p : nullptr, alpha, st);
+    return lt.run(A[i % sets].p, B[i % sets].p, Dbase.p, base_bias, alpha, st);
   };
 
   // Correctness on set 0: poison both outputs, run once each, compare sampled elements with the
@@ -129,7 +170,8 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
       const int64_t i = static_cast<int64_t>(rng() % m), j = static_cast<int64_t>(rng() % n);
       double acc = 0.0;
       for (int64_t q = 0; q < k; ++q) acc += static_cast<double>(lut[ha[i * k + q]]) * lut[hb[j * k + q]];
-      acc *= static_cast<double>(alpha) * h_scales[0] * h_scales[1];
+      acc *= static_cast<double>(alpha) * (opt.rowwise ? static_cast<double>(h_row_a[i]) * h_row_b[j]
+                                                       : static_cast<double>(h_scales[0]) * h_scales[1]);
       if (opt.bias) acc += formats::bf16_to_float(hbias[j]);
       ref.push_back(acc);
       sampled.push_back(i * n + j);
@@ -149,8 +191,9 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
     } else if (e.nonfinite > 0) {
       r->status = "FAIL: non-finite outputs";
     }
-    // BF16 output rounding alone gives ~1.6e-3 here, FP32 output ~1e-4 (docs/perf.md W1).
-    const double fallback = opt.out == OutType::kFP32 ? 4e-4 : 4e-3;
+    // BF16 output rounding alone gives ~1.6e-3 here, FP32 output ~1e-4 (docs/perf.md W1); FP16
+    // rounds 8x finer than BF16.
+    const double fallback = opt.out == OutType::kFP32 ? 4e-4 : opt.out == OutType::kFP16 ? 1e-3 : 4e-3;
     gate_error(r, "sampled", e.rel_fro, r->err_base, fallback);
     // Each --alt config is timed too, so it is checked the same way: poisoned output, every
     // element written, the sampled error within the same bound.
@@ -189,7 +232,7 @@ Status run_fp8_shape(const Options& opt, const Shape& sh, Result* r) {
 
   const double flops = 2.0 * m * n * k;
   const double bytes = static_cast<double>(m * k + n * k) + static_cast<double>(m * n) * out_bytes +
-                       (opt.bias ? 2.0 * n : 0.0);
+                       (opt.bias ? 2.0 * n : 0.0) + (opt.rowwise ? 4.0 * (m + n) : 0.0);
   r->us = t_ours.median_us;
   r->us_base = baseline ? t_base.median_us : 0.0;
   set_rates(r, flops, bytes, kPeakFp8Tflops, batch, opt.samples, baseline_note);

@@ -14,6 +14,7 @@
 #include "bench.h"
 #include "device_fill.h"
 #include "formats/bf16.h"
+#include "formats/fp16.h"
 #include "lowbit/gemm.h"
 #include "lowbit/status.h"
 #include "reference/reference_gemm.h"
@@ -50,7 +51,7 @@ struct OwnedStream {
   Status create() { return cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"); }
 };
 
-// Element i of a raw BF16 or FP32 output copied back to the host.
+// Element i of a raw BF16, FP16 or FP32 output copied back to the host.
 inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) {
   if (t == OutType::kFP32) {
     float f;
@@ -59,7 +60,7 @@ inline double read_output(const std::vector<uint8_t>& raw, OutType t, size_t i) 
   }
   uint16_t h;
   std::memcpy(&h, raw.data() + 2 * i, 2);
-  return formats::bf16_to_float(h);
+  return t == OutType::kFP16 ? formats::fp16_to_float(h) : formats::bf16_to_float(h);
 }
 
 // Reruns one launcher that is timed, for its check: poisons its `elems` outputs of type `t`,

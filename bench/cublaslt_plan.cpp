@@ -40,7 +40,8 @@ Status LtTnPlan::create(bool fast_accum) {
 }
 
 Status LtTnPlan::finish(int64_t m, int64_t n, int64_t k, OutType out, const char* label) {
-  return finish_types(m, n, k, CUDA_R_8F_E4M3, out == OutType::kFP32 ? CUDA_R_32F : CUDA_R_16BF, label);
+  const cudaDataType_t dt = out == OutType::kFP32 ? CUDA_R_32F : out == OutType::kFP16 ? CUDA_R_16F : CUDA_R_16BF;
+  return finish_types(m, n, k, CUDA_R_8F_E4M3, dt, label);
 }
 
 Status LtTnPlan::finish_types(int64_t m, int64_t n, int64_t k, cudaDataType_t in, cudaDataType_t dt,

@@ -1,6 +1,6 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
 //   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
-//                [--out bf16|fp32] [--bias] [--samples N] [--seed N] [--json FILE] [--explain]
+//                [--out bf16|fp16|fp32] [--bias] [--rowwise] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
 #include <chrono>
 #include <cmath>
@@ -117,13 +117,23 @@ const char* baseline_name(const std::string& suite, const Options& opt) {
   const bool sparse = suite.rfind("W3", 0) == 0 || (suite == "custom" && !opt.sparse.empty());
   if (suite == "W3-f16" || (suite == "custom" && opt.sparse == "f16")) return "dense cuBLAS FP16";
   if (sparse) return opt.fast_accum ? "dense cuBLASLt FP8, fast accumulation" : "dense cuBLASLt FP8";
-  return "cuBLASLt FP8";
+  return opt.rowwise ? "cuBLASLt FP8 rowwise" : "cuBLASLt FP8";
 }
+
+// The shapes main hands to run_fp8_shape, the dense FP8 GEMM: the only kernel here with FP16
+// output and per-row scales.
+bool dense_fp8(const Shape& sh, const Options& opt) {
+  return sh.suite == "W1-square" || sh.suite == "W1-llm" || (sh.suite == "custom" && opt.sparse.empty());
+}
+
+const char* out_name(OutType t) { return t == OutType::kFP32 ? "fp32" : t == OutType::kFP16 ? "fp16" : "bf16"; }
 
 void usage() {
   std::printf(
       "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk]]... [--config bn=128,splits=1,group=8,grid=0]\n"
-      "             [--out bf16|fp32] [--bias] [--samples N>=50] [--seed N] [--json FILE] [--explain]\n"
+      "             [--out bf16|fp16|fp32 (fp16: W1 and custom dense shapes)] [--bias] [--samples N>=50] [--seed N]\n"
+      "             [--rowwise (W1 and custom dense shapes: random per-token x per-channel scales, against cuBLASLt's\n"
+      "              outer-vector scaling, as torch._scaled_mm's rowwise)] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG (not W6)]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
       "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n"
       "             [--host-overhead (host us per eager call at the first --shape, default 1x4096x4096)]\n");
@@ -153,8 +163,10 @@ int main(int argc, char** argv) {
       const std::string o = next("--out");
       if (o == "fp32") opt.out = OutType::kFP32;
       else if (o == "bf16") opt.out = OutType::kBF16;
-      else { std::fprintf(stderr, "--out takes bf16 or fp32\n"); return 2; }
+      else if (o == "fp16") opt.out = OutType::kFP16;
+      else { std::fprintf(stderr, "--out takes bf16, fp16 or fp32\n"); return 2; }
     } else if (a == "--bias") opt.bias = true;
+    else if (a == "--rowwise") opt.rowwise = true;
     else if (a == "--samples") opt.samples = std::atoi(next("--samples").c_str());
     else if (a == "--seed") opt.seed = std::strtoull(next("--seed").c_str(), nullptr, 10);
     else if (a == "--json") opt.json = next("--json");
@@ -209,6 +221,18 @@ int main(int argc, char** argv) {
   }
   if (opt.shapes.empty()) shapes = suite_shapes(opt.suite);
   if (shapes.empty()) { std::fprintf(stderr, "unknown suite %s\n", opt.suite.c_str()); return 2; }
+  // Refused rather than run without: the other kernels would time something else under the flag
+  // (or fail every row).
+  if (opt.rowwise || opt.out == OutType::kFP16) {
+    for (const auto& sh : shapes) {
+      if (dense_fp8(sh, opt)) continue;
+      std::fprintf(stderr,
+                   "--rowwise and --out fp16 apply to the dense FP8 GEMM only (--suite W1-square or W1-llm, or "
+                   "--shape MxNxK), not to %s %lldx%lldx%lld\n",
+                   sh.suite.c_str(), (long long)sh.m, (long long)sh.n, (long long)sh.k);
+      return 2;
+    }
+  }
   if (list) {
     for (const auto& s : shapes) std::printf("%s %lldx%lldx%lld\n", s.suite.c_str(), (long long)s.m, (long long)s.n, (long long)s.k);
     return 0;
@@ -221,9 +245,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lowbit-bench needs an NVIDIA Hopper (sm_90) GPU; nothing was measured.\n");
     return 1;
   }
-  std::printf("lowbit-bench on %s (%d SMs, L2 %zu MB, %zu KB smem/block), seed %llu, out %s%s\n", dev.name.c_str(),
+  std::printf("lowbit-bench on %s (%d SMs, L2 %zu MB, %zu KB smem/block), seed %llu, out %s%s%s\n", dev.name.c_str(),
               dev.sm_count, dev.l2_bytes >> 20, dev.smem_per_block_optin >> 10, (unsigned long long)opt.seed,
-              opt.out == OutType::kFP32 ? "fp32" : "bf16", opt.bias ? ", +bias" : "");
+              out_name(opt.out), opt.bias ? ", +bias" : "", opt.rowwise ? ", rowwise scales" : "");
   std::printf("floors: max(FLOPs / %.0f TFLOPS, bytes / %.1f TB/s); times are medians of %d graph replays\n",
               kPeakFp8Tflops, kCopyTBs, opt.samples);
 
@@ -232,7 +256,8 @@ int main(int argc, char** argv) {
   auto write_json = [&]() {
     if (opt.json.empty()) return;
     std::ofstream f(opt.json);
-    f << "{\"device\":\"" << dev.name << "\",\"sms\":" << dev.sm_count << ",\"seed\":" << opt.seed << ",\"results\":[";
+    f << "{\"device\":\"" << dev.name << "\",\"sms\":" << dev.sm_count << ",\"seed\":" << opt.seed << ",\"out\":\""
+      << out_name(opt.out) << "\",\"rowwise\":" << (opt.rowwise ? "true" : "false") << ",\"results\":[";
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       f << (i ? "," : "") << "{\"suite\":\"" << r.shape.suite << "\",\"m\":" << r.shape.m << ",\"n\":" << r.shape.n
