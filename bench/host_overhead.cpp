@@ -13,6 +13,8 @@
 
 #include "bench.h"
 #include "device_fill.h"
+#include "hopper/tensor_map.h"
+#include "launch_floor.h"
 #include "lowbit/lowbit.h"
 
 namespace lowbit::bench {
@@ -36,6 +38,10 @@ double per_call_us(const std::function<Status()>& call, Status* failure) {
   cudaDeviceSynchronize();
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
+}
+
+Status status_of(cudaError_t e) {
+  return e == cudaSuccess ? Status::Ok() : Status::Error(StatusCode::kCudaError, cudaGetErrorString(e));
 }
 
 struct DeviceBuffer {
@@ -105,6 +111,19 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
       {"fp8_blockscaled_gemm", [&] { return fp8_blockscaled_gemm(x, s); }},
       {"nvfp4_gemm (BF16 activations)", [&] { return nvfp4_gemm(v, s); }},
   };
+  // What a call is made of: the launch itself, one pointer-kind check, one tensor map encoded
+  // by the driver and one from lowbit's per-thread cache (hopper/tensor_map.h).
+  const hopper::TensorMap2dSpec spec = hopper::dense_2d(b.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 128);
+  CUtensorMap map;
+  const std::vector<Row> parts = {
+      {"floor: empty launch, same params", [&] { return status_of(launch_empty_like_gemm(s)); }},
+      {"part: cudaPointerGetAttributes", [&] {
+         cudaPointerAttributes attr;
+         return status_of(cudaPointerGetAttributes(&attr, a.p));
+       }},
+      {"part: cuTensorMapEncodeTiled", [&] { return hopper::encode_tensor_map_2d(spec, &map); }},
+      {"part: tensor map from the cache", [&] { return hopper::make_tensor_map_2d(spec, &map); }},
+  };
   std::printf("host us per eager call, %lldx%lldx%lld (target <= %.1f us)\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), target_us);
   int rc = 0;
@@ -117,6 +136,12 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
       continue;
     }
     std::printf("  %-32s %6.2f us %s\n", r.what, us, us <= target_us ? "" : "(over the target)");
+  }
+  for (const auto& r : parts) {
+    Status failure;
+    const double us = per_call_us(r.call, &failure);
+    if (us < 0) std::printf("  %-32s FAILED: %s\n", r.what, failure.to_string().c_str());
+    else std::printf("  %-32s %6.3f us\n", r.what, us);
   }
   cudaStreamDestroy(s);
   return rc;

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -42,7 +44,7 @@ CUtensorMapSwizzle to_cu(TmaSwizzle s) {
 
 }  // namespace
 
-Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out) {
+Status encode_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out) {
   Status st;
   auto fn = encode_fn(&st);
   if (!st.ok()) return st;
@@ -63,6 +65,61 @@ Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out) {
                          "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r)) +
                              " (rows=" + std::to_string(spec.rows) + ", cols=" + std::to_string(spec.cols) +
                              ", box=" + std::to_string(spec.box_rows) + "x" + std::to_string(spec.box_cols) + ")");
+  return Status::Ok();
+}
+
+namespace {
+
+// One slot: the spec's fields (compared as a plain tuple, padding excluded) and its map.
+struct MapKey {
+  const void* base;
+  uint64_t rows, cols, row_stride_bytes;
+  uint32_t box_rows, box_cols;
+  int32_t dtype, elem_bytes, swizzle, l2_promotion;
+  bool operator==(const MapKey& o) const {
+    return base == o.base && rows == o.rows && cols == o.cols && row_stride_bytes == o.row_stride_bytes &&
+           box_rows == o.box_rows && box_cols == o.box_cols && dtype == o.dtype && elem_bytes == o.elem_bytes &&
+           swizzle == o.swizzle && l2_promotion == o.l2_promotion;
+  }
+};
+
+MapKey key_of(const TensorMap2dSpec& s) {
+  return MapKey{s.base,         s.rows,         s.cols,
+                s.row_stride_bytes, s.box_rows, s.box_cols,
+                static_cast<int32_t>(s.dtype), s.elem_bytes, static_cast<int32_t>(s.swizzle),
+                static_cast<int32_t>(s.l2_promotion)};
+}
+
+size_t slot_of(const MapKey& k) {
+  uint64_t h = reinterpret_cast<uintptr_t>(k.base) >> 4;
+  for (uint64_t v : {k.rows, k.cols, k.row_stride_bytes, (uint64_t{k.box_rows} << 32) | k.box_cols,
+                     (uint64_t(uint32_t(k.dtype)) << 32) | uint32_t(k.swizzle)})
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(h >> 40) % kMapCacheSlots;
+}
+
+struct MapCache {
+  MapKey keys[kMapCacheSlots];
+  bool used[kMapCacheSlots] = {};
+  CUtensorMap maps[kMapCacheSlots];
+};
+
+}  // namespace
+
+Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out) {
+  // On the heap: a dlopen'ed library (the PyTorch extension) has little static TLS.
+  thread_local std::unique_ptr<MapCache> cache;
+  if (!cache) cache = std::make_unique<MapCache>();
+  const MapKey key = key_of(spec);
+  const size_t i = slot_of(key);
+  if (cache->used[i] && cache->keys[i] == key) {
+    std::memcpy(out, &cache->maps[i], sizeof(CUtensorMap));
+    return Status::Ok();
+  }
+  LOWBIT_RETURN_IF_ERROR(encode_tensor_map_2d(spec, out));
+  cache->keys[i] = key;
+  cache->maps[i] = *out;
+  cache->used[i] = true;
   return Status::Ok();
 }
 

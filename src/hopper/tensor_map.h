@@ -43,6 +43,16 @@ inline TensorMap2dSpec dense_2d(const void* base, CUtensorMapDataType dtype, int
   return s;
 }
 
+// The tensor map of `spec`. Each host thread keeps the maps it encoded, keyed by every field of
+// the spec (kMapCacheSlots of them, direct-mapped: a colliding spec replaces the older map), so
+// a call on the same tensors as an earlier one copies 128 bytes instead of asking the driver
+// again. A map holds only the spec's values, so a stale entry (a freed buffer) is never wrong
+// for a spec that hashes to it: a hit means the same address, shape and layout. Failures are
+// not cached.
+inline constexpr int kMapCacheSlots = 1024;
 Status make_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out);
+
+// cuTensorMapEncodeTiled itself, bypassing the cache (and measured by lowbit-bench --host-overhead).
+Status encode_tensor_map_2d(const TensorMap2dSpec& spec, CUtensorMap* out);
 
 }  // namespace lowbit::hopper
