@@ -7,6 +7,7 @@
 #include "lowbit/moe.h"
 #include "lowbit/nvfp4.h"
 #include "lowbit/patch_embed.h"
+#include "lowbit/quantize.h"
 #include "lowbit/sparse.h"
 #include "lowbit/status.h"
 #include "lowbit/version.h"

@@ -66,7 +66,16 @@ lowbit::OutType out_type(std::optional<at::ScalarType> dtype, at::ScalarType fal
   return d == at::kFloat ? lowbit::OutType::kFP32 : lowbit::OutType::kBF16;
 }
 
-at::ScalarType scalar_type(lowbit::OutType t) { return t == lowbit::OutType::kFP32 ? at::kFloat : at::kBFloat16; }
+// fp8_gemm also writes FP16; the other operators keep to BF16 and FP32 (out_type).
+lowbit::OutType fp8_out_type(at::ScalarType d, const char* name) {
+  TORCH_CHECK_TYPE(d == at::kBFloat16 || d == at::kHalf || d == at::kFloat, "lowbit: ", name,
+                   " must be bfloat16, float16 or float32, got ", c10::toString(d));
+  return d == at::kFloat ? lowbit::OutType::kFP32 : d == at::kHalf ? lowbit::OutType::kFP16 : lowbit::OutType::kBF16;
+}
+
+at::ScalarType scalar_type(lowbit::OutType t) {
+  return t == lowbit::OutType::kFP32 ? at::kFloat : t == lowbit::OutType::kFP16 ? at::kHalf : at::kBFloat16;
+}
 
 cudaStream_t current_stream(const Tensor& t) {
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
@@ -113,17 +122,37 @@ lowbit::Activation activation(const std::string& a) {
 
 // ---- fp8_gemm ------------------------------------------------------------------------------------
 
-void fp8_gemm_checks(const Tensor& a, const Tensor& b, const std::optional<Tensor>& a_scale,
-                     const std::optional<Tensor>& b_scale, const std::optional<Tensor>& bias,
-                     const std::optional<Tensor>& residual) {
+// One of fp8_gemm's dequantization scales: a single value (per tensor), or one per row of its
+// operand, shaped as torch._scaled_mm's rowwise scales come (a_scale [M, 1], b_scale [1, N]) or as
+// plain vectors. One value is per tensor even where M or N is 1: the same product either way.
+// Returns whether the scale is per row.
+bool fp8_row_scale(const std::optional<Tensor>& t, const char* name, int64_t rows, bool b_side, const Tensor& like) {
+  if (!t) return false;
+  TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, "lowbit: ", name, " must be float32");
+  expect_cuda(*t, name, like);
+  if (t->numel() == 1) return false;
+  const bool column = t->dim() == 2 && t->size(0) == rows && t->size(1) == 1;
+  const bool row = b_side && t->dim() == 2 && t->size(0) == 1 && t->size(1) == rows;
+  TORCH_CHECK_VALUE((t->dim() == 1 && t->size(0) == rows) || column || row, "lowbit: ", name,
+                    " must hold one value (per tensor) or ", b_side ? "N = " : "M = ", rows,
+                    b_side ? " (per channel: [N], [1, N] or [N, 1])" : " (per token: [M] or [M, 1])", ", got shape ",
+                    t->sizes());
+  TORCH_CHECK_VALUE(t->is_contiguous(), "lowbit: ", name, " must be contiguous");
+  return true;
+}
+
+// Returns whether a_scale and b_scale are per row (fp8_row_scale).
+std::pair<bool, bool> fp8_gemm_checks(const Tensor& a, const Tensor& b, const std::optional<Tensor>& a_scale,
+                                      const std::optional<Tensor>& b_scale, const std::optional<Tensor>& bias,
+                                      const std::optional<Tensor>& residual) {
   expect(a, "a", at::kFloat8_e4m3fn, 2);
   expect(b, "b", at::kFloat8_e4m3fn, 2);
   TORCH_CHECK_VALUE(a.size(1) == b.size(1), "lowbit: a is [M, K] and b [N, K]; got K = ", a.size(1), " and ",
                     b.size(1));
   expect_cuda(a, "a", a);
   expect_cuda(b, "b", a);
-  expect_scalar(a_scale, "a_scale", a);
-  expect_scalar(b_scale, "b_scale", a);
+  const bool a_rows = fp8_row_scale(a_scale, "a_scale", a.size(0), false, a);
+  const bool b_rows = fp8_row_scale(b_scale, "b_scale", b.size(0), true, a);
   if (bias) {
     expect(*bias, "bias", at::kBFloat16, 1);
     TORCH_CHECK_VALUE(bias->size(0) == b.size(0), "lowbit: bias must have N = ", b.size(0), " entries");
@@ -135,14 +164,14 @@ void fp8_gemm_checks(const Tensor& a, const Tensor& b, const std::optional<Tenso
                       "lowbit: residual must be [M, N]");
     expect_cuda(*residual, "residual", a);
   }
+  return {a_rows, b_rows};
 }
 
 Tensor& fp8_gemm_out(const Tensor& a, const Tensor& b, double alpha, const std::optional<Tensor>& a_scale,
                      const std::optional<Tensor>& b_scale, const std::optional<Tensor>& bias,
                      const std::optional<Tensor>& residual, const std::string& act, Tensor& out) {
-  fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
-  TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kFloat,
-                   "lowbit: out must be bfloat16 or float32");
+  const auto [a_rows, b_rows] = fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
+  const lowbit::OutType ot = fp8_out_type(out.scalar_type(), "out");
   expect(out, "out", out.scalar_type(), 2);
   TORCH_CHECK_VALUE(out.size(0) == a.size(0) && out.size(1) == b.size(0), "lowbit: out must be [M, N] = [",
                     a.size(0), ", ", b.size(0), "]");
@@ -156,10 +185,12 @@ Tensor& fp8_gemm_out(const Tensor& a, const Tensor& b, double alpha, const std::
   g.a = a.data_ptr();
   g.b = b.data_ptr();
   g.d = out.data_ptr();
-  g.out_type = out.scalar_type() == at::kFloat ? lowbit::OutType::kFP32 : lowbit::OutType::kBF16;
+  g.out_type = ot;
   g.alpha = static_cast<float>(alpha);
-  g.a_scale = a_scale ? a_scale->data_ptr<float>() : nullptr;
-  g.b_scale = b_scale ? b_scale->data_ptr<float>() : nullptr;
+  g.a_scale = a_scale && !a_rows ? a_scale->data_ptr<float>() : nullptr;
+  g.b_scale = b_scale && !b_rows ? b_scale->data_ptr<float>() : nullptr;
+  g.a_row_scale = a_rows ? a_scale->data_ptr<float>() : nullptr;
+  g.b_row_scale = b_rows ? b_scale->data_ptr<float>() : nullptr;
   g.bias = bias ? bias->data_ptr() : nullptr;
   g.residual = residual ? residual->data_ptr() : nullptr;
   g.activation = activation(act);
@@ -174,7 +205,8 @@ Tensor fp8_gemm(const Tensor& a, const Tensor& b, std::optional<at::ScalarType> 
                 const std::optional<Tensor>& a_scale, const std::optional<Tensor>& b_scale,
                 const std::optional<Tensor>& bias, const std::optional<Tensor>& residual, const std::string& act) {
   fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
-  Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(scalar_type(out_type(out_dtype))));
+  const lowbit::OutType ot = fp8_out_type(out_dtype.value_or(at::kBFloat16), "out_dtype");
+  Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(scalar_type(ot)));
   return fp8_gemm_out(a, b, alpha, a_scale, b_scale, bias, residual, act, out);
 }
 
@@ -183,7 +215,8 @@ Tensor fp8_gemm_meta(const Tensor& a, const Tensor& b, std::optional<at::ScalarT
                      const std::optional<Tensor>& bias, const std::optional<Tensor>& residual, const std::string& act) {
   fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
   activation(act);
-  return at::empty({a.size(0), b.size(0)}, a.options().dtype(scalar_type(out_type(out_dtype))));
+  const lowbit::OutType ot = fp8_out_type(out_dtype.value_or(at::kBFloat16), "out_dtype");
+  return at::empty({a.size(0), b.size(0)}, a.options().dtype(scalar_type(ot)));
 }
 
 Tensor& fp8_gemm_out_meta(const Tensor& a, const Tensor& b, double, const std::optional<Tensor>& a_scale,
@@ -191,8 +224,7 @@ Tensor& fp8_gemm_out_meta(const Tensor& a, const Tensor& b, double, const std::o
                           const std::optional<Tensor>& residual, const std::string& act, Tensor& out) {
   fp8_gemm_checks(a, b, a_scale, b_scale, bias, residual);
   activation(act);
-  TORCH_CHECK_TYPE(out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kFloat,
-                   "lowbit: out must be bfloat16 or float32");
+  fp8_out_type(out.scalar_type(), "out");
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(0),
                     "lowbit: out must be [M, N] = [", a.size(0), ", ", b.size(0), "]");
   return out;
@@ -564,6 +596,56 @@ Tensor fused_moe_fp8_meta(const Tensor& x, const Tensor& w, const Tensor& w_scal
 
 std::string version() { return lowbit::version(); }
 
+// ---- per-token activation quantization -------------------------------------------------------------
+
+// x [M, K] BF16 -> (E4M3 [M, K], float32 [M]); with `silu_mul`, x is [M, 2 * I] (gate, then up)
+// and the codes are [M, I] of SiLU(gate) * up.
+void quantize_checks(const Tensor& x, bool silu_mul) {
+  const char* name = silu_mul ? "gate_up" : "x";
+  expect(x, name, at::kBFloat16, 2);
+  if (!x.is_meta()) TORCH_CHECK_TYPE(x.is_cuda(), "lowbit: ", name, " must be a CUDA tensor, got ", x.device());
+  if (silu_mul)
+    TORCH_CHECK_VALUE(x.size(1) % 2 == 0, "lowbit: gate_up must be [M, 2 * I] (gate, then up); got ", x.size(1),
+                      " columns");
+}
+
+std::tuple<Tensor, Tensor> quantize_outputs(const Tensor& x, bool silu_mul) {
+  const int64_t cols = silu_mul ? x.size(1) / 2 : x.size(1);
+  return {at::empty({x.size(0), cols}, x.options().dtype(at::kFloat8_e4m3fn)),
+          at::empty({x.size(0)}, x.options().dtype(at::kFloat))};
+}
+
+std::tuple<Tensor, Tensor> quantize_fp8_per_token(const Tensor& x) {
+  quantize_checks(x, false);
+  c10::DeviceGuard guard(x.device());
+  auto [q, s] = quantize_outputs(x, false);
+  if (x.size(0) > 0)
+    raise_if_error(lowbit::quantize_fp8_per_token(x.data_ptr(), x.size(0), x.size(1), q.data_ptr(),
+                                                  s.data_ptr<float>(), current_stream(x)));
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor> silu_mul_quantize_fp8(const Tensor& gate_up) {
+  quantize_checks(gate_up, true);
+  c10::DeviceGuard guard(gate_up.device());
+  auto [q, s] = quantize_outputs(gate_up, true);
+  if (gate_up.size(0) > 0)
+    raise_if_error(lowbit::silu_mul_quantize_fp8_per_token(gate_up.data_ptr(), gate_up.size(0), gate_up.size(1) / 2,
+                                                           q.data_ptr(), s.data_ptr<float>(), current_stream(gate_up)));
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor> quantize_fp8_per_token_meta(const Tensor& x) {
+  quantize_checks(x, false);
+  return quantize_outputs(x, false);
+}
+
+std::tuple<Tensor, Tensor> silu_mul_quantize_fp8_meta(const Tensor& gate_up) {
+  quantize_checks(gate_up, true);
+  return quantize_outputs(gate_up, true);
+}
+
+
 }  // namespace
 
 TORCH_LIBRARY(lowbit, m) {
@@ -583,10 +665,14 @@ TORCH_LIBRARY(lowbit, m) {
   m.def("fused_moe_fp8(Tensor x, Tensor w, Tensor w_scales, Tensor? logits, Tensor? topk_ids, Tensor? topk_weights, "
         "int top_k, *, float softcap=0.0, bool renormalize=True, bool deterministic=False, "
         "ScalarType? out_dtype=None) -> Tensor");
+  m.def("quantize_fp8_per_token(Tensor x) -> (Tensor, Tensor)");
+  m.def("silu_mul_quantize_fp8(Tensor gate_up) -> (Tensor, Tensor)");
   m.def("version() -> str", &version);
 }
 
 TORCH_LIBRARY_IMPL(lowbit, CUDA, m) {
+  m.impl("quantize_fp8_per_token", &quantize_fp8_per_token);
+  m.impl("silu_mul_quantize_fp8", &silu_mul_quantize_fp8);
   m.impl("fp8_gemm", &fp8_gemm);
   m.impl("fp8_gemm.out", &fp8_gemm_out);
   m.impl("fp8_blockscaled_gemm", &fp8_blockscaled_gemm);
@@ -599,6 +685,8 @@ TORCH_LIBRARY_IMPL(lowbit, CUDA, m) {
 }
 
 TORCH_LIBRARY_IMPL(lowbit, Meta, m) {
+  m.impl("quantize_fp8_per_token", &quantize_fp8_per_token_meta);
+  m.impl("silu_mul_quantize_fp8", &silu_mul_quantize_fp8_meta);
   m.impl("fp8_gemm", &fp8_gemm_meta);
   m.impl("fp8_gemm.out", &fp8_gemm_out_meta);
   m.impl("fp8_blockscaled_gemm", &fp8_blockscaled_gemm_meta);

@@ -37,6 +37,7 @@ from .ops import (  # noqa: E402
     nvfp4_prepack_weights,
     patch_embed_fp8,
     sparse24_compress,
+    silu_mul_quantize_fp8,
     sparse24_gemm,
 )
 from .quantize import (  # noqa: E402
@@ -58,6 +59,7 @@ __all__ = [
     "patch_embed_fp8",
     "sparse24_compress",
     "sparse24_gemm",
+    "silu_mul_quantize_fp8",
     "quantize_fp8_per_tensor",
     "quantize_fp8_per_token",
     "quantize_fp8_1x128",

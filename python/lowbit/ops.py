@@ -24,10 +24,15 @@ def fp8_gemm(
     """``out = act(alpha * a_scale * b_scale * a @ b.T + bias) + residual`` in FP8 (E4M3).
 
     a: float8_e4m3fn [M, K]; b: float8_e4m3fn [N, K] (a Linear weight's layout), both contiguous.
-    a_scale, b_scale: optional float32 one-element CUDA tensors (per-tensor dequantization scales).
+    a_scale, b_scale: optional float32 CUDA tensors, the dequantization scales: one element (per
+    tensor), or one per row: a_scale [M] or [M, 1] (per token), b_scale [N], [1, N] or [N, 1] (per
+    output channel), as ``torch._scaled_mm`` takes rowwise scales and ``quantize_fp8_per_token``
+    makes them. With M (or N) = 1 one element is per tensor, the same product.
+    Per-row scales go with a bias but not with a residual or an activation.
     bias: bfloat16 [N]; residual: bfloat16 [M, N], added last (it may be ``out`` itself).
-    activation: 'none', 'gelu' (erf form) or 'silu'. out_dtype: bfloat16 (default) or float32.
-    out: write into this [M, N] tensor instead of a new one.
+    activation: 'none', 'gelu' (erf form) or 'silu'. out_dtype: bfloat16 (default), float16 or
+    float32; float16 without a residual or an activation.
+    out: write into this [M, N] tensor (bfloat16, float16 or float32) instead of a new one.
     """
     if out is not None:
         return _ops.fp8_gemm.out(a, b, alpha=alpha, a_scale=a_scale, b_scale=b_scale, bias=bias,
@@ -142,3 +147,12 @@ def fused_moe_fp8(
     """
     return _ops.fused_moe_fp8(x, w, w_scales, logits, topk_ids, topk_weights, top_k, softcap=softcap,
                               renormalize=renormalize, deterministic=deterministic, out_dtype=out_dtype)
+
+
+def silu_mul_quantize_fp8(gate_up: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The SwiGLU activation fused with per-token FP8 quantization, in one kernel: for
+    gate_up = [gate | up] (bfloat16 [M, 2 * I], contiguous, I a multiple of 16, as a merged
+    gate/up projection writes it), returns (float8_e4m3fn [M, I], float32 [M] scales) of
+    ``silu(gate) * up``: the down projection's input for ``fp8_gemm(q, w_down, a_scale=scales, ...)``.
+    The rule is quantize_fp8_per_token's."""
+    return _ops.silu_mul_quantize_fp8(gate_up)

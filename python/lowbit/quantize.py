@@ -19,6 +19,10 @@ def _check_float(x: torch.Tensor, name: str, dims: int) -> None:
         raise TypeError(f"lowbit: {name} must be a floating-point tensor, got {x.dtype}")
     if x.dim() != dims:
         raise ValueError(f"lowbit: {name} must have {dims} dimensions, got {x.dim()}")
+    # The NaN/Inf check reads a GPU value on the host: not while a CUDA graph is captured (the
+    # quantized values of a non-finite input are NaN then).
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     if not torch.isfinite(x).all():
         raise ValueError(f"lowbit: {name} holds NaN or Inf")
 
@@ -48,7 +52,16 @@ def quantize_fp8_per_tensor(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor
 
 
 def quantize_fp8_per_token(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> (E4M3 codes [M, K], float32 [M] scales), one scale per row (per token)."""
+    """x [M, K] -> (E4M3 codes [M, K], float32 [M] scales), one scale per row: per token for
+    activations, per output channel for weights [N, K]; fp8_gemm's a_scale and b_scale take them
+    as they are (``torch._scaled_mm`` as ``scale[:, None]`` and ``scale[None, :]``).
+
+    A contiguous BF16 CUDA tensor with K a multiple of 16 is quantized by lowbit's kernel (one
+    launch, no host sync, capturable; a row holding NaN or Inf gets a NaN scale and NaN codes);
+    anything else by the same rule in PyTorch, which raises on NaN or Inf."""
+    if (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and x.is_contiguous() and x.shape[1] % 16 == 0
+            and x.shape[1] > 0):
+        return torch.ops.lowbit.quantize_fp8_per_token(x)
     _check_float(x, "x", 2)
     amax = x.detach().abs().amax(dim=1).float()
     amax = torch.where(amax == 0, torch.full_like(amax, E4M3_MAX), amax.clamp_min(_TENSOR_FLOOR))

@@ -100,7 +100,10 @@ def test_bad_arguments_raise_with_the_reason():
     with pytest.raises(ValueError, match="activation"):
         lowbit.fp8_gemm(a, b, activation="relu")
     with pytest.raises(TypeError, match="out_dtype"):
-        lowbit.fp8_gemm(a, b, out_dtype=torch.float16)
+        lowbit.fp8_gemm(a, b, out_dtype=torch.float64)
+    with pytest.raises(TypeError, match="out_dtype"):  # FP16 output is fp8_gemm's only
+        lowbit.fp8_blockscaled_gemm(a, b, torch.empty(2, 64, device=m), torch.empty(1, 2, device=m),
+                                    out_dtype=torch.float16)
     with pytest.raises(ValueError, match="sfa"):
         lowbit.fp8_blockscaled_gemm(a, b, torch.empty(1, 64, device=m), torch.empty(1, 2, device=m))
     with pytest.raises(ValueError, match="topk_ids"):
@@ -109,6 +112,59 @@ def test_bad_arguments_raise_with_the_reason():
         lowbit.fused_moe_fp8(x, w, torch.empty(16, 2, 4, device=m), 2, topk_ids=torch.empty(8, 2, dtype=torch.int32, device=m))
     with pytest.raises(ValueError, match="NaN"):
         lowbit.quantize_fp8_per_token(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_fake_rowwise_scales_and_fp16_out():
+    m = torch.device("meta")
+    b = torch.empty(384, 512, dtype=torch.float8_e4m3fn, device=m)
+    for rows in (1, 3, 100):
+        a = torch.empty(rows, 512, dtype=torch.float8_e4m3fn, device=m)
+        # Per token ([M], [M, 1]) or per tensor (one value; with M = 1 the same as per token).
+        for sa in (torch.empty(rows, device=m), torch.empty(rows, 1, device=m), torch.empty(1, device=m), None):
+            for sb in (torch.empty(384, device=m), torch.empty(1, 384, device=m), torch.empty(384, 1, device=m),
+                       torch.empty((), device=m)):
+                out = lowbit.fp8_gemm(a, b, a_scale=sa, b_scale=sb, out_dtype=torch.float16)
+                assert out.shape == (rows, 384) and out.dtype == torch.float16
+        out = torch.empty(rows, 384, dtype=torch.float16, device=m)
+        got = lowbit.fp8_gemm(a, b, a_scale=torch.empty(rows, 1, device=m), b_scale=torch.empty(1, 384, device=m),
+                              out=out)
+        assert got.shape == (rows, 384) and got.dtype == torch.float16
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fa = mode.from_tensor(torch.empty(129, 512, dtype=torch.float8_e4m3fn, device=m))
+        fb = mode.from_tensor(b)
+        fsa = mode.from_tensor(torch.empty(129, 1, device=m))
+        fsb = mode.from_tensor(torch.empty(1, 384, device=m))
+        out = torch.ops.lowbit.fp8_gemm(fa, fb, a_scale=fsa, b_scale=fsb, out_dtype=torch.float16)
+        assert out.shape == (129, 384) and out.dtype == torch.float16
+
+
+def test_bad_rowwise_scales_raise():
+    m = torch.device("meta")
+    a = torch.empty(64, 256, dtype=torch.float8_e4m3fn, device=m)
+    b = torch.empty(128, 256, dtype=torch.float8_e4m3fn, device=m)
+    with pytest.raises(ValueError, match=r"a_scale must hold one value \(per tensor\) or M = 64"):
+        lowbit.fp8_gemm(a, b, a_scale=torch.empty(63, device=m))
+    with pytest.raises(ValueError, match="b_scale must hold one value .* N = 128"):
+        lowbit.fp8_gemm(a, b, b_scale=torch.empty(64, device=m))  # M's size on the N side
+    with pytest.raises(ValueError, match="a_scale"):
+        lowbit.fp8_gemm(a, b, a_scale=torch.empty(1, 64, device=m))  # a row, not a column of tokens
+    with pytest.raises(ValueError, match="b_scale"):
+        lowbit.fp8_gemm(a, b, b_scale=torch.empty(2, 64, device=m))  # N values, wrong shape
+    with pytest.raises(ValueError, match="b_scale"):
+        lowbit.fp8_gemm(a, b, out=torch.empty(64, 128, device=m), b_scale=torch.empty(129, device=m))
+    with pytest.raises(ValueError, match="contiguous"):
+        lowbit.fp8_gemm(a, b, a_scale=torch.empty(64, 2, device=m)[:, 0])
+    with pytest.raises(TypeError, match="float32"):
+        lowbit.fp8_gemm(a, b, a_scale=torch.empty(64, dtype=torch.bfloat16, device=m))
+    with pytest.raises(TypeError, match="out must be"):
+        lowbit.fp8_gemm(a, b, out=torch.empty(64, 128, dtype=torch.float64, device=m))
+    with pytest.raises(TypeError, match="out_dtype"):  # the other operators keep their output types
+        x = torch.empty(8, 512, dtype=torch.bfloat16, device=m)
+        w = torch.empty(16, 256, 512, dtype=torch.float8_e4m3fn, device=m)
+        lowbit.fused_moe_fp8(x, w, torch.empty(16, 2, 4, device=m), 2, logits=torch.empty(8, 16, device=m),
+                             out_dtype=torch.float16)
 
 
 def test_quantizers_round_trip():
@@ -230,6 +286,101 @@ def test_fp8_gemm_under_torch_compile(gen):
     qa, sa, qb, sb, ref = _fp8_pair(32, 512, 1024, gen)
     f = torch.compile(lambda a, b, x, y: lowbit.fp8_gemm(a, b, a_scale=x, b_scale=y), fullgraph=True)
     assert rel_err(f(qa, qb, sa, sb), ref) < 1e-2
+
+
+def _rowwise_pair(m, n, k, gen):
+    # Rows of different magnitudes, so that a scale applied to the wrong row or column shows.
+    a = torch.randn(m, k, device="cuda", generator=gen) * (torch.rand(m, 1, device="cuda", generator=gen) * 4 + 0.1)
+    b = torch.randn(n, k, device="cuda", generator=gen) * (torch.rand(n, 1, device="cuda", generator=gen) + 0.01)
+    qa, sa = lowbit.quantize_fp8_per_token(a)
+    qb, sb = lowbit.quantize_fp8_per_token(b)  # per output channel
+    ref = (qa.double() * sa.double()[:, None]) @ (qb.double() * sb.double()[:, None]).T
+    return qa, sa, qb, sb, ref
+
+
+@gpu
+@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (3, 256, 512), (129, 4096, 1024), (512, 1024, 2048)])
+def test_fp8_gemm_rowwise_matches_scaled_mm(m, n, k, gen):
+    qa, sa, qb, sb, ref = _rowwise_pair(m, n, k, gen)
+    # torch._scaled_mm's rowwise form (M = 1: one value, which lowbit takes as per tensor).
+    scale_a, scale_b = sa[:, None].contiguous(), sb[None, :].contiguous()
+    out = lowbit.fp8_gemm(qa, qb, a_scale=scale_a, b_scale=scale_b)
+    base = torch._scaled_mm(qa, qb.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, ref) < 1e-2
+    assert rel_err(out, ref) <= 2 * rel_err(base, ref) + 1e-6
+    assert rel_err(out, base) < 1e-2
+    out32 = lowbit.fp8_gemm(qa, qb, a_scale=scale_a, b_scale=scale_b, out_dtype=torch.float32)
+    assert rel_err(out32, ref) < 2e-3
+    # The other accepted shapes of the same scales run the same GEMM.
+    for fa, fb in ((sa, sb), (scale_a, sb[:, None].contiguous())):
+        assert torch.equal(lowbit.fp8_gemm(qa, qb, a_scale=fa, b_scale=fb), out)
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 3, 129])
+def test_fp8_gemm_rowwise_bias_and_fp16_out(m, gen):
+    n, k = 1024, 2048
+    qa, sa, qb, sb, ref = _rowwise_pair(m, n, k, gen)
+    bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    want = ref * 0.5 + bias.double()
+    got = lowbit.fp8_gemm(qa, qb, alpha=0.5, a_scale=sa, b_scale=sb, bias=bias)
+    assert rel_err(got, want) < 1e-2
+    got32 = lowbit.fp8_gemm(qa, qb, alpha=0.5, a_scale=sa, b_scale=sb, bias=bias, out_dtype=torch.float32)
+    assert rel_err(got32, want) < 2e-3
+    # FP16 rounds 8x finer than BF16.
+    half = lowbit.fp8_gemm(qa, qb, alpha=0.5, a_scale=sa, b_scale=sb, bias=bias, out_dtype=torch.float16)
+    assert half.dtype == torch.float16
+    assert rel_err(half, want) < 2e-3
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    lowbit.fp8_gemm(qa, qb, a_scale=sa[:, None], b_scale=sb, out=out)
+    assert rel_err(out, ref) < 2e-3
+    # FP16 with per-tensor scales (the plain epilogue), and per-row scales on one side only.
+    qa1, sa1, qb1, sb1, ref1 = _fp8_pair(m, n, k, gen)
+    assert rel_err(lowbit.fp8_gemm(qa1, qb1, a_scale=sa1, b_scale=sb1, out_dtype=torch.float16), ref1) < 2e-3
+    mixed = lowbit.fp8_gemm(qa, qb1, a_scale=sa, b_scale=sb1, out_dtype=torch.float32)
+    assert rel_err(mixed, (qa.double() * sa.double()[:, None]) @ (qb1.double() * sb1.double()).T) < 2e-3
+
+
+def test_fake_quantize_shapes():
+    m = torch.device("meta")
+    q, s = torch.ops.lowbit.quantize_fp8_per_token(torch.empty(5, 64, dtype=torch.bfloat16, device=m))
+    assert q.shape == (5, 64) and q.dtype == torch.float8_e4m3fn and s.shape == (5,) and s.dtype == torch.float32
+    q, s = lowbit.silu_mul_quantize_fp8(torch.empty(5, 96, dtype=torch.bfloat16, device=m))
+    assert q.shape == (5, 48) and s.shape == (5,)
+    with pytest.raises(ValueError, match="gate_up must be"):
+        lowbit.silu_mul_quantize_fp8(torch.empty(5, 33, dtype=torch.bfloat16, device=m))
+    with pytest.raises(TypeError, match="must be"):
+        lowbit.silu_mul_quantize_fp8(torch.empty(5, 64, device=m))
+
+
+@gpu
+@pytest.mark.parametrize("m,k", [(1, 16), (3, 4096), (129, 14336)])
+def test_quantize_per_token_kernel_matches_the_torch_rule(m, k, gen):
+    x = (torch.randn(m, k, device="cuda", generator=gen) * 3).to(torch.bfloat16)
+    x[0, :] = 0  # a zero row: scale 1
+    q, s = lowbit.quantize_fp8_per_token(x)  # lowbit's kernel (CUDA, BF16, K % 16 == 0)
+    qt, st = lowbit.quantize_fp8_per_token(x.float())  # the same rule in PyTorch
+    assert torch.equal(s, st)
+    assert torch.equal(q.view(torch.uint8), qt.view(torch.uint8))
+    bad = x.clone()
+    bad[m - 1, k // 2] = float("nan")
+    q, s = lowbit.quantize_fp8_per_token(bad)
+    assert torch.isnan(s[m - 1]) and torch.isnan(q[m - 1].float()).all()
+
+
+@gpu
+@pytest.mark.parametrize("m,inter", [(1, 16), (7, 1024), (64, 14336)])
+def test_silu_mul_quantize_matches_reference(m, inter, gen):
+    gu = torch.randn(m, 2 * inter, device="cuda", generator=gen).to(torch.bfloat16)
+    q, s = lowbit.silu_mul_quantize_fp8(gu)
+    g, u = gu.double().chunk(2, dim=1)
+    want = torch.nn.functional.silu(g) * u
+    amax = want.abs().amax(dim=1)
+    torch.testing.assert_close(s.double(), amax / 448, rtol=1e-5, atol=0)
+    # Half an E4M3 step: 1/16 of the value, or 2^-10 of the scale where the codes are subnormal.
+    err = (q.double() * s.double()[:, None] - want).abs()
+    assert bool((err <= want.abs() / 16 * 1.01 + s.double()[:, None] * 2 ** -10 * 1.01).all())
 
 
 @gpu
