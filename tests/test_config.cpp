@@ -312,7 +312,10 @@ TEST(Fp8Config, PromoteEveryTwo) {
   EXPECT_EQ(c.promote_every, 2);
   EXPECT_NE(c.to_string().find("promote=2"), std::string::npos);
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
-  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  // The staged epilogue (bias, per-row scales) in BF16 only.
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, /*out_fp32=*/true));
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false, /*out_fp16=*/true));
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused));
   c.cluster = 2;  // CTA pairs: the widest tile promotes every two K blocks too, plain epilogue only
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));

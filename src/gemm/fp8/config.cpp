@@ -153,7 +153,7 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
   return false;
 }
 
-bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32) {
+bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
   // Uneven columns: the overlapped 256-wide tile promoting every two K blocks, BF16, plain.
   if (c.uneven && !(c.overlap && c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
                     !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain && !out_fp32))
@@ -170,16 +170,19 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool 
   for (const auto& v : kFp8Variants)
     if (v.block_m == c.block_m && v.block_n == c.block_n) {
       if (v.block_m != 128 && c.cluster != 1) return false;
+      // Promotion every two K blocks: the plain epilogue (CTA pairs at bn=256 too), and the
+      // staged one in BF16 (launch.cu).
       if (c.promote_every == 2)
-        return v.promote2 && epilogue == Fp8EpilogueKind::kPlain && (c.cluster == 1 || v.block_n == 256);
+        return v.promote2 && ((epilogue == Fp8EpilogueKind::kPlain && (c.cluster == 1 || v.block_n == 256)) ||
+                              (epilogue == Fp8EpilogueKind::kBias && c.cluster == 1 && !out_fp32 && !out_fp16));
       if (c.cluster == 2 && v.block_n != 128 && v.block_n != 192) return false;
       return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
     }
   return false;
 }
 
-bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32) {
-  if (fp8_config_compiled(*c, epilogue, out_fp32)) return true;
+bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
+  if (fp8_config_compiled(*c, epilogue, out_fp32, out_fp16)) return true;
   if (!c->overlap) return false;
   c->overlap = false;
   c->reason += " (overlap not compiled for this epilogue or output: off)";
@@ -187,7 +190,7 @@ bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32
     c->uneven = false;
     c->reason += " (uneven off with it)";
   }
-  return fp8_config_compiled(*c, epilogue, out_fp32);
+  return fp8_config_compiled(*c, epilogue, out_fp32, out_fp16);
 }
 
 int fp8_resident_tiles_n(int64_t n) { return static_cast<int>((n + kFp8ResidentBlockN - 1) / kFp8ResidentBlockN); }
@@ -434,7 +437,7 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
   // FP16 output runs the staged (bias) epilogue's kernels.
   if (out_type == OutType::kFP16) epilogue = Fp8EpilogueKind::kBias;
   for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
-    if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32)) {
+    if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32, out_type == OutType::kFP16)) {
       *out = c.config;
       if (epilogue == Fp8EpilogueKind::kFused && fp8::fp8_resident_by_default(m, n, row_bcast_rows, dev.sm_count))
         fp8::fp8_make_resident(out, n, dev.sm_count);

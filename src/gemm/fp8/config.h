@@ -50,11 +50,12 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
 // one; promotion every two K blocks only has the plain epilogue without a bias, and pairs only at
 // bn=256).
-bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32 = false);
+bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32 = false,
+                         bool out_fp16 = false);
 // A scored candidate as it can run with this epilogue and output: true if compiled; an
 // overlapped epilogue that is not compiled for them (a bias, FP32 out at bn=256) is switched
 // off instead (the rest of the config is compiled without it).
-bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32);
+bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16 = false);
 
 // Resident row-broadcast rows (variants.h): the fused kernel with rows [0, P) of the CTA's N block
 // in shared memory. Each CTA must stay on one N block: units walked N block fastest (raster group

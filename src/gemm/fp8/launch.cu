@@ -105,9 +105,9 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (c.cluster == 2 && (!plain || a.m <= 64 || c.splits != 1))
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
-  if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32))
+  if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32, a.out_type == OutType::kFP16))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
-                           " with this epilogue (promote=2: bn=128/176/192/256, plain without a bias, cluster=2 at bn=256 only; "
+                           " with this epilogue (promote=2: bn=128/176/192/256, plain, or staged (bias, per-row scales) in BF16, cluster=2 at bn=256 plain only; "
                            "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias or resident rows, "
                            "no cluster; "
                            "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
@@ -214,6 +214,10 @@ const VariantEntry kEntries[] = {
     entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
     entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
     entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
+    // ... and with the staged epilogue (bias, per-row scales), BF16 out: the large-M tiles of
+    // per-token x per-channel GEMMs (docs/perf.md W1 v15).
+    entry<128, false, false, true, 1, 2>(), entry<192, false, false, true, 1, 2>(),
+    entry<256, false, false, true, 1, 2>(), entry<176, false, false, true, 1, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
     // Overlapped epilogues (fp8_config_compiled): the two tiles where they were measured to win.
@@ -234,7 +238,8 @@ constexpr int expected_entries() {
   // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
   // overlapped-epilogue twins (one with uneven columns).
   int n = 4 + 2 + 2 + 4 + 2;
-  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 2 : 0) + 1;  // + FP16
+  // + FP16; promote 2: plain BF16/FP32 and staged BF16.
+  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 3 : 0) + 1;
   return n;
 }
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
@@ -285,7 +290,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
         key, &cfg, [&] { return fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count); },
         [&](Fp8GemmConfig* c) {
           return fp8_gemm_workspace_size(args.m, args.n, args.k, *c) <= args.workspace_bytes &&
-                 fp8::fp8_usable_config(c, epilogue_kind(args), args.out_type == OutType::kFP32);
+                 fp8::fp8_usable_config(c, epilogue_kind(args), args.out_type == OutType::kFP32,
+                                        args.out_type == OutType::kFP16);
         },
         "fp8_gemm: no usable config for this shape"));
   }
