@@ -6,7 +6,7 @@
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 execute_process(
   COMMAND "${Python3_EXECUTABLE}" -c
-          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(next((l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l), '') if os.path.exists('/proc/self/maps') else '')"
   OUTPUT_VARIABLE _lowbit_torch OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _lowbit_torch_rc ERROR_QUIET)
 if(NOT _lowbit_torch_rc EQUAL 0)
   message(FATAL_ERROR "LOWBIT_BUILD_PYTHON: ${Python3_EXECUTABLE} cannot import torch. The operators are built "
@@ -15,6 +15,15 @@ endif()
 string(REPLACE "\n" ";" _lowbit_torch "${_lowbit_torch}")
 list(GET _lowbit_torch 0 LOWBIT_TORCH_DIR)
 list(GET _lowbit_torch 1 LOWBIT_TORCH_CXX11_ABI)
+# The libstdc++ the interpreter runs with once torch is loaded. The module links that one,
+# shared: a toolchain that links libstdc++ statically by default (the GPU machine's does) put a
+# second copy of its locale and stream code in the module, and formatting a number into an error
+# message (TORCH_CHECK with an int64) crashed the process.
+set(LOWBIT_TORCH_LIBSTDCXX "")
+list(LENGTH _lowbit_torch _lowbit_torch_n)
+if(_lowbit_torch_n GREATER 2)
+  list(GET _lowbit_torch 2 LOWBIT_TORCH_LIBSTDCXX)
+endif()
 message(STATUS "PyTorch for torch.ops.lowbit: ${LOWBIT_TORCH_DIR}")
 
 add_library(lowbit_torch MODULE python/csrc/torch_ops.cpp)
@@ -22,7 +31,7 @@ target_include_directories(lowbit_torch SYSTEM PRIVATE ${LOWBIT_TORCH_DIR}/inclu
                                                        ${LOWBIT_TORCH_DIR}/include/torch/csrc/api/include)
 target_compile_definitions(lowbit_torch PRIVATE _GLIBCXX_USE_CXX11_ABI=${LOWBIT_TORCH_CXX11_ABI})
 target_compile_options(lowbit_torch PRIVATE ${LOWBIT_CXX_WARNINGS})
-target_link_libraries(lowbit_torch PRIVATE lowbit ${LOWBIT_TORCH_DIR}/lib/libtorch.so
+target_link_libraries(lowbit_torch PRIVATE ${LOWBIT_TORCH_LIBSTDCXX} lowbit ${LOWBIT_TORCH_DIR}/lib/libtorch.so
                                            ${LOWBIT_TORCH_DIR}/lib/libtorch_cpu.so ${LOWBIT_TORCH_DIR}/lib/libc10.so)
 set_target_properties(lowbit_torch PROPERTIES
   PREFIX "" OUTPUT_NAME "_lowbit_ops"
