@@ -97,12 +97,13 @@ Status ArgCheck::device(const DeviceInfo** dev) {
   if (!disjoint().ok()) return status_;
   const DeviceInfo* d = nullptr;
   status_ = current_hopper(&d);
-  for (int i = 0; i < count_ && status_.ok(); ++i) status_ = device_accessible(who_, args_[i].name, args_[i].p);
+  for (int i = 0; i < count_ && status_.ok(); ++i)
+    status_ = device_accessible(who_, args_[i].name, args_[i].p, d->device);
   if (status_.ok() && dev) *dev = d;
   return status_;
 }
 
-Status device_accessible(const char* who, const char* name, const void* p) {
+Status device_accessible(const char* who, const char* name, const void* p, int current) {
   cudaPointerAttributes at{};
   const cudaError_t e = cudaPointerGetAttributes(&at, p);
   if (e != cudaSuccess) {
@@ -115,8 +116,7 @@ Status device_accessible(const char* who, const char* name, const void* p) {
   if (at.type == cudaMemoryTypeDevice) {
     // Another GPU's memory: readable only through peer access, which this GPU must support (the
     // caller must also have enabled it; the runtime cannot be asked without changing it).
-    int current = 0, peer = 0;
-    if (cudaGetDevice(&current) != cudaSuccess) cudaGetLastError();
+    int peer = 0;
     if (at.device == current) return Status::Ok();
     if (cudaDeviceCanAccessPeer(&peer, current, at.device) != cudaSuccess) cudaGetLastError();
     if (peer) return Status::Ok();

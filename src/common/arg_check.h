@@ -134,6 +134,7 @@ class ArgCheck {
 // Refuses memory the device cannot read: pageable host memory (unless the device reads it,
 // HMM / ATS), a freed allocation, or an address nothing allocated. Its kernel's access would be
 // an illegal address, which ends the caller's CUDA context. ArgCheck::device runs it per pointer.
-Status device_accessible(const char* who, const char* name, const void* p);
+// `current`: the calling thread's current device (ArgCheck::device has it at hand).
+Status device_accessible(const char* who, const char* name, const void* p, int current);
 
 }  // namespace lowbit::check

@@ -215,7 +215,7 @@ const VariantEntry kEntries[] = {
     entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
     entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
     // ... and with the staged epilogue (bias, per-row scales), BF16 out: the large-M tiles of
-    // per-token x per-channel GEMMs (docs/perf.md W1 v15).
+    // per-token x per-channel GEMMs (docs/perf.md W1 v16).
     entry<128, false, false, true, 1, 2>(), entry<192, false, false, true, 1, 2>(),
     entry<256, false, false, true, 1, 2>(), entry<176, false, false, true, 1, 2>(),
     entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
