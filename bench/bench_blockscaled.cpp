@@ -94,16 +94,23 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   }
   BlockScaledConfig cfg;
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
-  r->config = cfg.to_string();
+  r->config = grouped ? cfg.to_string() : explain_blockscaled_choice(cfg, false, ms[0], n, dev.sm_count, k);
   std::printf("  %s: %s\n", grouped ? "grouped" : "dense",
-              explain_blockscaled_choice(cfg, grouped, ms[0], n, dev.sm_count).c_str());
+              explain_blockscaled_choice(cfg, grouped, ms[0], n, dev.sm_count, k).c_str());
   // --alt configs: timed alongside, interleaved, on the same inputs.
   std::vector<BlockScaledConfig> alts(opt.alt_configs.size());
   for (size_t c = 0; c < alts.size(); ++c)
     LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.alt_configs[c], &alts[c]));
-  const size_t ws_bytes = fp8_grouped_workspace_size(G);
+  // Grouped: the per-group maps and status; dense: split-K scratch for the chooser's pick, or the
+  // forced config's, and each --alt's (zero-filled once, as the API asks).
+  size_t ws_bytes = fp8_grouped_workspace_size(G);
+  if (!grouped) {
+    ws_bytes = fp8_blockscaled_workspace_size(ms[0], n, k, opt.config.empty() ? nullptr : &cfg);
+    for (const auto& a : alts) ws_bytes = std::max(ws_bytes, fp8_blockscaled_workspace_size(ms[0], n, k, &a));
+  }
   DeviceBuffer ws;
   LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+  if (!grouped) LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, ws_bytes, s));
 
   auto dense_args = [&](const InputSet& set, int g, bool base_out) {
     const GroupData& gd = set.g[g];
@@ -118,18 +125,24 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     a.sfa_ld = gd.sfa_ld;
     a.sfb = static_cast<const float*>(set.sfb[g].p);
     a.out_type = out;
+    if (!grouped) {
+      a.workspace = ws.p;
+      a.workspace_bytes = ws_bytes;
+    }
     return a;
   };
-  auto run_config = [&](const BlockScaledConfig& c, cudaStream_t st, int i) {
+  // Without --config the calls choose (dense: the FP8 core's chooser, memoized).
+  const BlockScaledConfig* forced = opt.config.empty() ? nullptr : &cfg;
+  auto run_config = [&](const BlockScaledConfig* c, cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
-    if (!grouped) return fp8_blockscaled_gemm(dense_args(set, 0, false), st, &c);
-    return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, &c);
+    if (!grouped) return fp8_blockscaled_gemm(dense_args(set, 0, false), st, c);
+    return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, c);
   };
-  auto ours = [&](cudaStream_t st, int i) { return run_config(cfg, st, i); };
+  auto ours = [&](cudaStream_t st, int i) { return run_config(forced, st, i); };
   auto ours_loop = [&](cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
     for (int g = 0; g < G; ++g)
-      if (set.g[g].m > 0) LOWBIT_RETURN_IF_ERROR(fp8_blockscaled_gemm(dense_args(set, g, true), st, &cfg));
+      if (set.g[g].m > 0) LOWBIT_RETURN_IF_ERROR(fp8_blockscaled_gemm(dense_args(set, g, true), st, nullptr));
     return Status::Ok();
   };
 
@@ -217,7 +230,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(check(ours, false, ""));
   if (grouped && opt.baseline) LOWBIT_RETURN_IF_ERROR(check(ours_loop, true, "per-group loop"));
   for (size_t c = 0; c < alts.size(); ++c)
-    LOWBIT_RETURN_IF_ERROR(check([&, c](cudaStream_t st, int i) { return run_config(alts[c], st, i); }, false,
+    LOWBIT_RETURN_IF_ERROR(check([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); }, false,
                                  "alt " + alts[c].to_string()));
 
   // cuBLASLt block-scaled, once per group, with scales converted to its layout at setup.
@@ -255,7 +268,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   if (grouped && opt.baseline) { i_loop = static_cast<int>(launches.size()); launches.push_back(ours_loop); }
   const size_t i_alt = launches.size();
   for (size_t c = 0; c < alts.size(); ++c)
-    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(alts[c], st, i); });
+    launches.push_back([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); });
   std::vector<Timing> t;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &t));
   for (size_t c = 0; c < alts.size(); ++c) {

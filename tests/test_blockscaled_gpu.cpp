@@ -173,9 +173,38 @@ Fp8BlockScaledArgs dense_args(const Problem& p) {
   return x;
 }
 
-// Every compiled tile: 128 x 128 and 128 x 256 (two B scale blocks per tile; N = 144, 272, 400
-// leave the last tile's second block partly or wholly past N), each as single CTAs and as CTA
-// pairs multicasting B (with a phantom tile when tile rows are odd).
+// Runs the dense GEMM with `cfg` (null: the chooser) and a zero-filled split-K workspace of the
+// size the call asks for.
+Status run_dense(const Problem& p, const BlockScaledConfig* cfg) {
+  Fp8BlockScaledArgs x = dense_args(p);
+  const size_t wsb = fp8_blockscaled_workspace_size(p.m, p.n, p.k, cfg);
+  bench::DeviceBuffer ws;
+  LOWBIT_RETURN_IF_ERROR(ws.alloc(wsb));
+  LOWBIT_RETURN_IF_ERROR(workspace_init(ws.p, wsb, nullptr));
+  x.workspace = ws.p;
+  x.workspace_bytes = wsb;
+  const Status st = fp8_blockscaled_gemm(x, nullptr, cfg);
+  if (cudaDeviceSynchronize() != cudaSuccess) return Status::Error(StatusCode::kCudaError, "sync");
+  return st;
+}
+
+// Every dense tile of the FP8 core (128 x 64 / 128 / 256, 64 x 64), split K ways or not (every
+// split promotes its own K blocks with their scales; the fix-up adds FP32 partial tiles), and
+// the chooser. N = 144, 272, 400 leave the last 256-wide tile's second scale block partly or
+// wholly past N; 64-wide tiles take the scales of the 128 block they lie in.
+std::vector<BlockScaledConfig> dense_configs() {
+  std::vector<BlockScaledConfig> out;
+  for (const char* text : {"bn=128", "bn=256", "bn=64", "bm=64,bn=64", "bn=128,splits=3", "bm=64,bn=64,splits=2",
+                           "bn=256,splits=2,grid=5,group=2"}) {
+    BlockScaledConfig c;
+    EXPECT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Every grouped tile: 128 x 128 and 128 x 256, each as single CTAs and as CTA pairs multicasting
+// B (with a phantom tile when tile rows are odd).
 std::vector<BlockScaledConfig> tile_configs() {
   std::vector<BlockScaledConfig> out;
   for (int v = 0; v < 4; ++v) {
@@ -196,14 +225,17 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
                       {129, 272, 2048, OutType::kFP32, 8}, {300, 16, 16, OutType::kBF16, 0},
                       {257, 400, 512, OutType::kBF16, 0}};
   int salt = 0;
-  for (const BlockScaledConfig& cfg : tile_configs()) {
+  std::vector<BlockScaledConfig> configs = dense_configs();
+  configs.push_back(BlockScaledConfig{});  // the marker for "no config": the chooser
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const BlockScaledConfig* cfg = i + 1 < configs.size() ? &configs[i] : nullptr;
     for (const auto& s : shapes) {
+      if (cfg && cfg->splits > (s.k + 127) / 128) continue;  // more splits than K blocks: refused
       Problem p;
       p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
-      const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr, &cfg);
+      const Status st = run_dense(p, cfg);
       ASSERT_TRUE(st.ok()) << st.to_string();
-      CUDA_OK(cudaDeviceSynchronize());
-      expect_exact(p, p.read(p.d.p), "dense " + cfg.to_string());
+      expect_exact(p, p.read(p.d.p), "dense " + (cfg ? cfg->to_string() : std::string("chosen")));
     }
   }
 }
@@ -215,14 +247,13 @@ TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
                       {64, 256, 2048, OutType::kFP32}, {1000, 1024, 512, OutType::kBF16}};
   int salt = 100;
   for (const auto& s : shapes)
-    for (int block_n : {128, 256}) {
+    for (int block_n : {0, 64, 128, 256}) {
       Problem p;
       p.make(s.m, s.n, s.k, s.out, Inputs::kUniform, seed_for(++salt));
       BlockScaledConfig cfg;
       cfg.block_n = block_n;
-      const Status st = fp8_blockscaled_gemm(dense_args(p), nullptr, &cfg);
+      const Status st = run_dense(p, block_n ? &cfg : nullptr);  // 0: the chooser (splits where it pays)
       ASSERT_TRUE(st.ok()) << st.to_string();
-      CUDA_OK(cudaDeviceSynchronize());
       const auto got = p.read(p.d.p);
       // cuBLASLt's block-scaled FP8 on the same inputs: its error is the bar.
       bench::CublasLtFp8BlockScaled lt;

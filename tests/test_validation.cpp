@@ -270,7 +270,13 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_EQ(c.block_n, 256);
   EXPECT_EQ(c.cluster, 0);
   EXPECT_FALSE(parse_blockscaled_config("bn=192", &c).ok());  // not a whole number of B scale blocks
-  EXPECT_FALSE(parse_blockscaled_config("bn=64", &c).ok());
+  // Dense tiles of the FP8 core: 64 columns (inside one scale block), 64 rows, split-K.
+  ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=4", &c).ok());
+  EXPECT_EQ(c.block_m, 64);
+  EXPECT_EQ(c.block_n, 64);
+  EXPECT_EQ(c.splits, 4);
+  EXPECT_FALSE(parse_blockscaled_config("bm=32", &c).ok());
+  EXPECT_FALSE(parse_blockscaled_config("splits=-1", &c).ok());
   // Multicast pairs are compiled for both tile widths.
   ASSERT_TRUE(parse_blockscaled_config("bn=256,cluster=2", &c).ok());
   EXPECT_EQ(c.block_n, 256);
@@ -281,22 +287,28 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
 }
 
-// The tile chooser is data: it says what it picks and why. Full waves of wide tiles win; a
-// problem with fewer wide tiles than SMs keeps 128 columns.
+// The tile chooser is data: it says what it picks and why. Dense: the FP8 core's cost model over
+// the block-scaled tiles (small M splits K or takes 64-row tiles; large M the wide tile); grouped:
+// the wide tile unless forced.
 TEST(BlockScaledValidation, ExplainsTileChoice) {
   const BlockScaledConfig def;
-  EXPECT_EQ(explain_blockscaled_choice(def, false, 4096, 7168, 132).rfind("bn=256,cluster=1 (cost", 0), 0u);
-  EXPECT_EQ(explain_blockscaled_choice(def, false, 128, 7168, 132).rfind("bn=128,cluster=1 (cost", 0), 0u);
+  const std::string big = explain_blockscaled_choice(def, false, 4096, 7168, 132, 16384);
+  EXPECT_EQ(big.rfind("bm=128,bn=256,splits=1", 0), 0u) << big;
+  EXPECT_NE(big.find("cost model"), std::string::npos) << big;
+  const std::string small = explain_blockscaled_choice(def, false, 64, 2112, 132, 7168);
+  EXPECT_TRUE(small.find("splits=1,") == std::string::npos || small.rfind("bm=64", 0) == 0) << small;
   EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,cluster=1 (grouped", 0), 0u);
   BlockScaledConfig pair;
   pair.cluster = 2;
-  EXPECT_EQ(explain_blockscaled_choice(pair, false, 4096, 7168, 132).rfind("bn=256,cluster=2 (cost", 0), 0u);
   EXPECT_EQ(explain_blockscaled_choice(pair, true, 0, 0, 132).rfind("bn=256,cluster=2 (grouped", 0), 0u);
   BlockScaledConfig forced;
   forced.block_n = 128;
-  EXPECT_EQ(explain_blockscaled_choice(forced, false, 4096, 7168, 132), "bn=128,cluster=1 (forced)");
+  const std::string f = explain_blockscaled_choice(forced, false, 4096, 7168, 132, 7168);
+  EXPECT_NE(f.find("bn=128"), std::string::npos) << f;
+  EXPECT_NE(f.find("(forced)"), std::string::npos) << f;
+  EXPECT_EQ(explain_blockscaled_choice(forced, true, 0, 0, 132), "bn=128,cluster=1 (forced)");
   // An unknown SM count (what a failed device query leaves) still answers (it divided by zero).
-  EXPECT_FALSE(explain_blockscaled_choice(def, false, 4096, 7168, 0).empty());
+  EXPECT_FALSE(explain_blockscaled_choice(def, false, 4096, 7168, 0, 7168).empty());
 }
 
 TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
@@ -307,6 +319,17 @@ TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
   EXPECT_EQ(fp8_grouped_gemm(probs, 2, OutType::kBF16, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(fp8_grouped_gemm(probs, 100, OutType::kBF16, ws, 64, nullptr).code(), StatusCode::kWorkspaceTooSmall);
   EXPECT_GT(fp8_grouped_workspace_size(1024), 1024u * 3 * 128);
+  // The dense GEMM's tiles and split-K are not the grouped kernel's.
+  for (const char* text : {"bn=64", "bm=64", "splits=2"}) {
+    BlockScaledConfig c;
+    ASSERT_TRUE(parse_blockscaled_config(text, &c).ok());
+    const size_t wsb = fp8_grouped_workspace_size(2);
+    std::vector<char> big(wsb + 128);
+    void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(big.data()) + 127) / 128 * 128);
+    const Status st = fp8_grouped_gemm(probs, 2, OutType::kBF16, aligned, wsb, nullptr, &c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(st.message().find("dense GEMM's"), std::string::npos) << text << ": " << st.message();
+  }
 }
 
 TEST(BlockScaledValidation, HostDescriptorRules) {

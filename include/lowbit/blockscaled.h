@@ -33,30 +33,45 @@ struct Fp8BlockScaledArgs {
   int64_t sfa_ld = 0;          // >= m, multiple of 4
   const float* sfb = nullptr;  // [nblocks, kblocks], 4-byte aligned
   OutType out_type = OutType::kBF16;
+  // Caller-owned scratch for split-K (fp8_blockscaled_workspace_size says how much; 0 bytes: no
+  // split-K), zero-filled once before its first use (workspace_init), left zeroed by every call:
+  // the same contract as Fp8GemmArgs::workspace, and one buffer can serve both.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // Launch knobs of the block-scaled kernels, printable and forceable from lowbit-bench.
+// The dense GEMM runs on the FP8 GEMM core (its tiles, split-K and cost model); the grouped one
+// on its own kernel. A forced dense config overrides what it sets (non-zero fields; group as given).
 struct BlockScaledConfig {
-  int grid = 0;          // persistent CTAs; 0 = the device's SM count (dense: at most one per tile)
+  int grid = 0;          // persistent CTAs; 0 = auto (dense: the chooser's; grouped: the SM count)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
-  // CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1: the
-  // multicast pairs measured no faster so far, docs/perf.md).
+  // Grouped: CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1:
+  // the multicast pairs measured no faster so far, docs/perf.md). Dense: 0 or 1.
   int cluster = 0;
-  // Tile columns: 128 or 256 (one or two B scale blocks per tile); 0 = auto (dense: by a cost
-  // model over the tiles' waves; grouped: 256, since the host does not see the group sizes),
-  // single CTAs or pairs alike.
+  // Tile columns: dense 64, 128 or 256, grouped 128 or 256; 0 = auto (dense: the cost model;
+  // grouped: 256, since the host does not see the group sizes).
   int block_n = 0;
+  int block_m = 0;  // dense tile rows: 128, or 64 (with block_n = 64); 0 = auto
+  int splits = 0;   // dense split-K factor (needs the workspace); 0 = auto
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,cluster=2,bn=256" (any subset); unknown keys are an error.
+// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4" (any subset); unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
-// The tile a call with `config` runs (dense: M x N on `sm_count` SMs; grouped: M and N unused)
-// and why, e.g. "bn=256,cluster=1 (cost ...)". lowbit-bench prints it.
+// What a call with `config` runs and why (dense: M x N x K on `sm_count` SMs with as much
+// workspace as it wants, e.g. "bm=128,bn=64,splits=4,group=8,grid=132 (cost model ...)";
+// grouped: M, N and K unused, e.g. "bn=256,cluster=1 (grouped ...)"). lowbit-bench prints it.
 std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
-                                      int sm_count);
+                                      int sm_count, int64_t k = 0);
 
-// Dense block-scaled GEMM on `stream`: no allocation, no synchronization.
+// Split-K workspace a dense call needs: for `config` (its splits), or, without one, the most the
+// chooser would use for this shape on the current device (saturates at SIZE_MAX, never wraps).
+size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const BlockScaledConfig* config = nullptr);
+
+// Dense block-scaled GEMM on `stream`: no allocation, no synchronization. Without a forced config
+// it picks the best tile and split the workspace can hold (memoized per device, shape, output
+// type and workspace size).
 Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& args, cudaStream_t stream,
                             const BlockScaledConfig* config = nullptr);
 

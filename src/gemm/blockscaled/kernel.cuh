@@ -1,5 +1,5 @@
-// Block-scaled FP8 GEMM kernel, dense or grouped (the problem layout is a template parameter):
-// persistent, warp-specialized (one TMA producer warpgroup, two WGMMA consumer warpgroups), a
+// Grouped block-scaled FP8 GEMM kernel (the dense GEMM runs on the FP8 core:
+// gemm/blockscaled/core_traits.cuh; this one moves there next, issue 39): persistent, warp-specialized (one TMA producer warpgroup, two WGMMA consumer warpgroups), a
 // ring of stages carrying A, B and the A scales, FP32 promotion with the block scales, TMA-store
 // epilogue (the FP8 GEMM's).
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
@@ -21,7 +21,7 @@
 
 namespace lowbit::blockscaled {
 
-template <class T, bool kGrouped>
+template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     blockscaled_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                             const __grid_constant__ CUtensorMap tm_d, const BlockScaledParams p) {
@@ -48,13 +48,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if (threadIdx.x == 0) {
     ss.bars.init(8, T::kClusterM - 1);
     hopper::mbarrier_init_fence();
-    if constexpr (!kGrouped) {
-      hopper::tma_prefetch_descriptor(&tm_a);
-      hopper::tma_prefetch_descriptor(&tm_b);
-      hopper::tma_prefetch_descriptor(&tm_d);
-    }
   }
-  const bool table_in_smem = kGrouped && p.groups + 1 <= kSmemGroupTable + 1;
+  const bool table_in_smem = p.groups + 1 <= kSmemGroupTable + 1;
   if (table_in_smem)
     for (int i = threadIdx.x; i <= p.groups; i += blockDim.x) ss.tile_start[i] = p.tile_start[i];
   // Peers' barriers must be initialized before the first multicast or remote arrival.
@@ -66,13 +61,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   auto make_problems = [&](bool issues_tma) {
     const int rank = T::kClusterM > 1 ? static_cast<int>(hopper::cluster_rank()) : 0;
-    if constexpr (kGrouped) {
-      return GroupedProblems<T::kBlockN>{
-          p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups}, issues_tma, rank};
-    } else {
-      (void)issues_tma;
-      return DenseProblems<T::kBlockN>{p, &tm_a, &tm_b, &tm_d, rank};
-    }
+    return GroupedProblems<T::kBlockN>{
+        p, gemm::GroupedTileSchedule{table_in_smem ? ss.tile_start : p.tile_start, p.groups}, issues_tma, rank};
   };
 
   // Role split.

@@ -11,11 +11,16 @@
 #include <mutex>
 #include <string>
 
+#include "common/choice_cache.h"
 #include "common/key_value.h"
 #include "common/ok_once.h"
+#include "gemm/blockscaled/core_traits.cuh"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
+#include "gemm/fp8/config.h"
+#include "gemm/fp8/kernel.cuh"
+#include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
@@ -46,10 +51,10 @@ struct Variant {
 // One compiled variant: output type x problem layout x tile. The grid is a multiple of the
 // cluster size and no larger than the clusters the device can hold at once, so every persistent
 // CTA is resident.
-template <bool kOutFp32, bool kGrouped, int kClusterM, int kBlockN>
+template <bool kOutFp32, int kClusterM, int kBlockN>
 struct Launcher {
   using T = Traits<kOutFp32, kClusterM, kBlockN>;
-  static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T, kGrouped>;
+  static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T>;
 
   // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
@@ -60,27 +65,26 @@ struct Launcher {
     const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kClusterM, /*oversubscribe=*/false);
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
-      std::fprintf(stderr, "[lowbit] blockscaled %s: bn=%d, %d stages, %d CTAs in clusters of %d (at most %d resident)\n",
-                   kGrouped ? "grouped" : "dense", kBlockN, T::kStages, ctas, kClusterM, max_ctas);
+      std::fprintf(stderr, "[lowbit] blockscaled grouped: bn=%d, %d stages, %d CTAs in clusters of %d (at most %d resident)\n",
+                   kBlockN, T::kStages, ctas, kClusterM, max_ctas);
     return hopper::launch_clustered(kernel, ctas, T::kThreads, T::kSmemBytes, kClusterM, stream, a, b, d, p);
   }
 };
 
-template <bool kGrouped, bool kOutFp32>
+template <bool kOutFp32>
 cudaError_t launch_variant(Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
                            const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
   if (v.block_n == 256)
-    return v.cluster == 2 ? Launcher<kOutFp32, kGrouped, 2, 256>::launch(grid, max_units, s, a, b, d, p, device)
-                          : Launcher<kOutFp32, kGrouped, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
-  if (v.cluster == 2) return Launcher<kOutFp32, kGrouped, 2, 128>::launch(grid, max_units, s, a, b, d, p, device);
-  return Launcher<kOutFp32, kGrouped, 1, 128>::launch(grid, max_units, s, a, b, d, p, device);
+    return v.cluster == 2 ? Launcher<kOutFp32, 2, 256>::launch(grid, max_units, s, a, b, d, p, device)
+                          : Launcher<kOutFp32, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
+  if (v.cluster == 2) return Launcher<kOutFp32, 2, 128>::launch(grid, max_units, s, a, b, d, p, device);
+  return Launcher<kOutFp32, 1, 128>::launch(grid, max_units, s, a, b, d, p, device);
 }
 
-template <bool kGrouped>
 cudaError_t launch_for(OutType out, Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
                        const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  return out == OutType::kFP32 ? launch_variant<kGrouped, true>(v, grid, max_units, s, a, b, d, p, device)
-                               : launch_variant<kGrouped, false>(v, grid, max_units, s, a, b, d, p, device);
+  return out == OutType::kFP32 ? launch_variant<true>(v, grid, max_units, s, a, b, d, p, device)
+                               : launch_variant<false>(v, grid, max_units, s, a, b, d, p, device);
 }
 
 template <bool kOutFp32>
@@ -104,53 +108,103 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.raster_group < 1 || c.raster_group > gemm::kMaxRasterGroup)
     return Status::Invalid(std::string(who) + ": raster_group must be in [1, " + std::to_string(gemm::kMaxRasterGroup) + "]");
   if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
-  if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
-    return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 128 or 256 (got " +
+  if (c.block_n != 0 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
+    return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 64 (dense), 128 or 256 (got " +
                            std::to_string(c.block_n) + ")");
+  if (c.block_m != 0 && c.block_m != 64 && c.block_m != 128)
+    return Status::Invalid(std::string(who) + ": block_m must be 0 (auto), 64 or 128 (dense; got " +
+                           std::to_string(c.block_m) + ")");
+  if (c.splits < 0) return Status::Invalid(std::string(who) + ": splits must be >= 0 (0 = auto)");
   return Status::Ok();
 }
 
-// Tile choice. Grouped: the group sizes live on the device, so the host cannot count tiles; the
-// 128 x 256 tile is the default (the grouped GEMM exists for large groups; tiny ones can force
-// bn=128). Dense: the tile with the lower cost = rounds of tiles over the SMs x the tile's work
-// / its rate, where the 128 x 256 tile runs kWideTileRate times faster per FLOP (measured 1.08-1.15
-// on full waves, docs/perf.md block-scaled v3), so it wins whenever its waves are not much
-// emptier: 128 x 7168 x 2048 (28 wide tiles for 132 SMs) keeps 128 columns, M = 4096 takes 256.
-constexpr double kWideTileRate = 1.10;
+// ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
 
-double dense_tile_cost(int64_t m, int64_t n, int block_n, int sms) {
-  if (sms <= 0) sms = 1;  // an unknown SM count (a failed device query) must not divide by zero
-  const int64_t tiles = ((m + 127) / 128) * ((n + block_n - 1) / block_n);
-  const int64_t rounds = (tiles + sms - 1) / sms;
-  return static_cast<double>(rounds) * block_n / (block_n == 256 ? kWideTileRate : 1.0);
+// The compiled tiles (core_traits.cuh): 128 rows x 64, 128 or 256 columns, 64 x 64; BF16 and
+// FP32 out. Each is a core FP8 variant's shape, so the core's cost model scores them.
+bool core_tile_compiled(int block_m, int block_n) {
+  return (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 256)) || (block_m == 64 && block_n == 64);
 }
 
-Variant choose_variant(const BlockScaledConfig& c, bool grouped, int64_t m, int64_t n, int sms,
-                       std::string* why = nullptr) {
-  Variant v{c.block_n, c.cluster > 0 ? c.cluster : kDefaultCluster};
-  double wide = 0.0, narrow = 0.0;
-  if (v.block_n == 0) {
-    if (grouped) {
-      v.block_n = 256;
-    } else {
-      wide = dense_tile_cost(m, n, 256, sms);
-      narrow = dense_tile_cost(m, n, 128, sms);
-      v.block_n = wide <= narrow ? 256 : 128;
+using CoreLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                     const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
+struct CoreEntry {
+  int block_m, block_n;
+  bool out_fp32;
+  CoreLaunchFn launch;
+  int smem_bytes;
+};
+template <int BM, int BN, bool F32>
+cudaError_t core_launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
+                        const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
+  using T = blockscaled::CoreTraits<BM, BN, F32>;
+  // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
+  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device, s,
+                                                            launched, a, b, d, d, p);
+}
+template <int BM, int BN, bool F32>
+constexpr CoreEntry core_entry() {
+  return CoreEntry{BM, BN, F32, &core_launch<BM, BN, F32>, blockscaled::CoreTraits<BM, BN, F32>::kSmemBytes};
+}
+const CoreEntry kCoreEntries[] = {
+    core_entry<128, 128, false>(), core_entry<128, 128, true>(), core_entry<128, 256, false>(),
+    core_entry<128, 256, true>(),  core_entry<128, 64, false>(),  core_entry<128, 64, true>(),
+    core_entry<64, 64, false>(),   core_entry<64, 64, true>(),
+};
+const CoreEntry* find_core_entry(int block_m, int block_n, bool out_fp32) {
+  for (const auto& e : kCoreEntries)
+    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32) return &e;
+  return nullptr;
+}
+
+// The core's cost model, restricted to what the block-scaled kernels compile: one K block per
+// promotion (the scales change every block), single CTAs, no overlapped epilogue or uneven
+// columns. `fits` says whether a candidate's split-K workspace is available.
+template <class Fits>
+Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp8GemmConfig* out,
+                  std::string* why = nullptr) {
+  for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms)) {
+    Fp8GemmConfig c = cand.config;
+    if (c.promote_every != 1 || c.cluster != 1 || !core_tile_compiled(c.block_m, c.block_n)) continue;
+    c.overlap = false;
+    c.uneven = false;
+    if (!fits(c)) continue;
+    if (why) {
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
+                    cand.bound, cand.units);
+      *why = buf;
     }
+    *out = c;
+    return Status::Ok();
   }
+  return Status::Invalid("fp8_blockscaled_gemm: no compiled tile for this shape");
+}
+
+// A forced dense config over the chooser's pick: its non-zero tile, split and grid fields, and its
+// raster group.
+void apply_forced(const BlockScaledConfig& f, Fp8GemmConfig* c) {
+  if (f.block_m) c->block_m = f.block_m;
+  if (f.block_n) c->block_n = f.block_n;
+  if (f.splits) c->splits = f.splits;
+  if (f.grid) c->grid = f.grid;
+  c->raster_group = f.raster_group;
+}
+
+std::string dense_text(const Fp8GemmConfig& c) {
+  return "bm=" + std::to_string(c.block_m) + ",bn=" + std::to_string(c.block_n) + ",splits=" +
+         std::to_string(c.splits) + ",group=" + std::to_string(c.raster_group) + ",grid=" + std::to_string(c.grid);
+}
+
+// The grouped tile: the group sizes live on the device, so the host cannot count tiles; the
+// 128 x 256 tile is the default (the grouped GEMM exists for large groups; tiny ones can force
+// bn=128). The dense GEMM's choice is the FP8 core's (pick_dense).
+Variant choose_variant(const BlockScaledConfig& c, std::string* why = nullptr) {
+  const Variant v{c.block_n != 0 ? c.block_n : 256, c.cluster > 0 ? c.cluster : kDefaultCluster};
   // The reason is built only when asked for (a call asks nothing: no string work per call).
-  if (why) {
-    std::string reason = "forced";
-    if (c.block_n == 0 && grouped) {
-      reason = "grouped: group sizes are on the device; the wide tile by default";
-    } else if (c.block_n == 0) {
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), "cost (rounds x width / rate) bn=256 %.0f vs bn=128 %.0f on %d SMs", wide,
-                    narrow, sms);
-      reason = buf;
-    }
-    *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" + reason + ")";
-  }
+  if (why)
+    *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" +
+           (c.block_n == 0 ? "grouped: group sizes are on the device; the wide tile by default" : "forced") + ")";
   return v;
 }
 
@@ -211,14 +265,27 @@ Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
 
 std::string BlockScaledConfig::to_string() const {
   return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
-         std::to_string(cluster) + ",bn=" + std::to_string(block_n);
+         std::to_string(cluster) + ",bn=" + std::to_string(block_n) + ",bm=" + std::to_string(block_m) +
+         ",splits=" + std::to_string(splits);
 }
 
 std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
-                                      int sm_count) {
+                                      int sm_count, int64_t k) {
   std::string why;
-  choose_variant(config, grouped, m, n, sm_count, &why);
-  return why;
+  if (grouped) {
+    choose_variant(config, &why);
+    return why;
+  }
+  if (m < 1 || n < 16 || k < 16) return "dense: needs M >= 1 and N, K >= 16";
+  Fp8GemmConfig c;
+  const Status st = pick_dense(m, n, k, sm_count > 0 ? sm_count : 1, [](const Fp8GemmConfig&) { return true; }, &c, &why);
+  if (!st.ok()) return st.message();
+  const bool forced = config.block_m || config.block_n || config.splits || config.grid || config.raster_group != 8;
+  if (forced) {
+    apply_forced(config, &c);
+    why = " (forced)";
+  }
+  return dense_text(c) + why;
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -229,7 +296,9 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
     else if (key == "group") c.raster_group = value;
     else if (key == "cluster") c.cluster = value;
     else if (key == "bn") c.block_n = value;
-    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster, bn)");
+    else if (key == "bm") c.block_m = value;
+    else if (key == "splits") c.splits = value;
+    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster, bn, bm, splits)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -237,11 +306,74 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
   return Status::Ok();
 }
 
+namespace {
+
+// The dense config of a call: the chooser's pick (memoized per device, shape, output and
+// workspace), then a forced config's fields; checked against what is compiled and the workspace.
+Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced, const DeviceInfo& dev,
+                    Fp8GemmConfig* out) {
+  static ChoiceCache<6, Fp8GemmConfig> chosen;
+  const ChoiceKey<6> key{{dev.device, x.m, x.n, x.k, static_cast<int64_t>(x.out_type), check::extent_of(x.workspace_bytes)}};
+  Fp8GemmConfig c;
+  LOWBIT_RETURN_IF_ERROR(chosen.pick(
+      key, &c, [&] { return fp8::score_fp8_candidates(x.m, x.n, x.k, dev.sm_count); },
+      [&](Fp8GemmConfig* cand) {
+        if (cand->promote_every != 1 || cand->cluster != 1 || !core_tile_compiled(cand->block_m, cand->block_n))
+          return false;
+        cand->overlap = false;
+        cand->uneven = false;
+        return fp8_gemm_workspace_size(x.m, x.n, x.k, *cand) <= x.workspace_bytes;
+      },
+      "fp8_blockscaled_gemm: no compiled tile for this shape"));
+  if (forced) {
+    apply_forced(*forced, &c);
+    if (forced->cluster > 1)
+      return Status::Invalid("fp8_blockscaled_gemm: the dense GEMM runs single CTAs (cluster=2 is the grouped GEMM's)");
+    if (!core_tile_compiled(c.block_m, c.block_n))
+      return Status::Invalid("fp8_blockscaled_gemm: no dense tile bm=" + std::to_string(c.block_m) + ", bn=" +
+                             std::to_string(c.block_n) + " (128 x 64, 128 x 128, 128 x 256, 64 x 64)");
+    const int kb = fp8::fp8_k_blocks(x.k);
+    if (c.splits < 1 || c.splits > kb)
+      return Status::Invalid("fp8_blockscaled_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
+    LOWBIT_RETURN_IF_ERROR(
+        gemm::check_split_tiles("fp8_blockscaled_gemm", fp8::fp8_tiles(x.m, x.n, c.block_m, c.block_n), c.splits));
+    const size_t need = fp8_gemm_workspace_size(x.m, x.n, x.k, c);
+    if (need > x.workspace_bytes)
+      return Status::Error(StatusCode::kWorkspaceTooSmall, "fp8_blockscaled_gemm: " + dense_text(c) + " needs " +
+                                                               std::to_string(need) + " bytes of workspace, got " +
+                                                               std::to_string(x.workspace_bytes));
+  }
+  *out = c;
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const BlockScaledConfig* config) {
+  check::ArgCheck shape("fp8_blockscaled_workspace_size");
+  if (!gemm::gemm_shape(shape, m, n, k, 16).ok()) return 0;
+  Fp8GemmConfig c;
+  if (config && config->splits > 0) {
+    c.block_m = config->block_m ? config->block_m : 128;
+    c.block_n = config->block_n ? config->block_n : 128;
+    c.splits = config->splits;
+    return fp8_gemm_workspace_size(m, n, k, c);
+  }
+  const DeviceInfo* dev = nullptr;
+  if (!current_device(&dev).ok()) return 0;
+  size_t most = 0;
+  // The chooser takes the best candidate that fits: the first compiled one needs the most.
+  if (pick_dense(m, n, k, dev->sm_count, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
+    if (config) apply_forced(*config, &c);
+    most = fp8_gemm_workspace_size(m, n, k, c);
+  }
+  return most;
+}
+
 Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, const BlockScaledConfig* forced) {
   using check::extent;
   using check::Null;
   const char* who = "fp8_blockscaled_gemm";
-  const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
   check::ArgCheck c(who);
   gemm::gemm_shape(c, x.m, x.n, x.k, 16)
       .ptr("A", x.a, 16, Null::kRefused, extent(x.m, x.k))
@@ -253,43 +385,64 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
       .ptr("sfb", x.sfb, 4, Null::kRefused, extent(check::ceil_div(x.n, 128), check::ceil_div(x.k, 128), 4))
       .rule(x.sfa_ld < x.m || x.sfa_ld % 4 != 0,
             [&] { return "sfa_ld must be >= M and a multiple of 4 (got " + std::to_string(x.sfa_ld) + ")"; })
-      .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
+      .rule(x.out_type != OutType::kBF16 && x.out_type != OutType::kFP32,
+            [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); })
+      .rule(x.workspace_bytes > 0 && !x.workspace, [] { return std::string("workspace_bytes > 0 with a null workspace"); })
+      .out("workspace", x.workspace, 16, check::extent_of(x.workspace_bytes), Null::kAllowed);
   LOWBIT_RETURN_IF_ERROR(c.status());
-  LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
+  if (forced) LOWBIT_RETURN_IF_ERROR(check_config(who, *forced));
   const DeviceInfo* devp = nullptr;
   LOWBIT_RETURN_IF_ERROR(c.device(&devp));
   const DeviceInfo& dev = *devp;
-  const Variant v = choose_variant(cfg, /*grouped=*/false, x.m, x.n, dev.sm_count);
-  LOWBIT_RETURN_IF_ERROR(check_smem(dev, x.out_type, v));
+  Fp8GemmConfig cfg;
+  LOWBIT_RETURN_IF_ERROR(dense_config(x, forced, dev, &cfg));
+  const bool f32 = x.out_type == OutType::kFP32;
+  const CoreEntry* entry = find_core_entry(cfg.block_m, cfg.block_n, f32);
+  if (!entry) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg));
+  if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, std::string(who) + ": kernel needs " +
+                                                             std::to_string(entry->smem_bytes) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(dev.smem_per_block_optin));
 
-  const int cluster = v.cluster;
-  const MapShapes s = map_shapes(x.a, x.b, x.d, static_cast<uint64_t>(x.m), static_cast<uint64_t>(x.n),
-                                 static_cast<uint64_t>(x.k), x.out_type, v);
+  // Maps as the FP8 core's: A in boxes of the tile's rows (64 where M <= 64: boxes past the last
+  // row stream slower), B in boxes of the tile's columns, D in the epilogue's staged chunks.
+  const int a_box_rows = x.m <= 64 ? 64 : cfg.block_m;
+  hopper::TensorMap2dSpec sa = hopper::dense_2d(x.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, x.m, x.k,
+                                                static_cast<uint32_t>(a_box_rows), 128);
+  hopper::TensorMap2dSpec sb = hopper::dense_2d(x.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, x.n, x.k,
+                                                static_cast<uint32_t>(cfg.block_n), 128);
+  const int ob = f32 ? 4 : 2;
+  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
+  hopper::TensorMap2dSpec sd =
+      hopper::dense_2d(x.d, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ob, x.m, x.n, 64,
+                       static_cast<uint32_t>(chunk_bytes / ob));
+  sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
+               : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
+                                   : hopper::TmaSwizzle::k32B;
+  sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   CUtensorMap tm_a, tm_b, tm_d;
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &tm_a));
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &tm_b));
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.d, &tm_d));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
+  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
-  const int tiles_m = static_cast<int>((x.m + 127) / 128);
-  BlockScaledParams p{};
-  p.cluster_m = cluster;
-  p.group_m = cfg.raster_group;
-  p.sched.tiles_m = (tiles_m + cluster - 1) / cluster;
-  p.sched.tiles_n = static_cast<int>((x.n + v.block_n - 1) / v.block_n);
-  p.sched.k_blocks = static_cast<int>((x.k + 127) / 128);
-  p.sched.splits = 1;
-  p.sched.group_m = std::min(cfg.raster_group, p.sched.tiles_m);
-  p.m = static_cast<int>(x.m);
-  p.n = static_cast<int>(x.n);
-  p.sfa = x.sfa;
-  p.sfa_ld = x.sfa_ld;
-  p.sfb = x.sfb;
-  const int64_t units = static_cast<int64_t>(p.sched.tiles_m) * p.sched.tiles_n;
-  if (units > gemm::kMaxUnits) return Status::Invalid(std::string(who) + ": 2^30 output tiles or more");
-  const cudaError_t e = launch_for<false>(x.out_type, v, cfg.grid, static_cast<int>(units), stream, tm_a, tm_b,
-                                          tm_d, p, dev.device);
-  if (e != cudaSuccess) return gemm::cuda_error("fp8_blockscaled_gemm launch", e);
-  return Status::Ok();
+  fp8::Fp8KernelParams p{};
+  const int k_blocks = fp8::fp8_k_blocks(x.k);
+  p.sched = fp8::fp8_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group,
+                              dev.sm_count);
+  p.walk = gemm::TileWalk::of(p.sched);
+  p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);
+  p.epi.row_period = 1;
+  p.bs = {x.sfa, x.sfa_ld, x.sfb, k_blocks};
+  gemm::bind_split_k_workspace(p, x.workspace);
+  const int units = p.sched.num_units();
+  int launched = 0;
+  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  auto describe = [&] {
+    return std::string(who) + " " + std::to_string(x.m) + "x" + std::to_string(x.n) + "x" + std::to_string(x.k) +
+           " " + dense_text(cfg);
+  };
+  return gemm::launch_status(e, describe, launched, units);
 }
 
 size_t fp8_grouped_workspace_size(int max_groups) {
@@ -326,10 +479,13 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
       .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
+  if (cfg.block_n == 64 || cfg.block_m != 0 || cfg.splits != 0)
+    return Status::Invalid(std::string(who) + ": the grouped GEMM runs 128-row tiles of 128 or 256 columns, unsplit "
+                                              "(bn=64, bm and splits are the dense GEMM's)");
   const DeviceInfo* devp = nullptr;
   LOWBIT_RETURN_IF_ERROR(c.device(&devp));
   const DeviceInfo& dev = *devp;
-  const Variant v = choose_variant(cfg, /*grouped=*/true, 0, 0, dev.sm_count);
+  const Variant v = choose_variant(cfg);
   LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
   const int cluster = v.cluster;
   const GroupedMaps* tmpl = nullptr;
@@ -350,7 +506,7 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   p.tile_start = ws.tile_start;
   p.maps = ws.maps;
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
-  e = launch_for<true>(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
+  e = launch_for(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
   if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm launch", e);
   return Status::Ok();
 }

@@ -28,6 +28,7 @@ struct ScaleStageLoad {
     if (bytes == 0) return;  // a cluster's phantom tile past the last M block
     hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
   }
+  __device__ __forceinline__ uint32_t tx_bytes() const { return bytes; }
 };
 
 // Consumer side (fp8::Consumer's Promotion policy). The B scales of a K block are one float per
@@ -46,6 +47,20 @@ struct BlockScalePromotion {
 
   static constexpr bool kReadsStage = true;  // the stage's A scales
   struct Pending { float sb[T::kScaleBlocksN]; };
+
+  // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
+  __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
+    const int t = static_cast<int>(threadIdx.x) % 128;
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4};
+  }
+  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs). A tile narrower
+  // than 128 columns lies inside one scale block (the core compiles 64, 128 and 256 wide tiles).
+  template <class Params>
+  __device__ __forceinline__ void start_unit(const Params& p, const gemm::WorkUnit& w) {
+    const int first = w.n_block * T::kBlockN / 128;
+    sfb_row = p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks;
+    sfb_part_stride = T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0;
+  }
   struct Staged { float sa0, sa1; };  // the A scales of the thread's two fragment rows
   struct Scale { float s0, s1; };
 

@@ -1,8 +1,6 @@
-// Where a block-scaled unit's operands come from: the problem layout, a parameter of the one
-// kernel. Dense: a single problem, tensor maps passed as __grid_constant__ parameters. Grouped:
-// G problems described in device memory, tensor maps patched per group on the device, tiles of
-// all groups walked as one sequence (gemm::GroupedTileSchedule). Both answer the same question
-// for unit u: which tile, of which operands, with which scales.
+// Where a grouped block-scaled unit's operands come from: G problems described in device memory,
+// tensor maps patched per group on the device, tiles of all groups walked as one sequence
+// (gemm::GroupedTileSchedule): for unit u, which tile, of which operands, with which scales.
 #pragma once
 
 #include <cuda.h>
@@ -18,13 +16,6 @@ namespace lowbit::blockscaled {
 struct BlockScaledParams {
   int cluster_m;  // CTAs per cluster along M (= the kernel's T::kClusterM); units count cluster tiles
   int group_m;  // raster band height
-  // Dense.
-  gemm::TileSchedule sched;
-  int m, n;
-  const float* sfa;
-  int64_t sfa_ld;
-  const float* sfb;
-  // Grouped.
   const Fp8GroupedProblem* problems;
   int groups;
   const int* tile_start;    // [groups + 1] in the workspace
@@ -53,36 +44,6 @@ __device__ __forceinline__ void tile_b_scales(UnitView& v, const float* sfb) {
 }
 
 __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
-
-// A unit is one tile per CTA of a cluster: the cluster's CTAs take vertically adjacent M blocks
-// (rank r of a cluster of c takes M block c * mb + r) of the same N block, so they share B. A
-// CTA whose M block lies past the matrix (odd tile rows) still loads and multicasts its share of
-// B; its own A is all out of bounds (zeros) and its store is skipped.
-template <int kBlockN>
-struct DenseProblems {
-  const BlockScaledParams& p;
-  const CUtensorMap* tm_a;
-  const CUtensorMap* tm_b;
-  const CUtensorMap* tm_d;
-  int rank;  // in the cluster
-
-  __device__ __forceinline__ int num_units() const { return p.sched.num_units(); }
-  __device__ __forceinline__ UnitView resolve(int u) {
-    UnitView v;
-    v.w = p.sched.unit(u);  // sched.tiles_m counts cluster rows
-    v.w.m_block = v.w.m_block * p.cluster_m + rank;
-    v.tm_a = tm_a;
-    v.tm_b = tm_b;
-    v.tm_d = tm_d;
-    v.m = p.m;
-    v.n = p.n;
-    v.k_blocks = p.sched.k_blocks;
-    v.sfa = p.sfa + v.w.m_block * 128;
-    v.sfa_ld = p.sfa_ld;
-    tile_b_scales<kBlockN>(v, p.sfb);
-    return v;
-  }
-};
 
 // Each role keeps its own cursor: the group's descriptor is re-read only when the walk enters
 // a new group, and each thread that uses a group's tensor maps acquires them first (they were

@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const gemm::WorkUnit w = unit_at(u);
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         // Uneven columns: tm_bcast is B's map for trimmed tiles (a kTrim rows shorter box).
-        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows), pos, extra,
-                                                   &tm_bcast);
+        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows) + extra.tx_bytes(),
+                                                   pos, extra, &tm_bcast);
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).
@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
-    Consumer<T, PlainPromotion, Operands> consumer{ss, consumer_wg, pos};
+    using Promotion = typename T::Promotion;  // plain, or block-scaled (T's family)
+    Consumer<T, Promotion, Operands> consumer{ss, consumer_wg, pos, Promotion::make(ss, consumer_wg)};
     float acc[T::kBlockN / 2];
     if constexpr (T::kOverlapEpilogue) {
       // Each unit's first group is in flight while the previous unit is scaled, staged and
@@ -148,6 +149,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if (first_unit < num_units) {
         int u = first_unit;
         gemm::WorkUnit w = unit_at(u);
+        consumer.promotion.start_unit(p, w);
         consumer.start(w);
         while (true) {
           // Mainloop.
@@ -165,6 +167,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             break;
           }
           const gemm::WorkUnit w_next = unit_at(next);
+          consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
           apply();
           // Epilogue, under the next unit's first MMAs.
@@ -180,6 +183,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         float2 rows = make_float2(alpha, alpha);
         if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
         // Mainloop.
+        consumer.promotion.start_unit(p, w);
         consumer.run(w, acc);
         // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
         // waited for and released, finished here or not, so the loader stays in step.

@@ -89,31 +89,6 @@ __device__ __forceinline__ void relay_unit(typename T::SharedStorage& ss, const 
   }
 }
 
-// How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
-// it; the block-scaled GEMM multiplies it by its rows' A scales and the tile's B scale first
-// (gemm/blockscaled/mainloop.cuh). Each in-flight partial carries `Pending` (what the promotion
-// fetched from global memory, a group ahead) and `Staged` (what it read from the stage when the
-// MMAs were issued: the loads' latency then passes under the MMAs instead of after the wait);
-// `scale` combines them, or reads the stage itself, once the MMAs of the partial's column part
-// `part_n` retire, before the stage is released.
-struct PlainPromotion {
-  static constexpr bool kReadsStage = false;  // reads nothing the producer writes
-  struct Pending {};
-  struct Staged {};
-  struct Scale {};
-  __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
-  __device__ __forceinline__ Staged read_stage(int /*stage*/) const { return {}; }
-  __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
-                                         int /*part_n*/) const {
-    return {};
-  }
-  template <int R>
-  __device__ __forceinline__ void apply(const Scale&, const float (&part)[R], float (&acc)[R]) const {
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] += part[i];
-  }
-};
-
 // One consumer warpgroup computes its 64 x BN slice of the unit. The tensor cores' FP8
 // accumulator keeps fewer mantissa bits than FP32, so each K block (4 wgmma k-steps) goes into a
 // fresh partial accumulator that is then added to the FP32 `acc` in registers ("promotion").

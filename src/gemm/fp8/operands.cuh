@@ -13,9 +13,46 @@ namespace lowbit::fp8 {
 
 // Extra bytes a mainloop variant lands in each stage besides the A and B tiles (block-scaled A
 // scales, sparse metadata); the dense GEMM has none.
+// `tx_bytes`: what it lands per stage beyond the traits' stage_tx_bytes (counted on the stage's
+// barrier with the tiles).
 struct NoStageExtra {
   __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
+  __device__ __forceinline__ uint32_t tx_bytes() const { return 0; }
 };
+
+// How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
+// it; the block-scaled GEMM multiplies it by its rows' A scales and the tile's B scale first
+// (gemm/blockscaled/mainloop.cuh). Each in-flight partial carries `Pending` (what the promotion
+// fetched from global memory, a group ahead) and `Staged` (what it read from the stage when the
+// MMAs were issued: the loads' latency then passes under the MMAs instead of after the wait);
+// `scale` combines them, or reads the stage itself, once the MMAs of the partial's column part
+// `part_n` retire, before the stage is released.
+// A kernel takes its promotion policy from its traits (T::Promotion): `make` builds a consumer
+// warpgroup's policy, `start_unit` points it at a unit's scales before the unit's first group.
+struct PlainPromotion {
+  static constexpr bool kReadsStage = false;  // reads nothing the producer writes
+  template <class SharedStorage>
+  __device__ __forceinline__ static PlainPromotion make(SharedStorage&, int /*consumer_wg*/) {
+    return {};
+  }
+  template <class Params>
+  __device__ __forceinline__ void start_unit(const Params&, const gemm::WorkUnit&) {}
+  struct Pending {};
+  struct Staged {};
+  struct Scale {};
+  __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
+  __device__ __forceinline__ Staged read_stage(int /*stage*/) const { return {}; }
+  __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
+                                         int /*part_n*/) const {
+    return {};
+  }
+  template <int R>
+  __device__ __forceinline__ void apply(const Scale&, const float (&part)[R], float (&acc)[R]) const {
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] += part[i];
+  }
+};
+
 
 // Dense E4M3: a stage holds A [128 x kBlockK] and B [BN x kBlockK], both K-major with the
 // 128-byte swizzle TMA writes; a K block is kBlockK / 32 wgmma k32 steps.

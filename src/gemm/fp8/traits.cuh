@@ -91,10 +91,12 @@ struct RegisterSplit {
 // tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
 // overlapped 256-wide tile promoting every two K blocks, BF16 out, plain without a bias.
 // kOutFp16_: 16-bit outputs in FP16 instead of BF16 (the staged epilogue only).
+// kEpiSlots_: epilogue staging slots per consumer warpgroup (EpilogueStaging); a family whose
+// stages carry more (the block-scaled A scales) may trade one for a stage.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
-          bool kUneven_ = false, bool kOutFp16_ = false>
-struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, 2, kOutFp16_>, RegisterSplit {
+          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2>
+struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
@@ -123,7 +125,11 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, 2, kOutFp16_>, RegisterS
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;
   static_assert(!kOutFp16_ || (kStaged_ && !kFused_), "FP16 out: the staged epilogue");
-  using Staging = EpilogueStaging<kBlockN_, kOutFp32_, 2, kOutFp16_>;
+  using Staging = EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>;
+  // How finished K blocks join the accumulator (a family's traits may derive and replace it:
+  // gemm/blockscaled/core_traits.cuh).
+  static constexpr bool kBlockScaled = false;
+  using Promotion = PlainPromotion;
   // Bytes TMA lands per stage when the A box has `a_rows` rows (128, or 64 when M <= 64).
   __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
     return static_cast<uint32_t>(a_rows * kBlockK + kSmemB);
@@ -187,6 +193,14 @@ struct Fp8KernelParams {
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
   int64_t sparse_meta_block_stride;
+  // Block-scaled operands only (gemm/blockscaled/core_traits.cuh): A's scales, K-block-major
+  // [k_blocks, sfa_ld]; B's, [ceil(N / 128), k_blocks].
+  struct BlockScales {
+    const float* sfa;
+    int64_t sfa_ld;
+    const float* sfb;
+    int k_blocks;
+  } bs;
   // sched's walk (gemm::TileWalk::of).
   gemm::TileWalk walk;
   // Uneven columns (T::kUneven only; last, so the other kernels keep their parameter layout).

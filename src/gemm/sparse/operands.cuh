@@ -27,6 +27,7 @@ struct MetaStageLoad {
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     hopper::bulk_load(ss->meta[stage], tile_meta + kb * block_stride, T::kMetaBytes, full);
   }
+  __device__ __forceinline__ uint32_t tx_bytes() const { return 0; }  // in SparseTraits::stage_tx_bytes
 };
 
 template <hopper::WgmmaKind kKind, bool kPromote_>

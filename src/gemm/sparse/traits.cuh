@@ -34,6 +34,8 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   static constexpr bool kOutFp32 = false;
   static constexpr bool kFused = false;
   static constexpr bool kStaged = false;
+  static constexpr bool kBlockScaled = false;
+  using Promotion = fp8::PlainPromotion;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
