@@ -13,13 +13,17 @@
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "lowbit/lowbit.h"
 
@@ -91,7 +95,7 @@ bool capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-// The split-K workspace of the dense GEMMs (fp8, 2:4): one per (device, stream), zero-filled once
+// The split-K workspace of the dense GEMMs (fp8, block-scaled, 2:4): one per (device, stream), zero-filled once
 // on that stream and left zeroed by every call (lowbit/gemm.h). Calls on one stream are ordered,
 // so they share it safely. A stream that is capturing a graph when it has none yet gets none:
 // the call then runs without split-K (a buffer made inside the capture would belong to the graph).
@@ -266,7 +270,11 @@ Tensor fp8_blockscaled_gemm(const Tensor& a, const Tensor& b, const Tensor& sfa,
   x.sfa_ld = sfa.size(1);
   x.sfb = sfb.data_ptr<float>();
   x.out_type = ot;
-  raise_if_error(lowbit::fp8_blockscaled_gemm(x, current_stream(a)));
+  const cudaStream_t stream = current_stream(a);
+  const auto ws = split_workspace(a, stream);  // split-K where the chooser takes it (small M)
+  x.workspace = ws.first;
+  x.workspace_bytes = ws.second;
+  raise_if_error(lowbit::fp8_blockscaled_gemm(x, stream));
   return out;
 }
 
@@ -372,6 +380,248 @@ Tensor nvfp4_gemm_meta(const Tensor& a, const std::optional<Tensor>& a_scales, c
                        double, double) {
   nvfp4_checks(a, a_scales, b_prepacked, n);
   return at::empty({a.size(0), n}, a.options().dtype(at::kBFloat16));
+}
+
+// ---- grouped GEMMs -------------------------------------------------------------------------------
+
+// lowbit reads a grouped call's descriptors from device memory (its preparation kernel validates
+// them and builds the tensor maps on the device), so the operators build them on the host from the
+// caller's tensors and copy them over on the call's stream. Outside capture the staging buffer comes
+// from PyTorch's pinned allocator, which keeps it until the copy has run. Under capture the copy is
+// a graph node that reads the host buffer at every replay, so that buffer must live as long as the
+// graph: it is a buffer of ours held by a CUDA user object the graph owns, whose destructor (which
+// may call no CUDA function) hands it back to a free list for later captures.
+struct PinnedBuffer {
+  void* ptr;
+  size_t bytes;
+};
+
+struct PinnedFreeList {
+  std::mutex mu;
+  std::vector<PinnedBuffer*> buffers;
+};
+
+// Never destroyed: a graph, and so a user object's destructor, may outlive static destruction.
+PinnedFreeList& pinned_free_list() {
+  static auto* list = new PinnedFreeList;
+  return *list;
+}
+
+void release_pinned(void* buffer) {
+  PinnedFreeList& list = pinned_free_list();
+  std::lock_guard<std::mutex> lock(list.mu);
+  list.buffers.push_back(static_cast<PinnedBuffer*>(buffer));
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // leave no error pending behind the operator (lowbit/status.h)
+  TORCH_CHECK(false, "lowbit: ", what, ": ", cudaGetErrorString(e));
+}
+
+PinnedBuffer* take_pinned(size_t bytes) {
+  {
+    PinnedFreeList& list = pinned_free_list();
+    std::lock_guard<std::mutex> lock(list.mu);
+    for (auto it = list.buffers.begin(); it != list.buffers.end(); ++it) {
+      if ((*it)->bytes < bytes) continue;
+      PinnedBuffer* b = *it;
+      list.buffers.erase(it);
+      return b;
+    }
+  }
+  const size_t size = std::max<size_t>(4096, bytes);
+  void* ptr = nullptr;
+  // Relaxed for this thread: a capture in PyTorch's default (global) mode refuses calls CUDA deems
+  // unsafe while a stream captures; allocating pinned memory does not touch the captured stream.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  const cudaError_t e = cudaHostAlloc(&ptr, size, cudaHostAllocDefault);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  check_cuda(e, "pinned staging buffer for the group descriptors");
+  return new PinnedBuffer{ptr, size};
+}
+
+// A device copy of `bytes` of host data, made on `stream` (capturing or not).
+Tensor upload(const void* data, size_t bytes, const Tensor& like, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(bytes);
+  if (!capturing(stream)) {
+    Tensor host = at::empty({n}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    std::memcpy(host.data_ptr(), data, bytes);
+    return host.to(like.options().dtype(at::kByte), /*non_blocking=*/true);
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph), "cudaStreamGetCaptureInfo");
+  PinnedBuffer* buffer = take_pinned(bytes);
+  std::memcpy(buffer->ptr, data, bytes);
+  cudaUserObject_t object = nullptr;
+  cudaError_t e = cudaUserObjectCreate(&object, buffer, release_pinned, 1, cudaUserObjectNoDestructorSync);
+  if (e != cudaSuccess) release_pinned(buffer);
+  check_cuda(e, "cudaUserObjectCreate");
+  e = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+  if (e != cudaSuccess) cudaUserObjectRelease(object, 1);  // its destructor returns the buffer
+  check_cuda(e, "cudaGraphRetainUserObject");
+  Tensor dev = at::empty({n}, like.options().dtype(at::kByte));
+  check_cuda(cudaMemcpyAsync(dev.data_ptr(), buffer->ptr, bytes, cudaMemcpyHostToDevice, stream),
+             "copying the group descriptors");
+  return dev;
+}
+
+// A workspace of `bytes` at an `align`-byte boundary (the tensor owns it).
+std::pair<Tensor, void*> aligned_scratch(const Tensor& like, size_t bytes, size_t align) {
+  Tensor t = scratch(like, bytes + align);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {t, reinterpret_cast<void*>((p + align - 1) / align * align)};
+}
+
+// A descriptor's pointer to a tensor. Meta tensors have no memory: an aligned stand-in lets the host
+// validation (fp8_grouped_validate, nvfp4_grouped_validate) check their sizes all the same.
+void* address(const Tensor& t) { return t.is_meta() ? reinterpret_cast<void*>(uintptr_t{256}) : t.data_ptr(); }
+
+// Runs one group's checks; a failure names the group.
+template <class F>
+void in_group(size_t g, const F& checks) {
+  auto what = [](const c10::Error& e) {
+    const std::string& m = e.msg();
+    return m.rfind("lowbit: ", 0) == 0 ? m.substr(8) : m;
+  };
+  try {
+    checks();
+  } catch (const c10::TypeError& e) {
+    TORCH_CHECK_TYPE(false, "lowbit: group ", g, ": ", what(e));
+  } catch (const c10::ValueError& e) {
+    TORCH_CHECK_VALUE(false, "lowbit: group ", g, ": ", what(e));
+  }
+}
+
+void same_length(size_t groups, std::initializer_list<std::pair<size_t, const char*>> lists) {
+  for (const auto& [n, name] : lists)
+    TORCH_CHECK_VALUE(n == groups, "lowbit: one entry per group in every list: ", name, " has ", n, ", a has ",
+                      groups);
+}
+
+// The host validation names the first bad group before anything launches, under capture too, so a
+// call never needs the status block's read-back (a synchronization) to learn of one. `check` reads
+// it all the same, outside capture: it also reports a refusal of the whole call on the device.
+void check_grouped_status(bool check, Status (*read)(const void*, cudaStream_t), const void* ws, cudaStream_t s) {
+  if (check && !capturing(s)) raise_if_error(read(ws, s));
+}
+
+int32_t narrow(int64_t v, size_t g) {
+  TORCH_CHECK_VALUE(v <= INT32_MAX, "lowbit: group ", g, ": sizes must fit in 32 bits, got ", v);
+  return static_cast<int32_t>(v);
+}
+
+// Outputs and descriptors of a block-scaled grouped call; validated, launched when `run`.
+std::vector<Tensor> fp8_grouped(at::TensorList a, at::TensorList b, at::TensorList sfa, at::TensorList sfb,
+                                std::optional<at::ScalarType> out_dtype, bool check, bool run) {
+  const size_t groups = a.size();
+  same_length(groups, {{b.size(), "b"}, {sfa.size(), "sfa"}, {sfb.size(), "sfb"}});
+  const lowbit::OutType ot = out_type(out_dtype);
+  std::vector<Tensor> out;
+  std::vector<lowbit::Fp8GroupedProblem> desc(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    in_group(g, [&] {
+      blockscaled_checks(a[g], b[g], sfa[g], sfb[g]);
+      expect_cuda(a[g], "a", a[0]);
+    });
+    out.push_back(at::empty({a[g].size(0), b[g].size(0)}, a[g].options().dtype(scalar_type(ot))));
+    desc[g] = lowbit::Fp8GroupedProblem{narrow(a[g].size(0), g), narrow(b[g].size(0), g), narrow(a[g].size(1), g), 0,
+                                        address(a[g]), address(b[g]), address(out[g]),
+                                        static_cast<const float*>(address(sfa[g])),
+                                        static_cast<const float*>(address(sfb[g])), sfa[g].size(1)};
+  }
+  raise_if_error(lowbit::fp8_grouped_validate(desc.data(), static_cast<int>(std::min<size_t>(groups, INT_MAX))));
+  if (!run) return out;
+  const c10::DeviceGuard guard(a[0].device());
+  const cudaStream_t stream = current_stream(a[0]);
+  const Tensor problems = upload(desc.data(), groups * sizeof(desc[0]), a[0], stream);
+  const size_t bytes = lowbit::fp8_grouped_workspace_size(static_cast<int>(groups));
+  const auto [ws, base] = aligned_scratch(a[0], bytes, 128);
+  raise_if_error(lowbit::fp8_grouped_gemm(static_cast<const lowbit::Fp8GroupedProblem*>(problems.data_ptr()),
+                                          static_cast<int>(groups), ot, base, bytes, stream));
+  check_grouped_status(check, lowbit::fp8_grouped_check_status, base, stream);
+  return out;
+}
+
+std::vector<Tensor> fp8_grouped_gemm(at::TensorList a, at::TensorList b, at::TensorList sfa, at::TensorList sfb,
+                                     std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_grouped(a, b, sfa, sfb, out_dtype, check, true);
+}
+
+std::vector<Tensor> fp8_grouped_gemm_meta(at::TensorList a, at::TensorList b, at::TensorList sfa, at::TensorList sfb,
+                                          std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_grouped(a, b, sfa, sfb, out_dtype, check, false);
+}
+
+// One global scale per group; none given: 1.
+float group_scale(at::ArrayRef<double> scales, size_t g) { return scales.empty() ? 1.0f : static_cast<float>(scales[g]); }
+
+std::vector<Tensor> nvfp4_grouped(at::TensorList a, const std::optional<at::TensorList>& a_scales,
+                                  at::TensorList b_prepacked, at::IntArrayRef n, at::ArrayRef<double> a_global_scales,
+                                  at::ArrayRef<double> b_global_scales, bool check, bool run) {
+  const size_t groups = a.size();
+  const bool fp4 = a_scales.has_value();
+  same_length(groups, {{b_prepacked.size(), "b_prepacked"}, {n.size(), "n"}, {fp4 ? a_scales->size() : groups, "a_scales"}});
+  if (!a_global_scales.empty()) same_length(groups, {{a_global_scales.size(), "a_global_scales"}});
+  if (!b_global_scales.empty()) same_length(groups, {{b_global_scales.size(), "b_global_scales"}});
+  std::vector<Tensor> out;
+  std::vector<lowbit::Nvfp4GroupedProblem> desc(groups);
+  // The staged BF16 copy of NVFP4 activations holds every group's (sum of m * k, saturated past
+  // lowbit's limit so that lowbit refuses it); the token tile is picked for the groups' mean M.
+  int64_t staged = 0, tokens = 0, busy = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const std::optional<Tensor> scales = fp4 ? std::optional<Tensor>((*a_scales)[g]) : std::nullopt;
+    int64_t k = 0;
+    in_group(g, [&] {
+      k = nvfp4_checks(a[g], scales, b_prepacked[g], n[g]);
+      expect_cuda(a[g], "a", a[0]);
+    });
+    const int64_t m = a[g].size(0);
+    out.push_back(at::empty({m, n[g]}, a[g].options().dtype(at::kBFloat16)));
+    desc[g] = lowbit::Nvfp4GroupedProblem{narrow(m, g), narrow(n[g], g), narrow(k, g), 0,
+                                          address(a[g]), fp4 ? address(*scales) : nullptr,
+                                          address(b_prepacked[g]), address(out[g]),
+                                          fp4 ? group_scale(a_global_scales, g) : 1.0f,
+                                          group_scale(b_global_scales, g)};
+    staged = std::min(staged + m * k, lowbit::kNvfp4MaxStagedElements + 1);
+    tokens += m;
+    busy += m > 0;
+  }
+  raise_if_error(lowbit::nvfp4_grouped_validate(desc.data(), static_cast<int>(std::min<size_t>(groups, INT_MAX)), fp4));
+  if (!run) return out;
+  const c10::DeviceGuard guard(a[0].device());
+  const cudaStream_t stream = current_stream(a[0]);
+  const Tensor problems = upload(desc.data(), groups * sizeof(desc[0]), a[0], stream);
+  lowbit::Nvfp4GroupedArgs g;
+  g.problems = static_cast<const lowbit::Nvfp4GroupedProblem*>(problems.data_ptr());
+  g.groups = static_cast<int>(groups);
+  g.nvfp4_activations = fp4;
+  g.max_activation_elements = fp4 ? std::max<int64_t>(staged, 32) : 0;
+  g.expected_m = busy > 0 ? (tokens + busy - 1) / busy : 0;
+  // The descriptor copy runs just before the first kernel: there is no kernel of the caller's for
+  // it to overlap with programmatic dependent launch.
+  g.pdl_first = false;
+  g.workspace_bytes = lowbit::nvfp4_grouped_workspace_size(g.groups, g.max_activation_elements);
+  const auto [ws, base] = aligned_scratch(a[0], g.workspace_bytes, 256);
+  g.workspace = base;
+  raise_if_error(lowbit::nvfp4_grouped_gemm(g, stream));
+  check_grouped_status(check, lowbit::nvfp4_grouped_check_status, base, stream);
+  return out;
+}
+
+std::vector<Tensor> nvfp4_grouped_gemm(at::TensorList a, const std::optional<at::TensorList>& a_scales,
+                                       at::TensorList b_prepacked, at::IntArrayRef n, at::ArrayRef<double> a_global_scales,
+                                       at::ArrayRef<double> b_global_scales, bool check) {
+  return nvfp4_grouped(a, a_scales, b_prepacked, n, a_global_scales, b_global_scales, check, true);
+}
+
+std::vector<Tensor> nvfp4_grouped_gemm_meta(at::TensorList a, const std::optional<at::TensorList>& a_scales,
+                                            at::TensorList b_prepacked, at::IntArrayRef n,
+                                            at::ArrayRef<double> a_global_scales, at::ArrayRef<double> b_global_scales,
+                                            bool check) {
+  return nvfp4_grouped(a, a_scales, b_prepacked, n, a_global_scales, b_global_scales, check, false);
 }
 
 // ---- 2:4 sparse ----------------------------------------------------------------------------------
@@ -516,12 +766,24 @@ Tensor patch_embed_fp8_meta(const Tensor& patches, const Tensor& weight, const T
 
 // ---- fused MoE -----------------------------------------------------------------------------------
 
-lowbit::MoeShape moe_checks(const Tensor& x, const Tensor& w, const Tensor& w_scales, const std::optional<Tensor>& logits,
-                            const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
-                            int64_t top_k) {
+// x [M, K] and w [experts, N, K]: the sizes of a call (lowbit checks their limits).
+lowbit::MoeShape moe_shape(const Tensor& x, const Tensor& w, int64_t top_k) {
   expect(x, "x", at::kBFloat16, 2);
   expect(w, "w", at::kFloat8_e4m3fn, 3);
   TORCH_CHECK_VALUE(w.size(2) == x.size(1), "lowbit: w is [experts, N, K] and x [M, K]");
+  expect_cuda(x, "x", x);
+  expect_cuda(w, "w", x);
+  TORCH_CHECK_VALUE(x.size(0) <= INT32_MAX && w.size(0) <= INT32_MAX && w.size(1) <= INT32_MAX &&
+                        w.size(2) <= INT32_MAX && top_k >= 0 && top_k <= INT32_MAX,
+                    "lowbit: sizes out of range");
+  return lowbit::MoeShape{static_cast<int>(x.size(0)), static_cast<int>(w.size(1)), static_cast<int>(w.size(2)),
+                          static_cast<int>(w.size(0)), static_cast<int>(top_k)};
+}
+
+lowbit::MoeShape moe_checks(const Tensor& x, const Tensor& w, const Tensor& w_scales, const std::optional<Tensor>& logits,
+                            const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights,
+                            int64_t top_k) {
+  const lowbit::MoeShape shape = moe_shape(x, w, top_k);
   expect(w_scales, "w_scales", at::kFloat, 3);
   TORCH_CHECK_VALUE(w_scales.size(0) == w.size(0) && w_scales.size(1) == (w.size(1) + 127) / 128 &&
                         w_scales.size(2) == (w.size(2) + 127) / 128,
@@ -546,23 +808,19 @@ lowbit::MoeShape moe_checks(const Tensor& x, const Tensor& w, const Tensor& w_sc
     expect_cuda(*topk_ids, "topk_ids", x);
     expect_cuda(*topk_weights, "topk_weights", x);
   }
-  expect_cuda(x, "x", x);
-  expect_cuda(w, "w", x);
   expect_cuda(w_scales, "w_scales", x);
-  TORCH_CHECK_VALUE(x.size(0) <= INT32_MAX && w.size(0) <= INT32_MAX && w.size(1) <= INT32_MAX &&
-                        w.size(2) <= INT32_MAX && top_k >= 0 && top_k <= INT32_MAX,
-                    "lowbit: sizes out of range");
-  return lowbit::MoeShape{static_cast<int>(x.size(0)), static_cast<int>(w.size(1)), static_cast<int>(w.size(2)),
-                          static_cast<int>(w.size(0)), static_cast<int>(top_k)};
+  return shape;
 }
 
-Tensor fused_moe_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scales, const std::optional<Tensor>& logits,
-                     const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights, int64_t top_k,
-                     double softcap, bool renormalize, bool deterministic, std::optional<at::ScalarType> out_dtype) {
-  const lowbit::MoeShape shape = moe_checks(x, w, w_scales, logits, topk_ids, topk_weights, top_k);
-  const lowbit::OutType ot = out_type(out_dtype);
-  Tensor y = at::empty({x.size(0), w.size(1)}, x.options().dtype(scalar_type(ot)));
-  const c10::DeviceGuard guard(x.device());
+lowbit::MoeReduce moe_reduce(bool deterministic) {
+  return deterministic ? lowbit::MoeReduce::kDeterministic : lowbit::MoeReduce::kAtomic;
+}
+
+// The arguments of fused_moe_fp8 and of its stages, writing y.
+lowbit::FusedMoeArgs moe_args(const lowbit::MoeShape& shape, const Tensor& x, const Tensor& w, const Tensor& w_scales,
+                              const std::optional<Tensor>& logits, const std::optional<Tensor>& topk_ids,
+                              const std::optional<Tensor>& topk_weights, double softcap, bool renormalize,
+                              bool deterministic, const Tensor& y, lowbit::OutType ot) {
   lowbit::FusedMoeArgs a;
   a.shape = shape;
   a.logits = logits ? logits->data_ptr() : nullptr;
@@ -576,7 +834,19 @@ Tensor fused_moe_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scales, c
   a.w_scales = w_scales.data_ptr<float>();
   a.y = y.data_ptr();
   a.y_type = ot;
-  a.reduce = deterministic ? lowbit::MoeReduce::kDeterministic : lowbit::MoeReduce::kAtomic;
+  a.reduce = moe_reduce(deterministic);
+  return a;
+}
+
+Tensor fused_moe_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scales, const std::optional<Tensor>& logits,
+                     const std::optional<Tensor>& topk_ids, const std::optional<Tensor>& topk_weights, int64_t top_k,
+                     double softcap, bool renormalize, bool deterministic, std::optional<at::ScalarType> out_dtype) {
+  const lowbit::MoeShape shape = moe_checks(x, w, w_scales, logits, topk_ids, topk_weights, top_k);
+  const lowbit::OutType ot = out_type(out_dtype);
+  Tensor y = at::empty({x.size(0), w.size(1)}, x.options().dtype(scalar_type(ot)));
+  const c10::DeviceGuard guard(x.device());
+  const lowbit::FusedMoeArgs a =
+      moe_args(shape, x, w, w_scales, logits, topk_ids, topk_weights, softcap, renormalize, deterministic, y, ot);
   // No initialization needed (lowbit/moe.h): a fresh buffer from the caching allocator.
   const size_t bytes = lowbit::fused_moe_workspace_size(shape, a.reduce, ot);
   // A refused shape sizes nothing: the call then says why.
@@ -592,6 +862,117 @@ Tensor fused_moe_fp8_meta(const Tensor& x, const Tensor& w, const Tensor& w_scal
                           int64_t top_k, double, bool, bool, std::optional<at::ScalarType> out_dtype) {
   moe_checks(x, w, w_scales, logits, topk_ids, topk_weights, top_k);
   return at::empty({x.size(0), w.size(1)}, x.options().dtype(scalar_type(out_type(out_dtype))));
+}
+
+// ---- fused MoE, stage by stage -------------------------------------------------------------------
+
+// The workspace bytes of a shape; a shape lowbit refuses raises its reason.
+size_t moe_workspace_bytes(const lowbit::MoeShape& shape, bool deterministic, lowbit::OutType ot) {
+  const size_t bytes = lowbit::fused_moe_workspace_size(shape, moe_reduce(deterministic), ot);
+  if (bytes == 0) {  // refused: the view states the rule
+    lowbit::MoeWorkspaceView v;
+    raise_if_error(lowbit::moe_workspace_view(shape, moe_reduce(deterministic), ot, nullptr, 0, &v));
+  }
+  return bytes;
+}
+
+// The stages keep their state in a caller-held workspace, zero-filled here. lowbit needs no
+// initialization (lowbit/moe.h); zeros make a view read before any stage ran show no routing and an
+// ok status rather than stale bytes.
+Tensor fused_moe_workspace(const Tensor& x, const Tensor& w, int64_t top_k, bool deterministic,
+                           std::optional<at::ScalarType> out_dtype) {
+  const size_t bytes = moe_workspace_bytes(moe_shape(x, w, top_k), deterministic, out_type(out_dtype));
+  return at::zeros({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
+}
+
+Tensor fused_moe_workspace_meta(const Tensor& x, const Tensor& w, int64_t top_k, bool deterministic,
+                                std::optional<at::ScalarType> out_dtype) {
+  const size_t bytes = moe_workspace_bytes(moe_shape(x, w, top_k), deterministic, out_type(out_dtype));
+  return at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
+}
+
+// [bytes, rows, then the byte offsets of topk_ids, topk_weights, counts, offsets, tile_start, xq,
+// x_scales, row_pair, row_weight, status] of a workspace (moe_workspace_view): sizes only, so the
+// Python side makes the views (a custom operator returning views of its input would alias it).
+std::vector<int64_t> fused_moe_workspace_layout(int64_t m, int64_t n, int64_t k, int64_t experts, int64_t top_k,
+                                                bool deterministic, std::optional<at::ScalarType> out_dtype) {
+  for (int64_t v : {m, n, k, experts, top_k})
+    TORCH_CHECK_VALUE(v >= INT32_MIN && v <= INT32_MAX, "lowbit: sizes out of range");
+  const lowbit::MoeShape shape{static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), static_cast<int>(experts),
+                               static_cast<int>(top_k)};
+  const lowbit::OutType ot = out_type(out_dtype);
+  const size_t bytes = moe_workspace_bytes(shape, deterministic, ot);
+  // Offsets from a stand-in base: the view only adds them to the address it is given.
+  auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
+  lowbit::MoeWorkspaceView v;
+  raise_if_error(lowbit::moe_workspace_view(shape, moe_reduce(deterministic), ot, base, bytes, &v));
+  auto at_ = [base](const void* p) { return static_cast<int64_t>(static_cast<const uint8_t*>(p) - base); };
+  return {static_cast<int64_t>(bytes), v.rows,         at_(v.topk_ids),   at_(v.topk_weights),
+          at_(v.counts),               at_(v.offsets), at_(v.tile_start), at_(v.xq),
+          at_(v.x_scales),             at_(v.row_pair), at_(v.row_weight), at_(v.status)};
+}
+
+lowbit::MoeStage moe_stage(const std::string& s) {
+  if (s == "route") return lowbit::MoeStage::kRoute;
+  if (s == "layout") return lowbit::MoeStage::kLayout;
+  if (s == "quantize_gather") return lowbit::MoeStage::kQuantizeGather;
+  if (s == "expert_gemm") return lowbit::MoeStage::kExpertGemm;
+  if (s == "finish") return lowbit::MoeStage::kFinish;
+  TORCH_CHECK_VALUE(false, "lowbit: stage must be 'route', 'layout', 'quantize_gather', 'expert_gemm' or 'finish', got '",
+                    s, "'");
+}
+
+// Checks a stage's arguments; returns y's output type.
+lowbit::OutType moe_stage_checks(const std::string& stage, const Tensor& x, const Tensor& w, const Tensor& w_scales,
+                                 const std::optional<Tensor>& logits, const std::optional<Tensor>& topk_ids,
+                                 const std::optional<Tensor>& topk_weights, int64_t top_k, const Tensor& workspace,
+                                 const Tensor& y, bool deterministic, lowbit::MoeShape* shape) {
+  moe_stage(stage);
+  *shape = moe_checks(x, w, w_scales, logits, topk_ids, topk_weights, top_k);
+  TORCH_CHECK_TYPE(y.scalar_type() == at::kBFloat16 || y.scalar_type() == at::kFloat,
+                   "lowbit: y must be bfloat16 or float32, got ", c10::toString(y.scalar_type()));
+  expect(y, "y", y.scalar_type(), 2);
+  TORCH_CHECK_VALUE(y.size(0) == x.size(0) && y.size(1) == w.size(1), "lowbit: y must be [M, N] = [", x.size(0), ", ",
+                    w.size(1), "]");
+  expect_cuda(y, "y", x);
+  const lowbit::OutType ot = y.scalar_type() == at::kFloat ? lowbit::OutType::kFP32 : lowbit::OutType::kBF16;
+  expect(workspace, "workspace", at::kByte, 1);
+  expect_cuda(workspace, "workspace", x);
+  const size_t bytes = moe_workspace_bytes(*shape, deterministic, ot);
+  TORCH_CHECK_VALUE(static_cast<size_t>(workspace.numel()) >= bytes, "lowbit: workspace must hold the ", bytes,
+                    " bytes fused_moe_workspace makes for this shape, deterministic and y's dtype; got ",
+                    workspace.numel());
+  return ot;
+}
+
+void fused_moe_fp8_stage(const std::string& stage, const Tensor& x, const Tensor& w, const Tensor& w_scales,
+                         const std::optional<Tensor>& logits, const std::optional<Tensor>& topk_ids,
+                         const std::optional<Tensor>& topk_weights, int64_t top_k, const Tensor& workspace,
+                         const Tensor& y, double softcap, bool renormalize, bool deterministic, bool check) {
+  lowbit::MoeShape shape;
+  const lowbit::OutType ot =
+      moe_stage_checks(stage, x, w, w_scales, logits, topk_ids, topk_weights, top_k, workspace, y, deterministic, &shape);
+  const c10::DeviceGuard guard(x.device());
+  const cudaStream_t stream = current_stream(x);
+  const lowbit::FusedMoeArgs a =
+      moe_args(shape, x, w, w_scales, logits, topk_ids, topk_weights, softcap, renormalize, deterministic, y, ot);
+  // The stages are the split pipeline's. fused_moe_fp8's tiny-batch path (a few tokens, atomic
+  // mode) routes inside its GEMM and has no stages; deterministic mode never takes it, so there the
+  // stages run exactly the kernels fused_moe_fp8 runs.
+  lowbit::MoeConfig config;
+  config.tiny = 0;
+  raise_if_error(lowbit::moe_run_stage(moe_stage(stage), a, workspace.data_ptr(), workspace.numel(), stream, &config));
+  // The status word says which routing pair had an expert id out of range; reading it waits for the GPU.
+  if (check && !capturing(stream))
+    raise_if_error(lowbit::moe_check_status(shape, a.reduce, ot, workspace.data_ptr(), workspace.numel(), stream));
+}
+
+void fused_moe_fp8_stage_meta(const std::string& stage, const Tensor& x, const Tensor& w, const Tensor& w_scales,
+                              const std::optional<Tensor>& logits, const std::optional<Tensor>& topk_ids,
+                              const std::optional<Tensor>& topk_weights, int64_t top_k, const Tensor& workspace,
+                              const Tensor& y, double, bool, bool deterministic, bool) {
+  lowbit::MoeShape shape;
+  moe_stage_checks(stage, x, w, w_scales, logits, topk_ids, topk_weights, top_k, workspace, y, deterministic, &shape);
 }
 
 std::string version() { return lowbit::version(); }
@@ -665,6 +1046,18 @@ TORCH_LIBRARY(lowbit, m) {
   m.def("fused_moe_fp8(Tensor x, Tensor w, Tensor w_scales, Tensor? logits, Tensor? topk_ids, Tensor? topk_weights, "
         "int top_k, *, float softcap=0.0, bool renormalize=True, bool deterministic=False, "
         "ScalarType? out_dtype=None) -> Tensor");
+  m.def("fp8_grouped_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, *, ScalarType? out_dtype=None, "
+        "bool check=False) -> Tensor[]");
+  m.def("nvfp4_grouped_gemm(Tensor[] a, Tensor[]? a_scales, Tensor[] b_prepacked, int[] n, *, "
+        "float[] a_global_scales=[], float[] b_global_scales=[], bool check=False) -> Tensor[]");
+  m.def("fused_moe_workspace(Tensor x, Tensor w, int top_k, *, bool deterministic=False, "
+        "ScalarType? out_dtype=None) -> Tensor");
+  m.def("fused_moe_workspace_layout(int m, int n, int k, int experts, int top_k, *, bool deterministic=False, "
+        "ScalarType? out_dtype=None) -> int[]",
+        &fused_moe_workspace_layout);
+  m.def("fused_moe_fp8_stage(str stage, Tensor x, Tensor w, Tensor w_scales, Tensor? logits, Tensor? topk_ids, "
+        "Tensor? topk_weights, int top_k, Tensor(a!) workspace, Tensor(b!) y, *, float softcap=0.0, "
+        "bool renormalize=True, bool deterministic=False, bool check=False) -> ()");
   m.def("quantize_fp8_per_token(Tensor x) -> (Tensor, Tensor)");
   m.def("silu_mul_quantize_fp8(Tensor gate_up) -> (Tensor, Tensor)");
   m.def("version() -> str", &version);
@@ -682,6 +1075,10 @@ TORCH_LIBRARY_IMPL(lowbit, CUDA, m) {
   m.impl("sparse24_gemm", &sparse24_gemm);
   m.impl("patch_embed_fp8", &patch_embed_fp8);
   m.impl("fused_moe_fp8", &fused_moe_fp8);
+  m.impl("fp8_grouped_gemm", &fp8_grouped_gemm);
+  m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm);
+  m.impl("fused_moe_workspace", &fused_moe_workspace);
+  m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage);
 }
 
 TORCH_LIBRARY_IMPL(lowbit, Meta, m) {
@@ -696,4 +1093,8 @@ TORCH_LIBRARY_IMPL(lowbit, Meta, m) {
   m.impl("sparse24_gemm", &sparse24_gemm_meta);
   m.impl("patch_embed_fp8", &patch_embed_fp8_meta);
   m.impl("fused_moe_fp8", &fused_moe_fp8_meta);
+  m.impl("fp8_grouped_gemm", &fp8_grouped_gemm_meta);
+  m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm_meta);
+  m.impl("fused_moe_workspace", &fused_moe_workspace_meta);
+  m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage_meta);
 }

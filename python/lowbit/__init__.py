@@ -30,10 +30,16 @@ def _load():
 _load()
 
 from .ops import (  # noqa: E402
+    MOE_STAGES,
     fp8_blockscaled_gemm,
     fp8_gemm,
+    fp8_grouped_gemm,
     fused_moe_fp8,
+    fused_moe_fp8_stage,
+    fused_moe_workspace,
+    fused_moe_workspace_view,
     nvfp4_gemm,
+    nvfp4_grouped_gemm,
     nvfp4_prepack_weights,
     patch_embed_fp8,
     sparse24_compress,
@@ -53,8 +59,14 @@ __version__ = _torch.ops.lowbit.version()
 __all__ = [
     "fp8_gemm",
     "fp8_blockscaled_gemm",
+    "fp8_grouped_gemm",
     "fused_moe_fp8",
+    "fused_moe_fp8_stage",
+    "fused_moe_workspace",
+    "fused_moe_workspace_view",
+    "MOE_STAGES",
     "nvfp4_gemm",
+    "nvfp4_grouped_gemm",
     "nvfp4_prepack_weights",
     "patch_embed_fp8",
     "sparse24_compress",

@@ -1,7 +1,7 @@
 """Thin, documented wrappers of ``torch.ops.lowbit``: the operators themselves check every
 argument (dtype, device, shape, contiguity) and raise with lowbit's message."""
 
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -52,6 +52,72 @@ def fp8_blockscaled_gemm(
     sfb: float32 [ceil(N/128), ceil(K/128)] (``quantize_fp8_128x128``).
     """
     return _ops.fp8_blockscaled_gemm(a, b, sfa, sfb, out_dtype=out_dtype)
+
+
+def fp8_grouped_gemm(
+    a: Sequence[torch.Tensor],
+    b: Sequence[torch.Tensor],
+    sfa: Sequence[torch.Tensor],
+    sfb: Sequence[torch.Tensor],
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    check: bool = False,
+) -> List[torch.Tensor]:
+    """Block-scaled FP8 GEMMs of several groups in one launch: ``[fp8_blockscaled_gemm(a[g], b[g],
+    sfa[g], sfb[g]) for g]``, each group's tensors as ``fp8_blockscaled_gemm`` takes them (N and K
+    multiples of 16; M may be 0, giving an empty [0, N] output). All on one CUDA device.
+
+    The descriptors are built on the host and copied to the device on the current stream (the
+    call does not synchronize and is capturable in a CUDA graph: a graph replays the groups it
+    captured, with whatever the captured tensors then hold). Every group is validated on the host
+    before anything launches: a bad one raises ValueError naming it. ``check=True`` also reads the
+    device's status block after the call (waits for the GPU; skipped while the stream captures).
+    Returns one [M_g, N_g] tensor of out_dtype (bfloat16 default, or float32) per group.
+    """
+    _some_groups(a, "fp8_grouped_gemm")
+    return _ops.fp8_grouped_gemm(list(a), list(b), list(sfa), list(sfb), out_dtype=out_dtype, check=check)
+
+
+def _some_groups(a: Sequence[torch.Tensor], op: str) -> None:
+    # The operator cannot dispatch without a tensor to pick the device by.
+    if len(a) == 0:
+        raise ValueError(f"lowbit: {op}: groups must be >= 1 (got 0)")
+
+
+def _per_group(value: Union[float, Sequence[float], None], groups: int) -> List[float]:
+    if value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)] * groups
+    return [float(v) for v in value]
+
+
+def nvfp4_grouped_gemm(
+    a: Sequence[torch.Tensor],
+    b_prepacked: Sequence[torch.Tensor],
+    n: Sequence[int],
+    *,
+    a_scales: Optional[Sequence[torch.Tensor]] = None,
+    a_global_scale: Union[float, Sequence[float], None] = None,
+    b_global_scale: Union[float, Sequence[float], None] = None,
+    check: bool = False,
+) -> List[torch.Tensor]:
+    """NVFP4 GEMMs of several groups (e.g. the experts of an MoE layer) in one launch:
+    ``[nvfp4_gemm(a[g], b_prepacked[g], n[g], ...) for g]``.
+
+    a: per group bfloat16 [M_g, K_g] (W4A16), or, with ``a_scales``, NVFP4 uint8 [M_g, K_g/2] with
+    E4M3 scales [M_g, K_g/16] (every group alike). M_g may be 0 (an empty output).
+    b_prepacked[g]: ``nvfp4_prepack_weights`` of the group's [n[g], K_g] weights.
+    a_global_scale, b_global_scale: one float for every group, or one per group (default 1).
+    Capturable, validated on the host, ``check`` as in ``fp8_grouped_gemm``. Returns bfloat16
+    [M_g, n[g]] per group.
+    """
+    _some_groups(a, "nvfp4_grouped_gemm")
+    groups = len(a)
+    return _ops.nvfp4_grouped_gemm(list(a), None if a_scales is None else list(a_scales), list(b_prepacked),
+                                   [int(v) for v in n],
+                                   a_global_scales=_per_group(a_global_scale, groups),
+                                   b_global_scales=_per_group(b_global_scale, groups), check=check)
 
 
 def nvfp4_prepack_weights(packed: torch.Tensor, scales: torch.Tensor, k: int, *, swizzled: bool = False) -> torch.Tensor:
@@ -147,6 +213,96 @@ def fused_moe_fp8(
     """
     return _ops.fused_moe_fp8(x, w, w_scales, logits, topk_ids, topk_weights, top_k, softcap=softcap,
                               renormalize=renormalize, deterministic=deterministic, out_dtype=out_dtype)
+
+
+MOE_STAGES = ("route", "layout", "quantize_gather", "expert_gemm", "finish")
+
+
+def fused_moe_workspace(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    top_k: int,
+    *,
+    deterministic: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """The zero-filled uint8 workspace ``fused_moe_fp8_stage`` keeps its state in, sized for x's
+    token count, w's shape, top_k, the reduce mode and the output dtype (the stages' y dtype).
+    Allocate it once per shape; one workspace serves one forward pass at a time (stages that may run
+    concurrently, on other streams, need their own)."""
+    return _ops.fused_moe_workspace(x, w, top_k, deterministic=deterministic, out_dtype=out_dtype)
+
+
+def fused_moe_fp8_stage(
+    stage: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scales: torch.Tensor,
+    top_k: int,
+    workspace: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    logits: Optional[torch.Tensor] = None,
+    topk_ids: Optional[torch.Tensor] = None,
+    topk_weights: Optional[torch.Tensor] = None,
+    softcap: float = 0.0,
+    renormalize: bool = True,
+    deterministic: bool = False,
+    check: bool = False,
+) -> None:
+    """One stage of ``fused_moe_fp8``, so that an engine can run (and interleave its own work
+    between) the stages of a forward pass. Run all of ``MOE_STAGES`` in order -- 'route' (top-k from
+    logits; nothing when topk_ids / topk_weights are given), 'layout' (tokens per expert and the tile
+    schedule), 'quantize_gather' (x quantized per token per 128 of K, rows sorted by expert; in
+    atomic mode it also zeroes y), 'expert_gemm', 'finish' -- with the same arguments each time,
+    the same ``workspace`` (``fused_moe_workspace``) and the same output ``y`` (bfloat16 or float32
+    [M, N], which selects the output type). y holds the result after 'finish'; in deterministic mode
+    it is bitwise ``fused_moe_fp8``'s. Arguments otherwise as ``fused_moe_fp8``.
+    ``check``: after the stage, read the routing status the layout and gather stages leave, raising
+    ValueError for a topk_ids entry out of range (waits for the GPU; skipped while the stream
+    captures). ``fused_moe_workspace_view`` shows the intermediate results.
+    """
+    _ops.fused_moe_fp8_stage(stage, x, w, w_scales, logits, topk_ids, topk_weights, top_k, workspace, y,
+                             softcap=softcap, renormalize=renormalize, deterministic=deterministic, check=check)
+
+
+def fused_moe_workspace_view(
+    workspace: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    top_k: int,
+    *,
+    deterministic: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Dict[str, torch.Tensor]:
+    """Views into a ``fused_moe_workspace`` (same shape arguments) of what the stages leave there:
+    'topk_ids' int32 [M, top_k] and 'topk_weights' float32 [M, top_k] (the route stage's; unused when
+    the caller routes), 'counts' int32 [experts] (tokens per expert) and 'offsets' int32
+    [experts + 1] (each expert's first sorted row; segments padded to 4 rows) from 'layout',
+    'tile_start' int32 [experts + 1], 'xq' float8_e4m3fn [rows, K] and 'x_scales' float32
+    [K/128, rows] (the expert-sorted quantized activations), 'row_pair' int32 [rows]
+    (token * top_k + slot of each sorted row), 'row_weight' float32 [rows], 'status' int32 [2]
+    (error code, first bad routing pair). Plain views: read them on the stream that ran the stages."""
+    m, k = x.shape
+    experts, n = w.shape[0], w.shape[1]
+    total, rows, *off = _ops.fused_moe_workspace_layout(m, n, k, experts, top_k, deterministic=deterministic,
+                                                         out_dtype=out_dtype)
+    if workspace.dtype != torch.uint8 or workspace.dim() != 1 or not workspace.is_contiguous():
+        raise TypeError("lowbit: workspace must be a contiguous uint8 vector (fused_moe_workspace)")
+    if workspace.numel() < total:
+        raise ValueError(f"lowbit: workspace must hold {total} bytes for this shape, got {workspace.numel()}")
+    fields = (("topk_ids", torch.int32, (m, top_k)), ("topk_weights", torch.float32, (m, top_k)),
+              ("counts", torch.int32, (experts,)), ("offsets", torch.int32, (experts + 1,)),
+              ("tile_start", torch.int32, (experts + 1,)), ("xq", torch.float8_e4m3fn, (rows, k)),
+              ("x_scales", torch.float32, (k // 128, rows)), ("row_pair", torch.int32, (rows,)),
+              ("row_weight", torch.float32, (rows,)), ("status", torch.int32, (2,)))
+    views = {}
+    for (name, dtype, shape), start in zip(fields, off):
+        size = dtype.itemsize
+        for s in shape:
+            size *= s
+        views[name] = workspace[start:start + size].view(dtype).view(shape)
+    return views
 
 
 def silu_mul_quantize_fp8(gate_up: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -167,6 +167,128 @@ def test_bad_rowwise_scales_raise():
                              out_dtype=torch.float16)
 
 
+def _meta_blockscaled_group(m, n, k):
+    d = torch.device("meta")
+    kb = (k + 127) // 128
+    return (torch.empty(m, k, dtype=torch.float8_e4m3fn, device=d), torch.empty(n, k, dtype=torch.float8_e4m3fn, device=d),
+            torch.empty(kb, (m + 3) // 4 * 4, device=d), torch.empty((n + 127) // 128, kb, device=d))
+
+
+def _meta_nvfp4_weights(n, k):
+    d = torch.device("meta")
+    packed = torch.empty(n, k // 2, dtype=torch.uint8, device=d)
+    return lowbit.nvfp4_prepack_weights(packed, torch.empty(n, k // 16, dtype=torch.uint8, device=d), k)
+
+
+def test_fake_grouped_gemm_shapes():
+    shapes = [(0, 256, 512), (1, 384, 1040), (100, 128, 512)]  # an empty group, M = 1, K not a multiple of 128
+    a, b, sfa, sfb = zip(*(_meta_blockscaled_group(*s) for s in shapes))
+    outs = lowbit.fp8_grouped_gemm(a, b, sfa, sfb)
+    assert [tuple(o.shape) for o in outs] == [(m, n) for m, n, _ in shapes]
+    assert all(o.dtype == torch.bfloat16 for o in outs)
+    assert all(o.dtype == torch.float32 for o in lowbit.fp8_grouped_gemm(a, b, sfa, sfb, out_dtype=torch.float32))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake = [[mode.from_tensor(t) for t in ts] for ts in (a, b, sfa, sfb)]
+        assert [tuple(o.shape) for o in torch.ops.lowbit.fp8_grouped_gemm(*fake)] == [(0, 256), (1, 384), (100, 128)]
+    d = torch.device("meta")
+    pre = [_meta_nvfp4_weights(n, k) for n, k in ((384, 512), (128, 1024))]
+    x = [torch.empty(0, 512, dtype=torch.bfloat16, device=d), torch.empty(1, 1024, dtype=torch.bfloat16, device=d)]
+    outs = lowbit.nvfp4_grouped_gemm(x, pre, [384, 128], b_global_scale=[0.5, 2.0])
+    assert [tuple(o.shape) for o in outs] == [(0, 384), (1, 128)] and outs[0].dtype == torch.bfloat16
+    xq = [torch.empty(5, 256, dtype=torch.uint8, device=d), torch.empty(1, 512, dtype=torch.uint8, device=d)]
+    xs = [torch.empty(5, 32, dtype=torch.uint8, device=d), torch.empty(1, 64, dtype=torch.float8_e4m3fn, device=d)]
+    outs = lowbit.nvfp4_grouped_gemm(xq, pre, [384, 128], a_scales=xs, a_global_scale=0.1, b_global_scale=2.0)
+    assert [tuple(o.shape) for o in outs] == [(5, 384), (1, 128)]
+
+
+def test_grouped_gemm_bad_arguments_raise():
+    a, b, sfa, sfb = (list(t) for t in zip(*(_meta_blockscaled_group(*s) for s in ((0, 256, 512), (1, 384, 512)))))
+    with pytest.raises(ValueError, match="groups must be >= 1"):
+        lowbit.fp8_grouped_gemm([], [], [], [])
+    with pytest.raises(ValueError, match="one entry per group in every list: sfa has 1, a has 2"):
+        lowbit.fp8_grouped_gemm(a, b, sfa[:1], sfb)
+    with pytest.raises(TypeError, match="group 1: b must be Float8_e4m3fn"):
+        lowbit.fp8_grouped_gemm(a, [b[0], b[1].float()], sfa, sfb)
+    with pytest.raises(ValueError, match="group 1: sfa must be"):
+        lowbit.fp8_grouped_gemm(a, b, [sfa[0], sfa[1][:2]], sfb)
+    with pytest.raises(TypeError, match="out_dtype"):
+        lowbit.fp8_grouped_gemm(a, b, sfa, sfb, out_dtype=torch.float16)
+    # lowbit's own rules, checked on the host before anything launches, name the group.
+    bad = _meta_blockscaled_group(8, 392, 512)  # N not a multiple of 16
+    with pytest.raises(ValueError, match="fp8_grouped_gemm: group 2: n and k must be positive multiples of 16"):
+        lowbit.fp8_grouped_gemm(a + [bad[0]], b + [bad[1]], sfa + [bad[2]], sfb + [bad[3]])
+    d = torch.device("meta")
+    with pytest.raises(ValueError, match="group 1: sfa_ld must be >= m and a multiple of 4"):
+        lowbit.fp8_grouped_gemm(a, b, [sfa[0], torch.empty(4, 1, device=d)], sfb)
+    pre = [_meta_nvfp4_weights(384, 512), _meta_nvfp4_weights(128, 512)]
+    x = [torch.empty(m, 512, dtype=torch.bfloat16, device=d) for m in (0, 3)]
+    xq = [torch.empty(m, 256, dtype=torch.uint8, device=d) for m in (0, 3)]
+    xs = [torch.empty(m, 32, dtype=torch.uint8, device=d) for m in (0, 3)]
+    with pytest.raises(ValueError, match="groups must be >= 1"):
+        lowbit.nvfp4_grouped_gemm([], [], [])
+    with pytest.raises(ValueError, match="group 1: b_prepacked must be nvfp4_prepack_weights' output"):
+        lowbit.nvfp4_grouped_gemm(x, pre, [384, 256])
+    with pytest.raises(ValueError, match="group 0: a_scales go with NVFP4"):
+        lowbit.nvfp4_grouped_gemm(xq, pre, [384, 128])
+    with pytest.raises(ValueError, match="b_global_scales has 1, a has 2"):
+        lowbit.nvfp4_grouped_gemm(x, pre, [384, 128], b_global_scale=[1.0])
+    with pytest.raises(ValueError, match="nvfp4_grouped_gemm: group 1: global scales must be finite"):
+        lowbit.nvfp4_grouped_gemm(xq, pre, [384, 128], a_scales=xs, a_global_scale=[1.0, float("nan")])
+
+
+def _meta_moe(m=8, e=16, n=256, k=512):
+    d = torch.device("meta")
+    return (torch.empty(m, k, dtype=torch.bfloat16, device=d), torch.empty(e, n, k, dtype=torch.float8_e4m3fn, device=d),
+            torch.empty(e, (n + 127) // 128, k // 128, device=d), torch.empty(m, e, device=d))
+
+
+def test_fake_fused_moe_stages():
+    x, w, wsc, logits = _meta_moe()
+    top_k = 2
+    assert lowbit.MOE_STAGES == ("route", "layout", "quantize_gather", "expert_gemm", "finish")
+    for det in (False, True):
+        for dt in (torch.bfloat16, torch.float32):
+            ws = lowbit.fused_moe_workspace(x, w, top_k, deterministic=det, out_dtype=dt)
+            assert ws.dtype == torch.uint8 and ws.dim() == 1
+            y = torch.empty(8, 256, dtype=dt, device=x.device)
+            for stage in lowbit.MOE_STAGES:
+                lowbit.fused_moe_fp8_stage(stage, x, w, wsc, top_k, ws, y, logits=logits, deterministic=det)
+    view = lowbit.fused_moe_workspace_view(ws, x, w, top_k, deterministic=True, out_dtype=torch.float32)
+    rows = view["row_pair"].shape[0]
+    assert rows >= 8 * top_k and rows % 4 == 0
+    want = {"topk_ids": ((8, 2), torch.int32), "topk_weights": ((8, 2), torch.float32), "counts": ((16,), torch.int32),
+            "offsets": ((17,), torch.int32), "tile_start": ((17,), torch.int32), "xq": ((rows, 512), torch.float8_e4m3fn),
+            "x_scales": ((4, rows), torch.float32), "row_weight": ((rows,), torch.float32), "status": ((2,), torch.int32)}
+    for name, (shape, dtype) in want.items():
+        assert tuple(view[name].shape) == shape and view[name].dtype == dtype, name
+
+
+def test_fused_moe_stage_bad_arguments_raise():
+    x, w, wsc, logits = _meta_moe()
+    ws = lowbit.fused_moe_workspace(x, w, 2)
+    y = torch.empty(8, 256, dtype=torch.bfloat16, device=x.device)
+    with pytest.raises(ValueError, match="stage must be 'route', 'layout'"):
+        lowbit.fused_moe_fp8_stage("gemm", x, w, wsc, 2, ws, y, logits=logits)
+    with pytest.raises(ValueError, match=r"y must be \[M, N\] = \[8, 256\]"):
+        lowbit.fused_moe_fp8_stage("layout", x, w, wsc, 2, ws, y[:4], logits=logits)
+    with pytest.raises(TypeError, match="y must be bfloat16 or float32"):
+        lowbit.fused_moe_fp8_stage("layout", x, w, wsc, 2, ws, y.half(), logits=logits)
+    # Sized for atomic mode with BF16 output, not for deterministic mode with FP32 output.
+    with pytest.raises(ValueError, match="workspace must hold the .* bytes fused_moe_workspace makes"):
+        lowbit.fused_moe_fp8_stage("layout", x, w, wsc, 2, ws, y.float(), logits=logits, deterministic=True)
+    with pytest.raises(TypeError, match="workspace must be Byte"):
+        lowbit.fused_moe_fp8_stage("layout", x, w, wsc, 2, ws.view(torch.int8), y, logits=logits)
+    with pytest.raises(ValueError, match="topk_ids"):
+        lowbit.fused_moe_fp8_stage("layout", x, w, wsc, 2, ws, y, topk_ids=torch.empty(8, 2, dtype=torch.int32,
+                                                                                        device=x.device))
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, min\(experts, 32\)\]"):
+        lowbit.fused_moe_workspace(x, w, 33)
+    with pytest.raises(ValueError, match="workspace must hold"):
+        lowbit.fused_moe_workspace_view(ws[:100], x, w, 2)
+
+
 def test_quantizers_round_trip():
     g = torch.Generator().manual_seed(SEED)
     x = torch.randn(37, 300, generator=g) * 3
@@ -383,19 +505,78 @@ def test_silu_mul_quantize_matches_reference(m, inter, gen):
     assert bool((err <= want.abs() / 16 * 1.01 + s.double()[:, None] * 2 ** -10 * 1.01).all())
 
 
+def _blockscaled_operands(m, n, k, gen):
+    """E4M3 operands with their block scales (quantize_fp8_1x128, quantize_fp8_128x128) and the
+    FP64 product of their dequantized values."""
+    qa, sfa = lowbit.quantize_fp8_1x128(torch.randn(m, k, device="cuda", generator=gen))
+    qb, sfb = lowbit.quantize_fp8_128x128(torch.randn(n, k, device="cuda", generator=gen))
+    da = qa.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)[:, :k]
+    db = qb.double() * sfb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+    return qa, qb, sfa, sfb, da @ db.T
+
+
 @gpu
 @pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (64, 4096, 7168), (100, 384, 1040), (4096, 1024, 512)])
 def test_fp8_blockscaled_gemm_matches_reference(m, n, k, gen):
-    a = torch.randn(m, k, device="cuda", generator=gen)
-    b = torch.randn(n, k, device="cuda", generator=gen)
-    qa, sfa = lowbit.quantize_fp8_1x128(a)
-    qb, sfb = lowbit.quantize_fp8_128x128(b)
-    kb = sfa.shape[0]
-    da = qa.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)[:, :k]
-    db = qb.double() * sfb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
-    assert kb == (k + 127) // 128
+    qa, qb, sfa, sfb, ref = _blockscaled_operands(m, n, k, gen)
+    assert sfa.shape[0] == (k + 127) // 128
     out = lowbit.fp8_blockscaled_gemm(qa, qb, sfa, sfb, out_dtype=torch.float32)
-    assert rel_err(out, da @ db.T) < 2e-3
+    assert rel_err(out, ref) < 2e-3
+
+
+# Empty groups, M = 1 groups, K not a multiple of 128, groups of different N and K.
+_GROUPED_SHAPES = [(0, 256, 512), (1, 2112, 7168), (100, 384, 1040), (1, 256, 512), (0, 128, 128), (129, 4096, 1024),
+                   (300, 512, 2048)]
+
+
+@gpu
+@pytest.mark.parametrize("out_dtype,tol", [(torch.float32, 2e-3), (torch.bfloat16, 1e-2)])
+def test_fp8_grouped_gemm_matches_reference(out_dtype, tol, gen):
+    groups = [_blockscaled_operands(m, n, k, gen) for m, n, k in _GROUPED_SHAPES]
+    qa, qb, sfa, sfb, refs = zip(*groups)
+    outs = lowbit.fp8_grouped_gemm(qa, qb, sfa, sfb, out_dtype=out_dtype, check=True)
+    for (m, n, _), out, ref in zip(_GROUPED_SHAPES, outs, refs):
+        assert out.shape == (m, n) and out.dtype == out_dtype
+        if m:
+            assert rel_err(out, ref) < tol, (m, n)
+    # The dense call on each group: the same accuracy.
+    dense = lowbit.fp8_blockscaled_gemm(qa[5], qb[5], sfa[5], sfb[5], out_dtype=out_dtype)
+    assert rel_err(outs[5], dense) < tol
+
+
+@gpu
+def test_grouped_gemm_in_cuda_graphs(gen):
+    shapes = [(0, 256, 512), (1, 384, 1024), (64, 256, 512)]
+    qa, qb, sfa, sfb, _ = (list(t) for t in zip(*(_blockscaled_operands(m, n, k, gen) for m, n, k in shapes)))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: the captured call's first run is not under capture
+        lowbit.fp8_grouped_gemm(qa, qb, sfa, sfb, out_dtype=torch.float32)
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        outs = lowbit.fp8_grouped_gemm(qa, qb, sfa, sfb, out_dtype=torch.float32, check=True)  # check: skipped
+    # Calls in between, eager and captured, must leave the graph's descriptors alone.
+    other = [_blockscaled_operands(m, n, k, gen) for m, n, k in ((32, 128, 256), (16, 256, 512))]
+    oa, ob, osfa, osfb, _ = zip(*other)
+    for _ in range(3):
+        lowbit.fp8_grouped_gemm(oa, ob, osfa, osfb)
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2, stream=s):
+        lowbit.fp8_grouped_gemm(oa, ob, osfa, osfb)
+    # New inputs in the captured buffers.
+    for g, (m, n, k) in enumerate(shapes):
+        na, _, nsfa, _, _ = _blockscaled_operands(m, n, k, gen)
+        qa[g].copy_(na)
+        sfa[g].copy_(nsfa)
+    graph2.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, (m, n, k) in enumerate(shapes):
+        want = lowbit.fp8_blockscaled_gemm(qa[g], qb[g], sfa[g], sfb[g], out_dtype=torch.float32)
+        assert outs[g].shape == (m, n)
+        if m:
+            assert rel_err(outs[g], want) < 2e-3
 
 
 @gpu
@@ -417,6 +598,34 @@ def test_nvfp4_gemm_matches_reference(fp4_act, gen):
         ref = xb.double() @ wd.T
     assert rel_err(out, ref) < 1e-2
 
+
+
+@gpu
+@pytest.mark.parametrize("fp4_act", [False, True])
+def test_nvfp4_grouped_gemm_matches_reference(fp4_act, gen):
+    shapes = [(0, 512, 1024), (1, 256, 512), (16, 512, 1024), (1, 128, 4096), (100, 384, 2048), (0, 128, 64)]
+    a, a_scales, a_gs, pre, b_gs, refs = [], [], [], [], [], []
+    for m, n, k in shapes:
+        wp, ws, wg = lowbit.quantize_nvfp4(torch.randn(n, k, device="cuda", generator=gen))
+        pre.append(lowbit.nvfp4_prepack_weights(wp, ws, k))
+        b_gs.append(wg)
+        x = torch.randn(m, k, device="cuda", generator=gen)
+        if fp4_act:
+            xp, xs, xg = lowbit.quantize_nvfp4(x)
+            a.append(xp)
+            a_scales.append(xs)
+            a_gs.append(xg)
+            xd = _dequantize_nvfp4(xp, xs, xg).double() if m else None
+        else:
+            a.append(x.bfloat16())
+            xd = a[-1].double()
+        refs.append(xd @ _dequantize_nvfp4(wp, ws, wg).double().T if m else None)
+    outs = lowbit.nvfp4_grouped_gemm(a, pre, [n for _, n, _ in shapes], a_scales=a_scales if fp4_act else None,
+                                     a_global_scale=a_gs if fp4_act else None, b_global_scale=b_gs, check=True)
+    for (m, n, _), out, ref in zip(shapes, outs, refs):
+        assert out.shape == (m, n) and out.dtype == torch.bfloat16
+        if m:
+            assert rel_err(out, ref) < 1e-2, (m, n)
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16])
@@ -451,25 +660,39 @@ def test_patch_embed_matches_reference(gen):
     assert rel_err(out, ref) < 1e-2
 
 
+def _moe_weights(e, n, k, gen):
+    w = torch.randn(e, n, k, device="cuda", generator=gen)
+    wq, wsc = zip(*(lowbit.quantize_fp8_128x128(w[i]) for i in range(e)))
+    return torch.stack(wq), torch.stack(wsc)
+
+
+def _moe_routing(m, e, top_k, gen):
+    ids = torch.stack([torch.randperm(e, device="cuda", generator=gen)[:top_k] for _ in range(m)]).int()
+    return ids.reshape(m, top_k), torch.rand(m, top_k, device="cuda", generator=gen)
+
+
+def _moe_reference(x, wq, wsc, ids, wts):
+    m, k = x.shape
+    n = wq.shape[1]
+    xq, sfa = lowbit.quantize_fp8_1x128(x.float())
+    xd = xq.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)
+    wd = wq.double() * wsc.double().repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :n, :k]
+    ref = torch.zeros(m, n, dtype=torch.float64, device="cuda")
+    for j in range(ids.shape[1]):
+        ref += wts[:, j, None].double() * torch.einsum("mk,mnk->mn", xd, wd[ids[:, j].long()])
+    return ref
+
+
 @gpu
 @pytest.mark.parametrize("m", [1, 16, 200])
 def test_fused_moe_matches_reference(m, gen):
     e, top_k, n, k = 16, 4, 256, 512
     x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
-    w = torch.randn(e, n, k, device="cuda", generator=gen)
-    wq, wsc = zip(*(lowbit.quantize_fp8_128x128(w[i]) for i in range(e)))
-    wq, wsc = torch.stack(wq), torch.stack(wsc)
-    ids = torch.stack([torch.randperm(e, device="cuda", generator=gen)[:top_k] for _ in range(m)]).int()
-    wts = torch.rand(m, top_k, device="cuda", generator=gen)
+    wq, wsc = _moe_weights(e, n, k, gen)
+    ids, wts = _moe_routing(m, e, top_k, gen)
     y = lowbit.fused_moe_fp8(x, wq, wsc, top_k, topk_ids=ids, topk_weights=wts, out_dtype=torch.float32,
                              deterministic=True)
-    xq, sfa = lowbit.quantize_fp8_1x128(x.float())
-    xd = xq.double() * sfa[:, :m].t().double().repeat_interleave(128, 1)
-    wd = wq.double() * wsc.double().repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :n, :k]
-    ref = torch.zeros(m, n, dtype=torch.float64, device="cuda")
-    for j in range(top_k):
-        ref += wts[:, j, None].double() * torch.einsum("mk,mnk->mn", xd, wd[ids[:, j].long()])
-    assert rel_err(y, ref) < 2e-3
+    assert rel_err(y, _moe_reference(x, wq, wsc, ids, wts)) < 2e-3
     # Routing from logits: the same as torch's softmax + top-k + renormalization.
     logits = torch.randn(m, e, device="cuda", generator=gen)
     y2 = lowbit.fused_moe_fp8(x, wq, wsc, top_k, logits=logits, out_dtype=torch.float32)
@@ -478,6 +701,57 @@ def test_fused_moe_matches_reference(m, gen):
     tw = tw / tw.sum(-1, keepdim=True)
     y3 = lowbit.fused_moe_fp8(x, wq, wsc, top_k, topk_ids=ti.int(), topk_weights=tw, out_dtype=torch.float32)
     assert rel_err(y2, y3) < 1e-5
+
+
+def _moe_stages(x, wq, wsc, top_k, y, **kw):
+    ws = lowbit.fused_moe_workspace(x, wq, top_k, deterministic=kw.get("deterministic", False), out_dtype=y.dtype)
+    for stage in lowbit.MOE_STAGES:
+        lowbit.fused_moe_fp8_stage(stage, x, wq, wsc, top_k, ws, y, **kw)
+    return ws
+
+
+@gpu
+@pytest.mark.parametrize("m", [0, 1, 16, 200])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_fused_moe_stages_match_the_fused_call(m, out_dtype, gen):
+    e, top_k, n, k = 16, 4, 256, 512
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    wq, wsc = _moe_weights(e, n, k, gen)
+    logits = torch.randn(m, e, device="cuda", generator=gen)
+    want = lowbit.fused_moe_fp8(x, wq, wsc, top_k, logits=logits, deterministic=True, out_dtype=out_dtype)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+    ws = _moe_stages(x, wq, wsc, top_k, y, logits=logits, deterministic=True, check=True)
+    assert torch.equal(y, want)  # deterministic mode: bitwise
+    # What the route and layout stages left: torch's softmax + top-k, renormalized, and its histogram.
+    view = lowbit.fused_moe_workspace_view(ws, x, wq, top_k, deterministic=True, out_dtype=out_dtype)
+    tw, ti = logits.softmax(-1).topk(top_k, dim=-1)
+    tw = tw / tw.sum(-1, keepdim=True)
+    dense = torch.zeros(m, e, device="cuda")
+    got = dense.scatter(1, view["topk_ids"].long(), view["topk_weights"])
+    torch.testing.assert_close(got, dense.scatter(1, ti, tw), rtol=1e-5, atol=1e-6)
+    assert torch.equal(view["counts"], torch.bincount(ti.flatten(), minlength=e).int())
+    assert view["status"].tolist() == ([0, -1] if m else [0, 0])
+
+
+@gpu
+@pytest.mark.parametrize("m", [2, 40])  # 2: fused_moe_fp8 takes its tiny-batch path, which has no stages
+def test_fused_moe_stages_with_own_routing(m, gen):
+    e, top_k, n, k = 16, 4, 256, 512
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    wq, wsc = _moe_weights(e, n, k, gen)
+    ids, wts = _moe_routing(m, e, top_k, gen)
+    ref = _moe_reference(x, wq, wsc, ids, wts)
+    for out_dtype, tol in ((torch.float32, 2e-3), (torch.bfloat16, 1e-2)):  # atomic mode
+        y = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        _moe_stages(x, wq, wsc, top_k, y, topk_ids=ids, topk_weights=wts, check=True)
+        assert rel_err(y, ref) < tol
+    bad = ids.clone()
+    bad[1, 2] = e
+    ws = lowbit.fused_moe_workspace(x, wq, top_k, out_dtype=torch.float32)
+    y = torch.empty(m, n, device="cuda")
+    lowbit.fused_moe_fp8_stage("route", x, wq, wsc, top_k, ws, y, topk_ids=bad, topk_weights=wts)
+    with pytest.raises(ValueError, match=r"routing pair 6 \(token 1, slot 2\): expert id out of range"):
+        lowbit.fused_moe_fp8_stage("layout", x, wq, wsc, top_k, ws, y, topk_ids=bad, topk_weights=wts, check=True)
 
 
 @gpu
