@@ -182,10 +182,12 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp
 }
 
 // A forced dense config over the chooser's pick: its non-zero tile, split and grid fields, and its
-// raster group.
+// raster group. A forced width with the rows left to the chooser takes rows it is compiled with
+// (64-row tiles are 64 wide only).
 void apply_forced(const BlockScaledConfig& f, Fp8GemmConfig* c) {
   if (f.block_m) c->block_m = f.block_m;
   if (f.block_n) c->block_n = f.block_n;
+  if (f.block_n && !f.block_m && !core_tile_compiled(c->block_m, c->block_n)) c->block_m = 128;
   if (f.splits) c->splits = f.splits;
   if (f.grid) c->grid = f.grid;
   c->raster_group = f.raster_group;
