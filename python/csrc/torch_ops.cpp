@@ -198,6 +198,7 @@ Tensor& fp8_gemm_out(const Tensor& a, const Tensor& b, double alpha, const std::
   g.bias = bias ? bias->data_ptr() : nullptr;
   g.residual = residual ? residual->data_ptr() : nullptr;
   g.activation = activation(act);
+  if (g.m == 0) return out;  // an empty batch: nothing to compute (lowbit's C++ API refuses M = 0)
   const auto ws = split_workspace(a, stream);
   g.workspace = ws.first;
   g.workspace_bytes = ws.second;
@@ -270,6 +271,7 @@ Tensor fp8_blockscaled_gemm(const Tensor& a, const Tensor& b, const Tensor& sfa,
   x.sfa_ld = sfa.size(1);
   x.sfb = sfb.data_ptr<float>();
   x.out_type = ot;
+  if (x.m == 0) return out;  // an empty batch: nothing to compute (lowbit's C++ API refuses M = 0)
   const cudaStream_t stream = current_stream(a);
   const auto ws = split_workspace(a, stream);  // split-K where the chooser takes it (small M)
   x.workspace = ws.first;

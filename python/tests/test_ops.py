@@ -574,7 +574,7 @@ def test_grouped_gemm_in_cuda_graphs(gen):
     torch.cuda.synchronize()
     for g, (m, n, k) in enumerate(shapes):
         want = lowbit.fp8_blockscaled_gemm(qa[g], qb[g], sfa[g], sfb[g], out_dtype=torch.float32)
-        assert outs[g].shape == (m, n)
+        assert outs[g].shape == want.shape == (m, n)  # M = 0: both empty
         if m:
             assert rel_err(outs[g], want) < 2e-3
 
@@ -761,3 +761,14 @@ def test_host_tensors_and_mismatched_devices_are_refused(gen):
         lowbit.fp8_gemm(qa.cpu(), qb)
     with pytest.raises(TypeError, match="CUDA tensor"):
         lowbit.fp8_gemm(qa, qb, a_scale=sa.cpu())
+
+
+@gpu
+def test_empty_batches_give_empty_outputs(gen):
+    """An engine's batch can be empty (no tokens routed, a drained queue): the ops return [0, N]."""
+    b = torch.randn(256, 512, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    a = torch.empty(0, 512, device="cuda", dtype=torch.float8_e4m3fn)
+    assert lowbit.fp8_gemm(a, b).shape == (0, 256)
+    assert lowbit.fp8_gemm(a, b, a_scale=torch.ones(1, device="cuda"), b_scale=torch.ones(256, device="cuda")).shape == (0, 256)
+    qb, sfb = lowbit.quantize_fp8_128x128(torch.randn(256, 512, device="cuda", generator=gen))
+    assert lowbit.fp8_blockscaled_gemm(a, qb, torch.empty(4, 0, device="cuda"), sfb).shape == (0, 256)
