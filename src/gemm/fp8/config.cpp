@@ -1,4 +1,5 @@
 #include "gemm/fp8/config.h"
+#include "gemm/fp8/variant_table.h"
 
 #include <algorithm>
 #include <climits>
@@ -153,32 +154,12 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
   return false;
 }
 
+// Read from the compiled kernels' table (gemm/fp8/variants.def), so the answer cannot drift from
+// what is built.
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
-  // Uneven columns: the overlapped 256-wide tile promoting every two K blocks, BF16, plain.
-  if (c.uneven && !(c.overlap && c.block_m == 128 && c.block_n == 256 && c.promote_every == 2 && c.cluster == 1 &&
-                    !c.resident_rows && epilogue == Fp8EpilogueKind::kPlain && !out_fp32))
-    return false;
-  // Overlapped epilogues: twins of two plain tiles (bn=256 in BF16 only) and of the resident
-  // fused kernel (launch.cu).
-  if (c.overlap &&
-      !(c.block_m == 128 && c.cluster == 1 &&
-        ((!c.resident_rows && epilogue == Fp8EpilogueKind::kPlain &&
-          ((c.promote_every == 2 && c.block_n == 256 && !out_fp32) || (c.promote_every == 1 && c.block_n == 128))) ||
-         (c.resident_rows && epilogue == Fp8EpilogueKind::kFused && c.block_n == kFp8ResidentBlockN &&
-          c.promote_every == 1))))
-    return false;
-  for (const auto& v : kFp8Variants)
-    if (v.block_m == c.block_m && v.block_n == c.block_n) {
-      if (v.block_m != 128 && c.cluster != 1) return false;
-      // Promotion every two K blocks: the plain epilogue (CTA pairs at bn=256 too), and the
-      // staged one in BF16 (launch.cu).
-      if (c.promote_every == 2)
-        return v.promote2 && ((epilogue == Fp8EpilogueKind::kPlain && (c.cluster == 1 || v.block_n == 256)) ||
-                              (epilogue == Fp8EpilogueKind::kBias && c.cluster == 1 && !out_fp32 && !out_fp16));
-      if (c.cluster == 2 && v.block_n != 128 && v.block_n != 192) return false;
-      return c.promote_every == 1 && (epilogue != Fp8EpilogueKind::kFused || v.fused_stages > 0);
-    }
-  return false;
+  const OutType out = out_fp32 ? OutType::kFP32 : out_fp16 ? OutType::kFP16 : OutType::kBF16;
+  return find_fp8_variant(c.block_m, c.block_n, out, variant_epilogue(epilogue), c.cluster, c.promote_every,
+                          c.resident_rows, c.overlap, c.uneven) >= 0;
 }
 
 bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {

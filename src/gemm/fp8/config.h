@@ -47,9 +47,8 @@ int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
 bool fp8_variant_exists(int block_m, int block_n, int* stages);
-// Whether a kernel is compiled for the config with that epilogue (the widest tile has no fused
-// one; promotion every two K blocks only has the plain epilogue without a bias, and pairs only at
-// bn=256).
+// Whether a kernel is compiled for the config with that epilogue and output: a line of
+// gemm/fp8/variants.def.
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32 = false,
                          bool out_fp16 = false);
 // A scored candidate as it can run with this epilogue and output: true if compiled; an

@@ -11,7 +11,9 @@
 
 #include "common/choice_cache.h"
 #include "gemm/fp8/config.h"
-#include "gemm/fp8/kernel.cuh"
+#include "gemm/fp8/fp8_variants_gen.h"
+#include "gemm/fp8/traits.cuh"
+#include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
@@ -106,13 +108,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: cluster=2 is compiled for M > 64, splits=1 and the plain epilogue without "
                            "a bias; config " + c.to_string());
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32, a.out_type == OutType::kFP16))
-    return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() +
-                           " with this epilogue (promote=2: bn=128/176/192/256, plain, or staged (bias, per-row scales) in BF16, cluster=2 at bn=256 plain only; "
-                           "overlap: bn=256 promote=2 with BF16 out, bn=128 promote=1, plain without a bias or resident rows, "
-                           "no cluster; "
-                           "row broadcast, activation or residual: bn=64/128/192; bm=64: bn=64 or 112, promote=1, "
-                           "no cluster, plain or bias; uneven: bn=256 promote=2 overlap=1, BF16 out, plain without a "
-                           "bias)");
+    return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() + " with this epilogue and output (" +
+                           fp8::compiled_variants_text(c.block_m, c.block_n) + "; gemm/fp8/variants.def)");
   if (c.uneven && fp8::fp8_uneven_tiles_n(1, a.n, c.block_m, c.block_n, 1) == 0)
     return Status::Invalid("fp8_gemm: uneven=1 needs N covered exactly by tiles of " +
                            std::to_string(c.block_n - gemm::UnevenColumnLayout::kTrim) + " and " +
@@ -123,137 +120,6 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles(
         "fp8_gemm", (a.m + c.block_m - 1) / c.block_m * (a.n / (c.block_n - gemm::UnevenColumnLayout::kTrim)), 1));
   return Status::Ok();
-}
-
-// `grid` <= 0: as many CTAs as are resident at once (rounded to whole clusters); `max_units`
-// caps it at one CTA per tile.
-using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                 const CUtensorMap&, const CUtensorMap&, const Fp8KernelParams&, int device,
-                                 int* launched);
-
-template <int kBlockN, bool kOutFp32, bool kFused, bool kStaged, int kCluster, int kPromoteEvery, int kBlockM,
-          int kResidentRows, bool kOverlap, bool kUneven, bool kOutFp16>
-struct Variant {
-  using T = fp8::Fp8Traits<kBlockN, fp8::fp8_stages_for(kBlockN, kFused, kBlockM, kResidentRows), kOutFp32, kFused,
-                           kStaged, kCluster, kPromoteEvery, kBlockM, kResidentRows, kOverlap, kUneven, kOutFp16>;
-
-  static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
-                            int* launched) {
-    // A forced grid may exceed what is resident only without clusters (peers must co-run).
-    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
-                                                             device, stream, launched, a, b, d, bcast, p);
-  }
-  static int smem_bytes() { return T::kSmemBytes; }
-};
-
-struct VariantEntry {
-  int block_m;
-  int block_n;
-  bool out_fp32;
-  bool out_fp16;
-  bool fused;
-  bool staged;
-  int cluster;
-  int promote_every;
-  bool resident;  // fused with the row-broadcast rows resident (variants.h)
-  bool overlap;   // the next unit's first MMAs run during the epilogue (Fp8GemmConfig::overlap)
-  bool uneven;    // uneven columns (Fp8GemmConfig::uneven)
-  LaunchFn launch;
-  int (*smem_bytes)();
-};
-
-template <int BN, bool F32, bool Fused, bool Staged, int Cluster = 1, int Promote = 1, int BM = 128, int Resident = 0,
-          bool Overlap = false, bool Uneven = false, bool F16 = false>
-constexpr VariantEntry entry() {
-  using V = Variant<BN, F32, Fused, Staged, Cluster, Promote, BM, Resident, Overlap, Uneven, F16>;
-  return VariantEntry{BM,      BN,     F32, F16,        Fused,       Staged || Fused, Cluster,
-                      Promote, Resident > 0, Overlap, Uneven, &V::launch, &V::smem_bytes};
-}
-// FP16 out: the staged epilogue of a tile (bias, per-row scales).
-template <int BN, int BM = 128>
-constexpr VariantEntry fp16_entry() {
-  return entry<BN, false, false, true, 1, 1, BM, 0, false, false, true>();
-}
-// The overlapped-epilogue twin of a plain, unstaged, single-CTA large-M tile (fp8_config_compiled).
-template <int BN, bool F32, int Promote, bool Uneven = false>
-constexpr VariantEntry overlap_entry() {
-  return entry<BN, F32, false, false, 1, Promote, 128, 0, true, Uneven>();
-}
-
-// Epilogues: plain without a bias (nothing staged), plain with a staged bias, fused.
-template <int BN, bool F32>
-constexpr VariantEntry entries_for(int which) {
-  return which == 0 ? entry<BN, F32, false, false>() : which == 1 ? entry<BN, F32, false, true>() : entry<BN, F32, true, true>();
-}
-
-// Must list exactly fp8::kFp8Variants, for BF16 and FP32 out, x the three epilogues (checked
-// below), then the multicast pairs (cluster = 2: plain epilogue, the large-M tiles), then the
-// large-M tiles that promote every two K blocks (plain epilogue without a bias; last, bn=256 also
-// as pairs).
-const VariantEntry kEntries[] = {
-    entries_for<64, false>(0),  entries_for<64, false>(1),  entries_for<64, false>(2),
-    entries_for<64, true>(0),   entries_for<64, true>(1),   entries_for<64, true>(2),
-    entries_for<128, false>(0), entries_for<128, false>(1), entries_for<128, false>(2),
-    entries_for<128, true>(0),  entries_for<128, true>(1),  entries_for<128, true>(2),
-    entries_for<192, false>(0), entries_for<192, false>(1), entries_for<192, false>(2),
-    entries_for<192, true>(0),  entries_for<192, true>(1),  entries_for<192, true>(2),
-    // No fused variant (variants.h): entry<> directly, as entries_for would instantiate one.
-    entry<256, false, false, false>(), entry<256, false, false, true>(),
-    entry<256, true, false, false>(),  entry<256, true, false, true>(),
-    entry<176, false, false, false>(), entry<176, false, false, true>(),
-    entry<176, true, false, false>(),  entry<176, true, false, true>(),
-    entry<64, false, false, false, 1, 1, 64>(), entry<64, false, false, true, 1, 1, 64>(),
-    entry<64, true, false, false, 1, 1, 64>(),  entry<64, true, false, true, 1, 1, 64>(),
-    entry<112, false, false, false, 1, 1, 64>(), entry<112, false, false, true, 1, 1, 64>(),
-    entry<112, true, false, false, 1, 1, 64>(),  entry<112, true, false, true, 1, 1, 64>(),
-    entry<128, false, false, false, 2>(), entry<128, true, false, false, 2>(),
-    entry<192, false, false, false, 2>(), entry<192, true, false, false, 2>(),
-    entry<128, false, false, false, 1, 2>(), entry<128, true, false, false, 1, 2>(),
-    entry<192, false, false, false, 1, 2>(), entry<192, true, false, false, 1, 2>(),
-    entry<256, false, false, false, 1, 2>(), entry<256, true, false, false, 1, 2>(),
-    entry<176, false, false, false, 1, 2>(), entry<176, true, false, false, 1, 2>(),
-    entry<256, false, false, false, 2, 2>(), entry<256, true, false, false, 2, 2>(),
-    // ... and with the staged epilogue (bias, per-row scales), BF16 out: the large-M tiles of
-    // per-token x per-channel GEMMs (docs/perf.md W1 v16).
-    entry<128, false, false, true, 1, 2>(), entry<192, false, false, true, 1, 2>(),
-    entry<256, false, false, true, 1, 2>(), entry<176, false, false, true, 1, 2>(),
-    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
-    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows>(),
-    // Overlapped epilogues (fp8_config_compiled): the two tiles where they were measured to win.
-    // bn=256 with FP32 out is not compiled: acc, the in-flight partial and the FP32 staging
-    // spilled there.
-    overlap_entry<256, false, 2>(), overlap_entry<128, false, 1>(), overlap_entry<128, true, 1>(),
-    // ... the first with uneven columns (Fp8GemmConfig::uneven),
-    overlap_entry<256, false, 2, true>(),
-    // ... and the resident-rows fused kernel (row broadcast and bias only: FusedEpilogue::apply_overlapped).
-    entry<fp8::kFp8ResidentBlockN, false, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
-    entry<fp8::kFp8ResidentBlockN, true, true, true, 1, 1, 128, fp8::kFp8ResidentMaxRows, true>(),
-    // FP16 out (vLLM's cutlass_scaled_mm offers it): every tile's staged epilogue, which FP16
-    // calls run with or without a bias and scales.
-    fp16_entry<64>(), fp16_entry<128>(), fp16_entry<192>(), fp16_entry<256>(), fp16_entry<176>(),
-    fp16_entry<64, 64>(), fp16_entry<112, 64>(),
-};
-constexpr int expected_entries() {
-  // The cluster pairs (promote 1; 256 promote 2), the resident-rows fused kernels, the
-  // overlapped-epilogue twins (one with uneven columns).
-  int n = 4 + 2 + 2 + 4 + 2;
-  // + FP16; promote 2: plain BF16/FP32 and staged BF16.
-  for (const auto& v : fp8::kFp8Variants) n += (v.fused_stages > 0 ? 6 : 4) + (v.promote2 ? 3 : 0) + 1;
-  return n;
-}
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == expected_entries(),
-              "launch.cu instantiates every variant of variants.h: BF16/FP32 out x its epilogues, FP16 staged");
-
-const VariantEntry* find_entry(int block_m, int block_n, OutType out, bool fused, bool staged, int cluster,
-                               int promote_every, bool resident, bool overlap, bool uneven) {
-  for (const auto& e : kEntries)
-    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == (out == OutType::kFP32) &&
-        e.out_fp16 == (out == OutType::kFP16) && e.fused == fused &&
-        e.staged == staged && e.cluster == cluster && e.promote_every == promote_every && e.resident == resident &&
-        e.overlap == overlap && e.uneven == uneven)
-      return &e;
-  return nullptr;
 }
 
 }  // namespace
@@ -323,13 +189,16 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              "(no activation or residual); config " + cfg.to_string());
     cfg.overlap = false;
   }
-  const bool staged = fused || staged_epilogue(args);
-  const VariantEntry* entry = find_entry(cfg.block_m, cfg.block_n, args.out_type, fused, staged,
+  const int line = fp8::find_fp8_variant(cfg.block_m, cfg.block_n, args.out_type,
+                                         fused                    ? fp8::VariantEpilogue::kFused
+                                         : staged_epilogue(args) ? fp8::VariantEpilogue::kStaged
+                                                                 : fp8::VariantEpilogue::kPlain,
                                          cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven);
-  if (!entry) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
-  if (static_cast<size_t>(entry->smem_bytes()) > dev.smem_per_block_optin)
+  if (line < 0) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
+  const fp8::VariantLauncher& entry = fp8::kFp8VariantLaunchers[line]();
+  if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice,
-                         "fp8_gemm: kernel needs " + std::to_string(entry->smem_bytes()) +
+                         "fp8_gemm: kernel needs " + std::to_string(entry.smem_bytes) +
                              " bytes of shared memory per block; the device allows " +
                              std::to_string(dev.smem_per_block_optin));
 
@@ -403,7 +272,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
+  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
   auto describe = [&] {
     return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
            cfg.to_string();

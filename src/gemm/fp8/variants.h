@@ -1,5 +1,6 @@
-// The compiled FP8 GEMM kernel variants, as data: the chooser scores them, the bench can force
-// any of them, and launch.cu instantiates exactly this list.
+// The FP8 GEMM's tiles, as data: the chooser scores them and the bench can force any of them.
+// Which kernels are compiled for each tile (epilogues, outputs, promotion, pairs, overlap) is
+// gemm/fp8/variants.def; every line there names a tile of this table (variant_launch.cuh checks).
 #pragma once
 
 namespace lowbit::fp8 {
@@ -77,5 +78,11 @@ constexpr Fp8Variant kFp8Variants[] = {
      64},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
+
+constexpr bool fp8_tile_listed(int block_m, int block_n) {
+  for (const auto& v : kFp8Variants)
+    if (v.block_m == block_m && v.block_n == block_n) return true;
+  return false;
+}
 
 }  // namespace lowbit::fp8

@@ -1,0 +1,46 @@
+// One compiled FP8 GEMM kernel behind a plain function pointer: the translation unit CMake
+// generates for line I of gemm/fp8/variants.def is
+//     #include "gemm/fp8/variant_launch.cuh"
+//     LOWBIT_FP8_DEFINE_VARIANT(I)
+// and defines lowbit::fp8::variant_launcher_I(), which the launcher finds through the generated
+// table (fp8_variants_gen.h).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "gemm/fp8/kernel.cuh"
+#include "gemm/fp8/variant_launcher.h"
+#include "gemm/fp8/variant_table.h"
+#include "gemm/fp8/variants.h"
+#include "hopper/cluster_launch.h"
+
+namespace lowbit::fp8 {
+
+template <int kLine>
+struct VariantOf {
+  static constexpr Fp8VariantSpec S = kFp8VariantSpecs[kLine];
+  static_assert(fp8_tile_listed(S.block_m, S.block_n), "a variants.def line names a tile of variants.h");
+  static constexpr bool kFused = S.epilogue == VariantEpilogue::kFused;
+  static constexpr bool kStaged = S.epilogue != VariantEpilogue::kPlain;
+  using T = Fp8Traits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows), S.out == OutType::kFP32,
+                      kFused, kStaged, S.cluster, S.promote_every, S.block_m, S.resident_rows, S.overlap, S.uneven,
+                      S.out == OutType::kFP16>;
+  static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
+                            int* launched) {
+    // A forced grid may exceed what is resident only without clusters (peers must co-run).
+    return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, S.cluster,
+                                                        device, stream, launched, a, b, d, bcast, p);
+  }
+};
+
+}  // namespace lowbit::fp8
+
+#define LOWBIT_FP8_DEFINE_VARIANT(line)                                                              \
+  namespace lowbit::fp8 {                                                                            \
+  const VariantLauncher& variant_launcher_##line() {                                                 \
+    static constexpr VariantLauncher l{&VariantOf<line>::launch, VariantOf<line>::T::kSmemBytes};    \
+    return l;                                                                                        \
+  }                                                                                                  \
+  }

@@ -1,0 +1,22 @@
+// A compiled FP8 GEMM kernel behind a plain function pointer, as the launcher sees it (defined
+// per variants.def line by gemm/fp8/variant_launch.cuh, tabled in the generated fp8_variants_gen.h).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "gemm/fp8/traits.cuh"
+
+namespace lowbit::fp8 {
+
+// `grid` <= 0: as many CTAs as are resident at once (rounded to whole clusters); `max_units` caps
+// it at one CTA per unit.
+using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                        const CUtensorMap&, const CUtensorMap&, const Fp8KernelParams&, int device,
+                                        int* launched);
+struct VariantLauncher {
+  VariantLaunchFn launch;
+  int smem_bytes;
+};
+
+}  // namespace lowbit::fp8
