@@ -12,6 +12,7 @@
 
 #include "common/fast_div.h"
 #include "gemm/fp8/config.h"
+#include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
 #include "lowbit/gemm.h"
 
@@ -462,4 +463,39 @@ TEST(TileSchedule, WalkMatchesTheRaster) {
             ASSERT_EQ(w.kb_end, e.kb_end) << at;
           }
         }
+}
+
+// The compiled kernels are the lines of gemm/fp8/variants.def: each is found as itself (no two
+// lines describe one kernel) and the compiled-config rule says yes to each, no to a neighbour
+// that is not a line (the 256-wide tile has no fused kernel).
+TEST(Fp8Config, VariantTableIsTheCompiledRule) {
+  using namespace lowbit::fp8;
+  ASSERT_GT(kNumFp8VariantSpecs, 0);
+  for (int i = 0; i < kNumFp8VariantSpecs; ++i) {
+    const Fp8VariantSpec& s = kFp8VariantSpecs[i];
+    EXPECT_EQ(find_fp8_variant(s.block_m, s.block_n, s.out, s.epilogue, s.cluster, s.promote_every, s.resident_rows > 0,
+                               s.overlap, s.uneven),
+              i)
+        << "line " << i << ": " << s.reason;
+    int stages = 0;
+    EXPECT_TRUE(fp8_variant_exists(s.block_m, s.block_n, &stages)) << s.reason;
+    Fp8GemmConfig c;
+    c.block_m = s.block_m;
+    c.block_n = s.block_n;
+    c.cluster = s.cluster;
+    c.promote_every = s.promote_every;
+    c.resident_rows = s.resident_rows > 0;
+    c.overlap = s.overlap;
+    c.uneven = s.uneven;
+    const Fp8EpilogueKind kind = s.epilogue == VariantEpilogue::kFused    ? Fp8EpilogueKind::kFused
+                                 : s.epilogue == VariantEpilogue::kStaged ? Fp8EpilogueKind::kBias
+                                                                         : Fp8EpilogueKind::kPlain;
+    EXPECT_TRUE(fp8_config_compiled(c, kind, s.out == OutType::kFP32, s.out == OutType::kFP16)) << s.reason;
+    EXPECT_NE(std::string(s.reason), "");
+  }
+  Fp8GemmConfig wide;
+  wide.block_n = 256;
+  EXPECT_FALSE(fp8_config_compiled(wide, Fp8EpilogueKind::kFused));
+  EXPECT_NE(compiled_variants_text(128, 256).find("BF16 plain promote=2 overlap=1 uneven=1"), std::string::npos)
+      << compiled_variants_text(128, 256);
 }
