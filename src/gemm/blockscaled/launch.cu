@@ -14,12 +14,11 @@
 #include "common/choice_cache.h"
 #include "common/key_value.h"
 #include "common/ok_once.h"
-#include "gemm/blockscaled/core_traits.cuh"
+#include "gemm/blockscaled/blockscaled_variants_gen.h"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
 #include "gemm/fp8/config.h"
-#include "gemm/fp8/kernel.cuh"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
@@ -120,42 +119,9 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 
 // ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
 
-// The compiled tiles (core_traits.cuh): 128 rows x 64, 128 or 256 columns, 64 x 64; BF16 and
-// FP32 out. Each is a core FP8 variant's shape, so the core's cost model scores them.
-bool core_tile_compiled(int block_m, int block_n) {
-  return (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 256)) || (block_m == 64 && block_n == 64);
-}
-
-using CoreLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                     const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
-struct CoreEntry {
-  int block_m, block_n;
-  bool out_fp32;
-  CoreLaunchFn launch;
-  int smem_bytes;
-};
-template <int BM, int BN, bool F32>
-cudaError_t core_launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
-                        const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-  using T = blockscaled::CoreTraits<BM, BN, F32>;
-  // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
-  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device, s,
-                                                            launched, a, b, d, d, p);
-}
-template <int BM, int BN, bool F32>
-constexpr CoreEntry core_entry() {
-  return CoreEntry{BM, BN, F32, &core_launch<BM, BN, F32>, blockscaled::CoreTraits<BM, BN, F32>::kSmemBytes};
-}
-const CoreEntry kCoreEntries[] = {
-    core_entry<128, 128, false>(), core_entry<128, 128, true>(), core_entry<128, 256, false>(),
-    core_entry<128, 256, true>(),  core_entry<128, 64, false>(),  core_entry<128, 64, true>(),
-    core_entry<64, 64, false>(),   core_entry<64, 64, true>(),
-};
-const CoreEntry* find_core_entry(int block_m, int block_n, bool out_fp32) {
-  for (const auto& e : kCoreEntries)
-    if (e.block_m == block_m && e.block_n == block_n && e.out_fp32 == out_fp32) return &e;
-  return nullptr;
-}
+// The compiled dense tiles: gemm/blockscaled/variants.def (each a core FP8 variant's shape, so the
+// core's cost model scores them).
+bool core_tile_compiled(int block_m, int block_n) { return blockscaled::bs_tile_compiled(block_m, block_n); }
 
 // The core's cost model, restricted to what the block-scaled kernels compile: one K block per
 // promotion (the scales change every block), single CTAs, no overlapped epilogue or uneven
@@ -399,11 +365,12 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   Fp8GemmConfig cfg;
   LOWBIT_RETURN_IF_ERROR(dense_config(x, forced, dev, &cfg));
   const bool f32 = x.out_type == OutType::kFP32;
-  const CoreEntry* entry = find_core_entry(cfg.block_m, cfg.block_n, f32);
-  if (!entry) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg));
-  if (static_cast<size_t>(entry->smem_bytes) > dev.smem_per_block_optin)
+  const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type);
+  if (line < 0) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg));
+  const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[line]();
+  if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, std::string(who) + ": kernel needs " +
-                                                             std::to_string(entry->smem_bytes) +
+                                                             std::to_string(entry.smem_bytes) +
                                                              " bytes of shared memory per block; the device allows " +
                                                              std::to_string(dev.smem_per_block_optin));
 
@@ -439,7 +406,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   gemm::bind_split_k_workspace(p, x.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry->launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
   auto describe = [&] {
     return std::string(who) + " " + std::to_string(x.m) + "x" + std::to_string(x.n) + "x" + std::to_string(x.k) +
            " " + dense_text(cfg);

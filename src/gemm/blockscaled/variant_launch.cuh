@@ -1,0 +1,35 @@
+// One compiled block-scaled dense kernel: the translation unit CMake generates for line I of
+// gemm/blockscaled/variants.def is
+//     #include "gemm/blockscaled/variant_launch.cuh"
+//     LOWBIT_BS_DEFINE_VARIANT(I)
+#pragma once
+
+#include "gemm/blockscaled/core_traits.cuh"
+#include "gemm/blockscaled/variant_launcher.h"
+#include "gemm/blockscaled/variant_table.h"
+#include "gemm/fp8/kernel.cuh"
+#include "hopper/cluster_launch.h"
+
+namespace lowbit::blockscaled {
+
+template <int kLine>
+struct VariantOf {
+  static constexpr BsVariantSpec S = kBsVariantSpecs[kLine];
+  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32>;
+  // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
+  static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
+                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
+    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device,
+                                                              s, launched, a, b, d, d, p);
+  }
+};
+
+}  // namespace lowbit::blockscaled
+
+#define LOWBIT_BS_DEFINE_VARIANT(line)                                                                 \
+  namespace lowbit::blockscaled {                                                                      \
+  const VariantLauncher& variant_launcher_##line() {                                                   \
+    static constexpr VariantLauncher l{&VariantOf<line>::launch, VariantOf<line>::T::kSmemBytes};      \
+    return l;                                                                                          \
+  }                                                                                                    \
+  }

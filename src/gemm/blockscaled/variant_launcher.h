@@ -1,0 +1,19 @@
+// A compiled block-scaled dense kernel behind a plain function pointer (defined per variants.def
+// line by gemm/blockscaled/variant_launch.cuh, tabled in the generated blockscaled_variants_gen.h).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "gemm/fp8/traits.cuh"
+
+namespace lowbit::blockscaled {
+
+using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
+                                        const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
+struct VariantLauncher {
+  VariantLaunchFn launch;
+  int smem_bytes;
+};
+
+}  // namespace lowbit::blockscaled

@@ -1,0 +1,35 @@
+// The compiled block-scaled dense kernels as data (gemm/blockscaled/variants.def), for the host.
+#pragma once
+
+#include "lowbit/gemm.h"
+
+namespace lowbit::blockscaled {
+
+struct BsVariantSpec {
+  int block_m, block_n;
+  OutType out;
+  const char* reason;
+};
+
+namespace variant_def {
+constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
+}  // namespace variant_def
+
+inline constexpr BsVariantSpec kBsVariantSpecs[] = {
+#define LOWBIT_BS_VARIANT(bm, bn, out, reason) BsVariantSpec{bm, bn, variant_def::out, reason},
+#include "gemm/blockscaled/variants.def"
+#undef LOWBIT_BS_VARIANT
+};
+inline constexpr int kNumBsVariantSpecs = static_cast<int>(sizeof(kBsVariantSpecs) / sizeof(kBsVariantSpecs[0]));
+
+// The line of the kernel for this tile and output, or -1.
+constexpr int find_bs_variant(int block_m, int block_n, OutType out) {
+  for (int i = 0; i < kNumBsVariantSpecs; ++i)
+    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n && kBsVariantSpecs[i].out == out)
+      return i;
+  return -1;
+}
+// Whether the tile is compiled (for BF16; every tile is compiled for both outputs).
+constexpr bool bs_tile_compiled(int block_m, int block_n) { return find_bs_variant(block_m, block_n, OutType::kBF16) >= 0; }
+
+}  // namespace lowbit::blockscaled
