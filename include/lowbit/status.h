@@ -24,8 +24,13 @@
 //           be a thread's first CUDA call (lowbit makes the current device's primary context
 //           current on a thread that has none). Host caches (device properties, kernel attributes,
 //           tensor-map templates) are race-free and keep no failure that a later call could
-//           avoid (a cold thread's, a transient one). Calls that may run at the
-//           same time on the GPU (different streams) need separate workspaces.
+//           avoid (a cold thread's, a transient one). The configs the choosers pick are memoized
+//           per (device, shape, epilogue, types, workspace size), up to 4096 each. Each host
+//           thread that calls lowbit keeps up to 1024 encoded TMA descriptors (~200 KB, freed
+//           with the thread), keyed by address, shape and layout: a repeated call skips the
+//           driver's encode; a freed buffer's entry is never used for anything but that exact
+//           spec. Calls that may run at the same time on the GPU (different streams) need
+//           separate workspaces.
 // Streams.  Work runs on the caller's stream, in stream order, with no allocation and no device or
 //           stream synchronization, so every launching call can be captured in a CUDA graph.
 //           Only the checking helpers synchronize -- fp8_grouped_check_status,
