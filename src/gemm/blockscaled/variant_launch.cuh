@@ -8,6 +8,7 @@
 #include "gemm/blockscaled/variant_launcher.h"
 #include "gemm/blockscaled/variant_table.h"
 #include "gemm/fp8/kernel.cuh"
+#include "gemm/variant_define.h"
 #include "hopper/cluster_launch.h"
 
 namespace lowbit::blockscaled {
@@ -26,10 +27,4 @@ struct VariantOf {
 
 }  // namespace lowbit::blockscaled
 
-#define LOWBIT_BS_DEFINE_VARIANT(line)                                                                 \
-  namespace lowbit::blockscaled {                                                                      \
-  const VariantLauncher& variant_launcher_##line() {                                                   \
-    static constexpr VariantLauncher l{&VariantOf<line>::launch, VariantOf<line>::T::kSmemBytes};      \
-    return l;                                                                                          \
-  }                                                                                                    \
-  }
+#define LOWBIT_BS_DEFINE_VARIANT(line) LOWBIT_DEFINE_VARIANT(lowbit::blockscaled, line)

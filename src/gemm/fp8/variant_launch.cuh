@@ -13,6 +13,7 @@
 #include "gemm/fp8/variant_launcher.h"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
+#include "gemm/variant_define.h"
 #include "hopper/cluster_launch.h"
 
 namespace lowbit::fp8 {
@@ -37,10 +38,4 @@ struct VariantOf {
 
 }  // namespace lowbit::fp8
 
-#define LOWBIT_FP8_DEFINE_VARIANT(line)                                                              \
-  namespace lowbit::fp8 {                                                                            \
-  const VariantLauncher& variant_launcher_##line() {                                                 \
-    static constexpr VariantLauncher l{&VariantOf<line>::launch, VariantOf<line>::T::kSmemBytes};    \
-    return l;                                                                                        \
-  }                                                                                                  \
-  }
+#define LOWBIT_FP8_DEFINE_VARIANT(line) LOWBIT_DEFINE_VARIANT(lowbit::fp8, line)
