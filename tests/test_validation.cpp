@@ -277,6 +277,16 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_EQ(c.splits, 4);
   EXPECT_FALSE(parse_blockscaled_config("bm=32", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("splits=-1", &c).ok());
+  // Forced splits with the tile left open: enough for the widest tile the chooser may take (at
+  // N = 384 a 256-wide tile pads to 512 columns, a 128-wide one to 384). No GPU needed.
+  BlockScaledConfig open_tile;
+  open_tile.splits = 2;
+  BlockScaledConfig wide;
+  wide.splits = 2;
+  wide.block_n = 256;
+  EXPECT_GE(fp8_blockscaled_workspace_size(1000, 384, 4096, &open_tile),
+            fp8_blockscaled_workspace_size(1000, 384, 4096, &wide));
+  EXPECT_GT(fp8_blockscaled_workspace_size(1000, 384, 4096, &wide), 0u);
   // Multicast pairs are compiled for both tile widths.
   ASSERT_TRUE(parse_blockscaled_config("bn=256,cluster=2", &c).ok());
   EXPECT_EQ(c.block_n, 256);

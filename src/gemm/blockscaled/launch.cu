@@ -39,7 +39,8 @@ using Traits = blockscaled::BlockScaledTraits<
 
 // Multicast pairs (cluster = 2) cut L2 traffic by a fifth. Since the relay thread took the remote
 // arrivals off the consumers' path they run as fast as single CTAs on the grouped sets and 8%
-// slower dense (docs/perf.md block-scaled, session 20), so single CTAs stay the default.
+// slower dense (docs/perf.md block-scaled: pairs level with single CTAs on the grouped sets), so
+// single CTAs stay the default.
 constexpr int kDefaultCluster = 1;
 
 // The compiled tiles: (block_n, cluster) = (128, 1), (128, 2), (256, 1) and (256, 2).
@@ -119,10 +120,6 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 
 // ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
 
-// The compiled dense tiles: gemm/blockscaled/variants.def (each a core FP8 variant's shape, so the
-// core's cost model scores them).
-bool core_tile_compiled(int block_m, int block_n) { return blockscaled::bs_tile_compiled(block_m, block_n); }
-
 // The core's cost model, restricted to what the block-scaled kernels compile: one K block per
 // promotion (the scales change every block), single CTAs, no overlapped epilogue or uneven
 // columns. `fits` says whether a candidate's split-K workspace is available.
@@ -131,7 +128,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp
                   std::string* why = nullptr) {
   for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms)) {
     Fp8GemmConfig c = cand.config;
-    if (c.promote_every != 1 || c.cluster != 1 || !core_tile_compiled(c.block_m, c.block_n)) continue;
+    if (c.promote_every != 1 || c.cluster != 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) continue;
     c.overlap = false;
     c.uneven = false;
     if (!fits(c)) continue;
@@ -153,7 +150,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp
 void apply_forced(const BlockScaledConfig& f, Fp8GemmConfig* c) {
   if (f.block_m) c->block_m = f.block_m;
   if (f.block_n) c->block_n = f.block_n;
-  if (f.block_n && !f.block_m && !core_tile_compiled(c->block_m, c->block_n)) c->block_m = 128;
+  if (f.block_n && !f.block_m && !blockscaled::bs_tile_compiled(c->block_m, c->block_n)) c->block_m = 128;
   if (f.splits) c->splits = f.splits;
   if (f.grid) c->grid = f.grid;
   c->raster_group = f.raster_group;
@@ -286,7 +283,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
       key, &c, [&] { return fp8::score_fp8_candidates(x.m, x.n, x.k, dev.sm_count); },
       [&](Fp8GemmConfig* cand) {
-        if (cand->promote_every != 1 || cand->cluster != 1 || !core_tile_compiled(cand->block_m, cand->block_n))
+        if (cand->promote_every != 1 || cand->cluster != 1 || !blockscaled::bs_tile_compiled(cand->block_m, cand->block_n))
           return false;
         cand->overlap = false;
         cand->uneven = false;
@@ -297,7 +294,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
     apply_forced(*forced, &c);
     if (forced->cluster > 1)
       return Status::Invalid("fp8_blockscaled_gemm: the dense GEMM runs single CTAs (cluster=2 is the grouped GEMM's)");
-    if (!core_tile_compiled(c.block_m, c.block_n))
+    if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
       return Status::Invalid("fp8_blockscaled_gemm: no dense tile bm=" + std::to_string(c.block_m) + ", bn=" +
                              std::to_string(c.block_n) + " (128 x 64, 128 x 128, 128 x 256, 64 x 64)");
     const int kb = fp8::fp8_k_blocks(x.k);
@@ -322,10 +319,18 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
   if (!gemm::gemm_shape(shape, m, n, k, 16).ok()) return 0;
   Fp8GemmConfig c;
   if (config && config->splits > 0) {
-    c.block_m = config->block_m ? config->block_m : 128;
-    c.block_n = config->block_n ? config->block_n : 128;
-    c.splits = config->splits;
-    return fp8_gemm_workspace_size(m, n, k, c);
+    // Forced splits: the most any compiled tile the config allows would need (the tile is the
+    // chooser's where the config leaves it open), so the answer never under-reports.
+    size_t most = 0;
+    for (const auto& v : blockscaled::kBsVariantSpecs) {
+      if ((config->block_m && v.block_m != config->block_m) || (config->block_n && v.block_n != config->block_n))
+        continue;
+      c.block_m = v.block_m;
+      c.block_n = v.block_n;
+      c.splits = config->splits;
+      most = std::max(most, fp8_gemm_workspace_size(m, n, k, c));
+    }
+    return most;
   }
   const DeviceInfo* dev = nullptr;
   if (!current_device(&dev).ok()) return 0;

@@ -29,7 +29,8 @@ constexpr int find_bs_variant(int block_m, int block_n, OutType out) {
       return i;
   return -1;
 }
-// Whether the tile is compiled (for BF16; every tile is compiled for both outputs).
+// Whether the tile is compiled (for BF16; every tile is compiled for both outputs). Each is a core
+// FP8 tile's shape, so the core's cost model scores it.
 constexpr bool bs_tile_compiled(int block_m, int block_n) { return find_bs_variant(block_m, block_n, OutType::kBF16) >= 0; }
 
 }  // namespace lowbit::blockscaled
