@@ -4,13 +4,22 @@
 # (whose CUDA probing needs more than lowbit does). The build tree holds a ready package in
 # <build>/python/lowbit (PYTHONPATH=<build>/python), and `pip install .` installs one.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
-execute_process(
-  COMMAND "${Python3_EXECUTABLE}" -c
-          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(next((l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l), '') if os.path.exists('/proc/self/maps') else '')"
-  OUTPUT_VARIABLE _lowbit_torch OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _lowbit_torch_rc ERROR_QUIET)
+# Where torch is, its C++ ABI, and the libstdc++ the interpreter runs with once torch is loaded.
+set(_lowbit_torch_probe "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(next((l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l), '') if os.path.exists('/proc/self/maps') else '')")
+# An isolated `pip install .` hides the environment's site-packages behind PYTHONPATH and
+# PYTHONNOUSERSITE. The same interpreter in isolated mode (-I ignores both) sees the torch the
+# package will run with, the one whose C++ ABI the operators must match. torch is deliberately not a
+# build requirement: that would fetch another torch.
+foreach(_lowbit_py_mode "-B" "-I")  # -B: a plain run (writes no bytecode)
+  execute_process(COMMAND "${Python3_EXECUTABLE}" ${_lowbit_py_mode} -c "${_lowbit_torch_probe}"
+                  OUTPUT_VARIABLE _lowbit_torch OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _lowbit_torch_rc ERROR_QUIET)
+  if(_lowbit_torch_rc EQUAL 0)
+    break()
+  endif()
+endforeach()
 if(NOT _lowbit_torch_rc EQUAL 0)
   message(FATAL_ERROR "LOWBIT_BUILD_PYTHON: ${Python3_EXECUTABLE} cannot import torch. The operators are built "
-                      "against the torch they run with: install torch, then pip install --no-build-isolation .")
+                      "against the torch they run with: install torch first, then pip install .")
 endif()
 string(REPLACE "\n" ";" _lowbit_torch "${_lowbit_torch}")
 list(GET _lowbit_torch 0 LOWBIT_TORCH_DIR)
