@@ -191,11 +191,14 @@ Status run_dense(const Problem& p, const BlockScaledConfig* cfg) {
 // Every dense tile of the FP8 core (128 x 64 / 128 / 256, 64 x 64), split K ways or not (every
 // split promotes its own K blocks with their scales; the fix-up adds FP32 partial tiles), and
 // the chooser. N = 144, 272, 400 leave the last 256-wide tile's second scale block partly or
-// wholly past N; 64-wide tiles take the scales of the 128 block they lie in.
+// wholly past N; 64-wide tiles take the scales of the 128 block they lie in. The wide tile with and
+// without the overlapped epilogue (BF16 out only), and on 3 CTAs, so each walks several units and
+// stores one while the next one's first MMAs run.
 std::vector<BlockScaledConfig> dense_configs() {
   std::vector<BlockScaledConfig> out;
   for (const char* text : {"bn=128", "bn=256", "bn=64", "bm=64,bn=64", "bn=128,splits=3", "bm=64,bn=64,splits=2",
-                           "bn=256,splits=2,grid=5,group=2"}) {
+                           "bn=256,splits=2,grid=5,group=2", "bn=256,overlap=0", "bn=256,overlap=1,splits=1,grid=3,group=2",
+                           "bn=128,overlap=1,splits=1,grid=2"}) {
     BlockScaledConfig c;
     EXPECT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
     out.push_back(c);
@@ -231,6 +234,7 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
     const BlockScaledConfig* cfg = i + 1 < configs.size() ? &configs[i] : nullptr;
     for (const auto& s : shapes) {
       if (cfg && cfg->splits > (s.k + 127) / 128) continue;  // more splits than K blocks: refused
+      if (cfg && cfg->overlap == 1 && s.out != OutType::kBF16) continue;  // compiled for BF16 out: refused
       Problem p;
       p.make(s.m, s.n, s.k, s.out, Inputs::kSmallInts, seed_for(++salt), s.pad);
       const Status st = run_dense(p, cfg);
@@ -238,6 +242,24 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
       expect_exact(p, p.read(p.d.p), "dense " + (cfg ? cfg->to_string() : std::string("chosen")));
     }
   }
+}
+
+// The overlapped epilogue where no kernel has it is refused, not run without it.
+TEST_F(BlockScaledGpu, DenseRefusesOverlapWhereNotCompiled) {
+  Problem p;
+  p.make(256, 512, 512, OutType::kBF16, Inputs::kSmallInts, seed_for(90));
+  for (const char* text : {"bn=256,overlap=1,splits=2", "bn=64,overlap=1", "bm=64,bn=64,overlap=1"}) {
+    BlockScaledConfig c;
+    ASSERT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
+    const Status st = run_dense(p, &c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text << ": " << st.to_string();
+    EXPECT_NE(st.message().find("overlap=1 needs"), std::string::npos) << st.to_string();
+  }
+  Problem f;
+  f.make(256, 512, 512, OutType::kFP32, Inputs::kSmallInts, seed_for(91));
+  BlockScaledConfig c;
+  ASSERT_TRUE(parse_blockscaled_config("bn=256,overlap=1", &c).ok());
+  EXPECT_EQ(run_dense(f, &c).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {

@@ -295,6 +295,13 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_FALSE(parse_blockscaled_config("cluster=4", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
+  // The overlapped epilogue: auto unless forced either way.
+  EXPECT_EQ(BlockScaledConfig{}.overlap, -1);
+  ASSERT_TRUE(parse_blockscaled_config("bn=256,overlap=0", &c).ok());
+  EXPECT_EQ(c.overlap, 0);
+  ASSERT_TRUE(parse_blockscaled_config("overlap=1", &c).ok());
+  EXPECT_EQ(c.overlap, 1);
+  EXPECT_FALSE(parse_blockscaled_config("overlap=2", &c).ok());
 }
 
 // The tile chooser is data: it says what it picks and why. Dense: the FP8 core's cost model over
@@ -317,6 +324,18 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_NE(f.find("bn=128"), std::string::npos) << f;
   EXPECT_NE(f.find("(forced)"), std::string::npos) << f;
   EXPECT_EQ(explain_blockscaled_choice(forced, true, 0, 0, 132), "bn=128,cluster=1 (forced)");
+  // The wide tile runs its epilogue under the next unit's MMAs unless told not to; a split tile
+  // cannot (its fix-up waits per lane).
+  EXPECT_NE(big.find(",overlap=1"), std::string::npos) << big;
+  BlockScaledConfig no_overlap;
+  no_overlap.overlap = 0;
+  const std::string off = explain_blockscaled_choice(no_overlap, false, 4096, 7168, 132, 16384);
+  EXPECT_EQ(off.find("overlap"), std::string::npos) << off;
+  BlockScaledConfig split_wide;
+  split_wide.block_n = 256;
+  split_wide.splits = 2;
+  const std::string sw = explain_blockscaled_choice(split_wide, false, 4096, 7168, 132, 16384);
+  EXPECT_EQ(sw.find("overlap"), std::string::npos) << sw;
   // An unknown SM count (what a failed device query leaves) still answers (it divided by zero).
   EXPECT_FALSE(explain_blockscaled_choice(def, false, 4096, 7168, 0, 7168).empty());
 }

@@ -54,9 +54,13 @@ struct BlockScaledConfig {
   int block_n = 0;
   int block_m = 0;  // dense tile rows: 128, or 64 (with block_n = 64); 0 = auto
   int splits = 0;   // dense split-K factor (needs the workspace); 0 = auto
+  // Dense: 1 runs each unit's epilogue under the next unit's first MMAs, 0 not; -1 = auto. Needs
+  // splits = 1 and a tile it is compiled for (128 x 256, BF16 out).
+  int overlap = -1;
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4" (any subset); unknown keys are an error.
+// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4,overlap=1" (any subset); unknown keys
+// are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
 // What a call with `config` runs and why (dense: M x N x K on `sm_count` SMs with as much

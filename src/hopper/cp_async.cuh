@@ -1,4 +1,4 @@
-// cp.async: the per-thread asynchronous global -> shared copy (16 bytes, through L2 only), and the
+// cp.async: the per-thread asynchronous global -> shared copy (16 or 4 bytes), and the
 // mbarrier arrival that completes once a thread's earlier copies have landed. The single home
 // for the cp.async family in lowbit (the bulk and tensor copies live in hopper/tma.cuh).
 // Unlike a bulk copy it goes through the load/store units, not the TMA unit, so many small
@@ -18,6 +18,17 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
+
+// 4 bytes (a scalar gathered per stage); both addresses 4-byte aligned. .ca: .cg takes 16 bytes only.
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+
+// Arrives on `bar` once every cp.async this thread issued before has completed, and raises the
+// barrier's pending count by one when issued, so the arrival needs no slot in its expected count.
+// Issue it before the phase's other arrivals: once they are in, the phase could complete first.
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) { cuda::ptx::cp_async_mbarrier_arrive(bar); }
 
 // Arrives on `bar` once every cp.async this thread issued before has completed. .noinc: the
 // arrival counts against the barrier's expected count (init it with one per arriving thread).

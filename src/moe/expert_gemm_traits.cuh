@@ -30,6 +30,7 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
   static constexpr int kBlockN = kTokenTile_;  // tokens (swap-AB) or 128 weight rows
   static constexpr int kTokens = kTokenTile_;  // tokens per tile, either way
   static constexpr int kScaleBlocksN = 1;      // one W scale per tile and K block (blockscaled::BlockScalePromotion)
+  static constexpr bool kStagedBScales = false;  // fetched by the consumers from L2, a block ahead
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWarpgroups = 2;

@@ -2,8 +2,8 @@
 // core's kernel with two policies replaced, so it runs every core tile it can (64- and 128-row
 // tiles of 64, 128 or 256 columns), split-K with the core's fix-up, the core's scheduler walk and
 // its cost-model chooser:
-//  - operands: the dense E4M3 tiles, and per stage the K block's A scales of the tile's rows
-//    (ScaleStageLoad, a bulk copy on the stage's barrier);
+//  - operands: the dense E4M3 tiles, and per stage the K block's A scales of the tile's rows and
+//    B scales of its columns (ScaleStageLoad: a bulk copy and cp.async on the stage's barrier);
 //  - promotion: each K block's partial times (A scale of its row) x (the tile's B scale), in FP32
 //    (BlockScalePromotion), the recipe's precision.
 // Split-K needs nothing more: every split promotes its own K blocks with their scales, and the
@@ -18,7 +18,7 @@
 namespace lowbit::blockscaled {
 
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
-// A scales.
+// A and B scales.
 struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   // Rows past M keep stale scales: they only scale zero-filled A rows, whose outputs the store
   // clips. The copy covers the rows that exist, rounded up to 16 bytes (sfa_ld is a multiple of
@@ -27,38 +27,46 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
                                                                   const gemm::WorkUnit& w) {
     const int rows = max(0, min(p.m - w.m_block * T::kBlockM, T::kBlockM));
+    // The tile's B scale rows: a tile narrower than 128 columns lies inside one scale block.
+    const int first = w.n_block * T::kBlockN / 128;
     return ScaleStageLoad<T>{&ss, p.bs.sfa + static_cast<int64_t>(w.m_block) * T::kBlockM, p.bs.sfa_ld,
-                             static_cast<uint32_t>((rows + 3) / 4) * 16u};
+                             static_cast<uint32_t>((rows + 3) / 4) * 16u,
+                             p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks,
+                             T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0};
   }
 };
 
 // Stages that fill 227 KiB: the core's epilogue staging (8 KiB per slot per consumer
 // warpgroup), its staged-operand slot (bias and channel scales, unused here: 6 bytes a column),
-// 3 KiB of barriers and alignment slack, and per stage the A and B tiles and the A scales.
+// 3 KiB of barriers and alignment slack, and per stage the A and B tiles and the A and B scales.
 constexpr int core_stages(int block_m, int block_n, int epi_slots) {
   return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 - 2048 - 1024) /
-         (block_m * 128 + block_n * 128 + block_m * 4);
+         (block_m * 128 + block_n * 128 + block_m * 4 + 16);
 }
 // The 128 x 256 tile gives up one staging slot for a fourth stage (as the grouped kernel does,
 // docs/perf.md block-scaled v3); the others keep two.
 constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 && block_n == 256 ? 1 : 2; }
 
-template <int kBlockM, int kBlockN, bool kOutFp32>
+// kOverlap: the next unit's first MMAs run under the epilogue (unsplit units only; the launcher
+// picks it only where it is compiled and splits = 1).
+template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false>
 struct CoreTraits
     : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN)), kOutFp32,
                      /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
-                     /*resident_rows=*/0, /*overlap=*/false, /*uneven=*/false, /*fp16=*/false,
+                     /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
                      core_epi_slots(kBlockM, kBlockN)> {
   using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN)), kOutFp32,
-                              false, false, 1, 1, kBlockM, 0, false, false, false, core_epi_slots(kBlockM, kBlockN)>;
+                              false, false, 1, 1, kBlockM, 0, kOverlap, false, false, core_epi_slots(kBlockM, kBlockN)>;
   static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
                 "a tile covers whole B scale blocks or lies inside one: 64, 128 or 256 columns");
   static constexpr bool kBlockScaled = true;
   static constexpr int kScaleBlocksN = kBlockN > 128 ? kBlockN / 128 : 1;  // one per 128-column part
+  static constexpr bool kStagedBScales = true;  // per stage, beside the A scales (ScaleStageLoad)
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) SharedStorage : Base::SharedStorage {
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
+    alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
   static_assert(Base::kStages >= 4, "a ring of at least four stages");

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const int rows = max(0, min(v.m - v.w.m_block * T::kBlockM, T::kBlockM));
         const uint32_t scale_bytes = static_cast<uint32_t>((rows + 3) / 4) * 16u;
         fp8::produce_unit<T>(ss, v.tm_a, v.tm_b, v.w, static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes, pos,
-                             ScaleStageLoad<T>{&ss, v.sfa, v.sfa_ld, scale_bytes});
+                             ScaleStageLoad<T>{&ss, v.sfa, v.sfa_ld, scale_bytes, v.sfb, v.sfb_part_stride});
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).
@@ -102,12 +102,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float acc[T::kBlockN / 2];
     for (int u = cluster_id(); u < num_units; u += clusters()) {
       // Mainloop.
-      {
-        const UnitView v = problems.resolve(u);
-        consumer.promotion.sfb_row = v.sfb;
-        consumer.promotion.sfb_part_stride = v.sfb_part_stride;
-        consumer.run(v.w, acc);
-      }
+      consumer.run(problems.resolve(u).w, acc);  // the B scales come with the stages
       // Epilogue. The unit is resolved again (a shared-memory lookup) rather than kept live
       // across the mainloop, where the 232 registers are all taken.
       const UnitView v = problems.resolve(u);

@@ -115,21 +115,39 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
     return Status::Invalid(std::string(who) + ": block_m must be 0 (auto), 64 or 128 (dense; got " +
                            std::to_string(c.block_m) + ")");
   if (c.splits < 0) return Status::Invalid(std::string(who) + ": splits must be >= 0 (0 = auto)");
+  if (c.overlap < -1 || c.overlap > 1) return Status::Invalid(std::string(who) + ": overlap must be -1 (auto), 0 or 1");
   return Status::Ok();
 }
 
 // ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
 
+// The tiles and outputs compiled with the overlapped epilogue, for error messages.
+std::string overlap_tiles() {
+  std::string s;
+  for (const auto& v : blockscaled::kBsVariantSpecs)
+    if (v.overlap)
+      s += " bm=" + std::to_string(v.block_m) + ",bn=" + std::to_string(v.block_n) +
+           (v.out == OutType::kFP32 ? " FP32 out" : " BF16 out");
+  return s;
+}
+
+// Whether an unsplit unit's epilogue runs under the next unit's first MMAs: wherever that kernel
+// is compiled (variants.def says which and why; docs/perf.md block-scaled v5).
+bool overlap_default(const Fp8GemmConfig& c, OutType out) {
+  return c.splits == 1 && blockscaled::find_bs_variant(c.block_m, c.block_n, out, true) >= 0;
+}
+
 // The core's cost model, restricted to what the block-scaled kernels compile: one K block per
-// promotion (the scales change every block), single CTAs, no overlapped epilogue or uneven
-// columns. `fits` says whether a candidate's split-K workspace is available.
+// promotion (the scales change every block), single CTAs, no uneven columns; the overlapped
+// epilogue where overlap_default says. `fits` says whether a candidate's split-K workspace is
+// available.
 template <class Fits>
-Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp8GemmConfig* out,
+Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const Fits& fits, Fp8GemmConfig* out,
                   std::string* why = nullptr) {
   for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms)) {
     Fp8GemmConfig c = cand.config;
     if (c.promote_every != 1 || c.cluster != 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) continue;
-    c.overlap = false;
+    c.overlap = overlap_default(c, out_type);
     c.uneven = false;
     if (!fits(c)) continue;
     if (why) {
@@ -147,18 +165,21 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, int sms, const Fits& fits, Fp
 // A forced dense config over the chooser's pick: its non-zero tile, split and grid fields, and its
 // raster group. A forced width with the rows left to the chooser takes rows it is compiled with
 // (64-row tiles are 64 wide only).
-void apply_forced(const BlockScaledConfig& f, Fp8GemmConfig* c) {
+void apply_forced(const BlockScaledConfig& f, OutType out, Fp8GemmConfig* c) {
   if (f.block_m) c->block_m = f.block_m;
   if (f.block_n) c->block_n = f.block_n;
   if (f.block_n && !f.block_m && !blockscaled::bs_tile_compiled(c->block_m, c->block_n)) c->block_m = 128;
   if (f.splits) c->splits = f.splits;
   if (f.grid) c->grid = f.grid;
   c->raster_group = f.raster_group;
+  if (f.overlap >= 0) c->overlap = f.overlap == 1;
+  else if (f.block_m || f.block_n || f.splits) c->overlap = overlap_default(*c, out);
 }
 
 std::string dense_text(const Fp8GemmConfig& c) {
   return "bm=" + std::to_string(c.block_m) + ",bn=" + std::to_string(c.block_n) + ",splits=" +
-         std::to_string(c.splits) + ",group=" + std::to_string(c.raster_group) + ",grid=" + std::to_string(c.grid);
+         std::to_string(c.splits) + ",group=" + std::to_string(c.raster_group) + ",grid=" + std::to_string(c.grid) +
+         (c.overlap ? ",overlap=1" : "");
 }
 
 // The grouped tile: the group sizes live on the device, so the host cannot count tiles; the
@@ -231,7 +252,7 @@ Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
 std::string BlockScaledConfig::to_string() const {
   return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
          std::to_string(cluster) + ",bn=" + std::to_string(block_n) + ",bm=" + std::to_string(block_m) +
-         ",splits=" + std::to_string(splits);
+         ",splits=" + std::to_string(splits) + ",overlap=" + std::to_string(overlap);
 }
 
 std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
@@ -243,11 +264,13 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
   }
   if (m < 1 || n < 16 || k < 16) return "dense: needs M >= 1 and N, K >= 16";
   Fp8GemmConfig c;
-  const Status st = pick_dense(m, n, k, sm_count > 0 ? sm_count : 1, [](const Fp8GemmConfig&) { return true; }, &c, &why);
+  const Status st = pick_dense(m, n, k, OutType::kBF16, sm_count > 0 ? sm_count : 1,
+                               [](const Fp8GemmConfig&) { return true; }, &c, &why);
   if (!st.ok()) return st.message();
-  const bool forced = config.block_m || config.block_n || config.splits || config.grid || config.raster_group != 8;
+  const bool forced = config.block_m || config.block_n || config.splits || config.grid || config.raster_group != 8 ||
+                      config.overlap >= 0;
   if (forced) {
-    apply_forced(config, &c);
+    apply_forced(config, OutType::kBF16, &c);
     why = " (forced)";
   }
   return dense_text(c) + why;
@@ -263,7 +286,9 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
     else if (key == "bn") c.block_n = value;
     else if (key == "bm") c.block_m = value;
     else if (key == "splits") c.splits = value;
-    else return Status::Invalid("unknown block-scaled config key '" + key + "' (grid, group, cluster, bn, bm, splits)");
+    else if (key == "overlap") c.overlap = value;
+    else return Status::Invalid("unknown block-scaled config key '" + key +
+                                "' (grid, group, cluster, bn, bm, splits, overlap)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -285,13 +310,13 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       [&](Fp8GemmConfig* cand) {
         if (cand->promote_every != 1 || cand->cluster != 1 || !blockscaled::bs_tile_compiled(cand->block_m, cand->block_n))
           return false;
-        cand->overlap = false;
+        cand->overlap = overlap_default(*cand, x.out_type);
         cand->uneven = false;
         return fp8_gemm_workspace_size(x.m, x.n, x.k, *cand) <= x.workspace_bytes;
       },
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
-    apply_forced(*forced, &c);
+    apply_forced(*forced, x.out_type, &c);
     if (forced->cluster > 1)
       return Status::Invalid("fp8_blockscaled_gemm: the dense GEMM runs single CTAs (cluster=2 is the grouped GEMM's)");
     if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
@@ -302,6 +327,9 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       return Status::Invalid("fp8_blockscaled_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
     LOWBIT_RETURN_IF_ERROR(
         gemm::check_split_tiles("fp8_blockscaled_gemm", fp8::fp8_tiles(x.m, x.n, c.block_m, c.block_n), c.splits));
+    if (c.overlap && (c.splits != 1 || blockscaled::find_bs_variant(c.block_m, c.block_n, x.out_type, true) < 0))
+      return Status::Invalid("fp8_blockscaled_gemm: overlap=1 needs splits=1 and a tile compiled with it (" +
+                             dense_text(c) + "; compiled:" + overlap_tiles() + ")");
     const size_t need = fp8_gemm_workspace_size(x.m, x.n, x.k, c);
     if (need > x.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "fp8_blockscaled_gemm: " + dense_text(c) + " needs " +
@@ -336,8 +364,8 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
   if (!current_device(&dev).ok()) return 0;
   size_t most = 0;
   // The chooser takes the best candidate that fits: the first compiled one needs the most.
-  if (pick_dense(m, n, k, dev->sm_count, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
-    if (config) apply_forced(*config, &c);
+  if (pick_dense(m, n, k, OutType::kBF16, dev->sm_count, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
+    if (config) apply_forced(*config, OutType::kBF16, &c);
     most = fp8_gemm_workspace_size(m, n, k, c);
   }
   return most;
@@ -370,7 +398,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   Fp8GemmConfig cfg;
   LOWBIT_RETURN_IF_ERROR(dense_config(x, forced, dev, &cfg));
   const bool f32 = x.out_type == OutType::kFP32;
-  const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type);
+  const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type, cfg.overlap);
   if (line < 0) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg));
   const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[line]();
   if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)

@@ -1,15 +1,19 @@
 // Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the partial accumulators are
 // the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
 //  - each stage also carries the K block's A scales for the tile's 128 rows (a bulk copy the
-//    producer issues with the A and B tiles, completing on the same barrier), and
+//    producer issues with the A and B tiles, completing on the same barrier) and, where the
+//    traits say so (kStagedBScales), the tile's B scales of that K block (cp.async, arriving on
+//    the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
 //    B scale for that K block) before adding it to the FP32 accumulator: one FFMA per element,
 //    the same instruction count as the plain GEMM's FADD.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm/fp8/mainloop.cuh"
+#include "hopper/cp_async.cuh"
 #include "hopper/tma.cuh"
 
 namespace lowbit::blockscaled {
@@ -18,12 +22,28 @@ namespace lowbit::blockscaled {
 // tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
 // a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
 // only scale zero-filled A rows, whose outputs the store clips.
+// With T::kStagedBScales, also the tile's B scales of the K block -> ss.sfb[stage] (one per
+// 128-column part; `sfb` is the first part's row of [ceil(N / 128), k_blocks], `sfb_part_stride`
+// floats to the next part's row, 0 where that part lies past N). They are 4-byte pieces 4 *
+// k_blocks bytes apart, too small and scattered for a bulk copy: cp.async, whose arrival on the
+// full barrier is issued before the producer arms it (fp8::produce_rows). In the ring, their L2
+// latency passes like the tiles' instead of in the consumers' promotion (docs/perf.md
+// block-scaled v5).
 template <class T>
 struct ScaleStageLoad {
   typename T::SharedStorage* ss;
   const float* sfa;
   int64_t sfa_ld;
   uint32_t bytes;
+  const float* sfb = nullptr;
+  int sfb_part_stride = 0;
+  __device__ __forceinline__ void before_arm(int stage, int kb, uint64_t* full) const {
+    if constexpr (T::kStagedBScales) {
+#pragma unroll
+      for (int j = 0; j < T::kScaleBlocksN; ++j) hopper::cp_async_4(&ss->sfb[stage][j], sfb + j * sfb_part_stride + kb);
+      hopper::cp_async_arrive(full);
+    }
+  }
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if (bytes == 0) return;  // a cluster's phantom tile past the last M block
     hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
@@ -31,13 +51,19 @@ struct ScaleStageLoad {
   __device__ __forceinline__ uint32_t tx_bytes() const { return bytes; }
 };
 
-// Consumer side (fp8::Consumer's Promotion policy). The B scales of a K block are one float per
-// 128-column part of the tile, loaded from global memory (L2) when the block before it is issued
-// (fp8::Consumer fetches one group ahead) and used once the block's MMAs retire; the A scales are
-// read from the stage when the block's MMAs are issued. Accumulator fragment of m64nN: element
-// 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the warpgroup's 64 rows.
+// Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
+// the block's MMAs are issued, so the loads' latency passes under the MMAs. The B scales of a K
+// block are one float per 128-column part of the tile: with T::kStagedBScales read from the stage
+// with the A scales (a one-part tile keeps only the two products); otherwise loaded from global
+// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead). Read
+// at retire instead, the staged B scale put a shared-memory load between the wait and the adds:
+// the 64 x 64 tile, whose lone warpgroup has no other MMAs to cover them, ran 6-9% slower
+// (docs/perf.md block-scaled v5). Accumulator
+// fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the
+// warpgroup's 64 rows.
 template <class T>
 struct BlockScalePromotion {
+  static constexpr bool kStagedB = T::kStagedBScales;
   typename T::SharedStorage* ss;
   const float* sfb_row;  // the B scales of the tile's first 128 columns, one per K block
   // Floats from that row to the next part's row (the next 128 columns' B scales); 0 when the
@@ -45,37 +71,60 @@ struct BlockScalePromotion {
   int sfb_part_stride;
   int row;  // this thread's first fragment row in the tile
 
-  static constexpr bool kReadsStage = true;  // the stage's A scales
-  struct Pending { float sb[T::kScaleBlocksN]; };
+  static constexpr bool kReadsStage = true;  // the stage's A (and B) scales
+  struct Fetched { float sb[T::kScaleBlocksN]; };
+  struct None {};
+  using Pending = std::conditional_t<kStagedB, None, Fetched>;
 
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
     return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4};
   }
-  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs). A tile narrower
-  // than 128 columns lies inside one scale block (the core compiles 64, 128 and 256 wide tiles).
+  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs); nothing to do where
+  // the stages carry them. A tile narrower than 128 columns lies inside one scale block (the core
+  // compiles 64, 128 and 256 wide tiles).
   template <class Params>
   __device__ __forceinline__ void start_unit(const Params& p, const gemm::WorkUnit& w) {
-    const int first = w.n_block * T::kBlockN / 128;
-    sfb_row = p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks;
-    sfb_part_stride = T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0;
+    if constexpr (!kStagedB) {
+      const int first = w.n_block * T::kBlockN / 128;
+      sfb_row = p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks;
+      sfb_part_stride = T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0;
+    }
   }
-  struct Staged { float sa0, sa1; };  // the A scales of the thread's two fragment rows
+  // The A scales of the thread's two fragment rows, and the stage's B scales where it has them
+  // (one part: folded into the two products).
+  struct AScales { float sa0, sa1; };
+  struct ABScales { float sa0, sa1, sb[T::kScaleBlocksN]; };
+  struct Products { float s0, s1; };
+  using Staged = std::conditional_t<!kStagedB, AScales, std::conditional_t<T::kScaleBlocksN == 1, Products, ABScales>>;
   struct Scale { float s0, s1; };
 
   __device__ __forceinline__ void issued(Pending& p, int kb) const {
+    if constexpr (!kStagedB) {
 #pragma unroll
-    for (int j = 0; j < T::kScaleBlocksN; ++j) p.sb[j] = __ldg(sfb_row + j * sfb_part_stride + kb);
+      for (int j = 0; j < T::kScaleBlocksN; ++j) p.sb[j] = __ldg(sfb_row + j * sfb_part_stride + kb);
+    }
   }
   __device__ __forceinline__ Staged read_stage(int stage) const {
     const float* sa = ss->sfa[stage] + row;
-    return Staged{sa[0], sa[8]};
+    if constexpr (!kStagedB) {
+      return Staged{sa[0], sa[8]};
+    } else if constexpr (T::kScaleBlocksN == 1) {
+      const float sb = ss->sfb[stage][0];
+      return Staged{sa[0] * sb, sa[8] * sb};
+    } else {
+      Staged s{sa[0], sa[8], {}};
+#pragma unroll
+      for (int j = 0; j < T::kScaleBlocksN; ++j) s.sb[j] = ss->sfb[stage][j];
+      return s;
+    }
   }
   __device__ __forceinline__ Scale scale(const Pending& p, const Staged& a, int /*stage*/, int /*consumer_wg*/,
                                          int part_n) const {
-    const float sb = p.sb[part_n];
-    return Scale{a.sa0 * sb, a.sa1 * sb};
+    if constexpr (!kStagedB) return Scale{a.sa0 * p.sb[part_n], a.sa1 * p.sb[part_n]};
+    else if constexpr (T::kScaleBlocksN == 1) return Scale{a.s0, a.s1};
+    else return Scale{a.sa0 * a.sb[part_n], a.sa1 * a.sb[part_n]};
   }
   template <int R>
   __device__ __forceinline__ void apply(const Scale& s, const float (&part)[R], float (&acc)[R]) const {

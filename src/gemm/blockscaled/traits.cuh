@@ -30,6 +30,7 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN == 128 || kBlockN == 256, "whole B scale blocks: 128 or 256 columns");
   static constexpr int kScaleBlocksN = kBlockN / 128;  // B scales per tile per K block
+  static constexpr bool kStagedBScales = true;         // per stage, beside the A scales (ScaleStageLoad)
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
@@ -52,6 +53,7 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
     uint8_t b[kStages][kSmemB];
     uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     alignas(16) float sfa[kStages][kBlockM];  // the stage's A scales, one per tile row
+    alignas(16) float sfb[kStages][4];        // its B scales, one per 128-column part
     int tile_start[kSmemGroupTable + 1];      // grouped: first tile of each group (prefix sum)
     hopper::StageBarriers<kStages> bars;
   };
@@ -66,7 +68,7 @@ constexpr int blockscaled_epi_slots(int block_n) { return block_n == 128 ? 2 : 1
 // the group table (4 KiB) and slack: 128 x 128 with two slots: 5; 128 x 256 with one slot: 4.
 constexpr int blockscaled_stages(int block_n, int epi_slots) {
   return (fp8::kSm90MaxSmemPerBlock - 2 * epi_slots * 8192 - 4 * (kSmemGroupTable + 1) - 2048) /
-         (128 * 128 + block_n * 128 + 128 * 4);
+         (128 * 128 + block_n * 128 + 128 * 4 + 16);
 }
 
 }  // namespace lowbit::blockscaled

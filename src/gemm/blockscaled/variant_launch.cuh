@@ -16,7 +16,7 @@ namespace lowbit::blockscaled {
 template <int kLine>
 struct VariantOf {
   static constexpr BsVariantSpec S = kBsVariantSpecs[kLine];
-  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32>;
+  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap>;
   // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
   static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {

@@ -8,6 +8,7 @@ namespace lowbit::blockscaled {
 struct BsVariantSpec {
   int block_m, block_n;
   OutType out;
+  bool overlap;
   const char* reason;
 };
 
@@ -16,16 +17,17 @@ constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
 }  // namespace variant_def
 
 inline constexpr BsVariantSpec kBsVariantSpecs[] = {
-#define LOWBIT_BS_VARIANT(bm, bn, out, reason) BsVariantSpec{bm, bn, variant_def::out, reason},
+#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, reason) BsVariantSpec{bm, bn, variant_def::out, overlap != 0, reason},
 #include "gemm/blockscaled/variants.def"
 #undef LOWBIT_BS_VARIANT
 };
 inline constexpr int kNumBsVariantSpecs = static_cast<int>(sizeof(kBsVariantSpecs) / sizeof(kBsVariantSpecs[0]));
 
-// The line of the kernel for this tile and output, or -1.
-constexpr int find_bs_variant(int block_m, int block_n, OutType out) {
+// The line of the kernel for this tile, output and epilogue, or -1.
+constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false) {
   for (int i = 0; i < kNumBsVariantSpecs; ++i)
-    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n && kBsVariantSpecs[i].out == out)
+    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n &&
+        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap)
       return i;
   return -1;
 }
