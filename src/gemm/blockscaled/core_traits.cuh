@@ -61,7 +61,11 @@ struct CoreTraits
                 "a tile covers whole B scale blocks or lies inside one: 64, 128 or 256 columns");
   static constexpr bool kBlockScaled = true;
   static constexpr int kScaleBlocksN = kBlockN > 128 ? kBlockN / 128 : 1;  // one per 128-column part
-  static constexpr bool kStagedBScales = true;  // per stage, beside the A scales (ScaleStageLoad)
+  // The B scales per stage, beside the A scales (ScaleStageLoad), for the 128-row tiles; the 64-row
+  // tile's consumers fetch them from L2 a block ahead instead: staged, it ran 7-9% slower (64 x 64
+  // at 64 x 4096 x 7168 unsplit 18.8 vs 17.3 us, at 128 x 2112 x 7168 split two ways 12.7 vs 11.8;
+  // same call, docs/perf.md block-scaled v5).
+  static constexpr bool kStagedBScales = kBlockM == 128;
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) SharedStorage : Base::SharedStorage {

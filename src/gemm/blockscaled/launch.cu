@@ -121,6 +121,13 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 
 // ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
 
+// What one block-scaled CTA of the 64-row tile streams at most (the FP8 core's model,
+// gemm/fp8/config.cpp, takes 75 GB/s for the plain mainloop): its lone consumer warpgroup scales
+// every K block with no other MMAs to cover it. Measured at 64 x 4096 x 7168, unsplit 64 x 64 tiles
+// on 64 SMs: 917 KB per CTA in 17.3-19.0 us, 48-53 GB/s; at the plain rate the chooser left half
+// the SMs idle where splitting K ran 1.13-1.2x faster (docs/perf.md block-scaled v5).
+constexpr double kStreamGBs = 50.0;
+
 // The tiles and outputs compiled with the overlapped epilogue, for error messages.
 std::string overlap_tiles() {
   std::string s;
@@ -144,7 +151,7 @@ bool overlap_default(const Fp8GemmConfig& c, OutType out) {
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const Fits& fits, Fp8GemmConfig* out,
                   std::string* why = nullptr) {
-  for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms)) {
+  for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms, kStreamGBs)) {
     Fp8GemmConfig c = cand.config;
     if (c.promote_every != 1 || c.cluster != 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) continue;
     c.overlap = overlap_default(c, out_type);
@@ -306,7 +313,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
   const ChoiceKey<6> key{{dev.device, x.m, x.n, x.k, static_cast<int64_t>(x.out_type), check::extent_of(x.workspace_bytes)}};
   Fp8GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
-      key, &c, [&] { return fp8::score_fp8_candidates(x.m, x.n, x.k, dev.sm_count); },
+      key, &c, [&] { return fp8::score_fp8_candidates(x.m, x.n, x.k, dev.sm_count, kStreamGBs); },
       [&](Fp8GemmConfig* cand) {
         if (cand->promote_every != 1 || cand->cluster != 1 || !blockscaled::bs_tile_compiled(cand->block_m, cand->block_n))
           return false;

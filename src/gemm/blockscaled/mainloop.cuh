@@ -54,11 +54,12 @@ struct ScaleStageLoad {
 // Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
 // the block's MMAs are issued, so the loads' latency passes under the MMAs. The B scales of a K
 // block are one float per 128-column part of the tile: with T::kStagedBScales read from the stage
-// with the A scales (a one-part tile keeps only the two products); otherwise loaded from global
-// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead). Read
-// at retire instead, the staged B scale put a shared-memory load between the wait and the adds:
-// the 64 x 64 tile, whose lone warpgroup has no other MMAs to cover them, ran 6-9% slower
-// (docs/perf.md block-scaled v5). Accumulator
+// with the A scales; otherwise loaded from global
+// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead). The
+// loads are only issued at issue; nothing uses them before the retire: a load at retire (between
+// the wait and the adds) or a product formed at issue (a stall before the MMAs) each cost the
+// 64 x 64 tile, whose lone warpgroup has no other MMAs to cover them, 6-9% (docs/perf.md
+// block-scaled v5). Accumulator
 // fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the
 // warpgroup's 64 rows.
 template <class T>
@@ -92,12 +93,10 @@ struct BlockScalePromotion {
       sfb_part_stride = T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0;
     }
   }
-  // The A scales of the thread's two fragment rows, and the stage's B scales where it has them
-  // (one part: folded into the two products).
+  // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.
   struct AScales { float sa0, sa1; };
   struct ABScales { float sa0, sa1, sb[T::kScaleBlocksN]; };
-  struct Products { float s0, s1; };
-  using Staged = std::conditional_t<!kStagedB, AScales, std::conditional_t<T::kScaleBlocksN == 1, Products, ABScales>>;
+  using Staged = std::conditional_t<kStagedB, ABScales, AScales>;
   struct Scale { float s0, s1; };
 
   __device__ __forceinline__ void issued(Pending& p, int kb) const {
@@ -110,9 +109,6 @@ struct BlockScalePromotion {
     const float* sa = ss->sfa[stage] + row;
     if constexpr (!kStagedB) {
       return Staged{sa[0], sa[8]};
-    } else if constexpr (T::kScaleBlocksN == 1) {
-      const float sb = ss->sfb[stage][0];
-      return Staged{sa[0] * sb, sa[8] * sb};
     } else {
       Staged s{sa[0], sa[8], {}};
 #pragma unroll
@@ -123,7 +119,6 @@ struct BlockScalePromotion {
   __device__ __forceinline__ Scale scale(const Pending& p, const Staged& a, int /*stage*/, int /*consumer_wg*/,
                                          int part_n) const {
     if constexpr (!kStagedB) return Scale{a.sa0 * p.sb[part_n], a.sa1 * p.sb[part_n]};
-    else if constexpr (T::kScaleBlocksN == 1) return Scale{a.s0, a.s1};
     else return Scale{a.sa0 * a.sb[part_n], a.sa1 * a.sb[part_n]};
   }
   template <int R>

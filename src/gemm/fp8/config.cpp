@@ -200,7 +200,8 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
               "): no per-tile gather (docs/perf.md W2 v4); overlapped epilogue (W2 v5)";
 }
 
-std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count) {
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
+                                               double short_tile_stream_gbs) {
   std::vector<Fp8Candidate> out;
   // Every compiled tile, once per promotion interval it has.
   std::vector<std::pair<const Fp8Variant*, int>> kernels;
@@ -262,8 +263,10 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
       // neighbours find most of it in L2, at a fraction of the latency.
       const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
+      const double stream_gbs =
+          v.block_m == 64 && short_tile_stream_gbs > 0.0 ? short_tile_stream_gbs : model::kSmStreamGBs;
       c.t_stream_us =
-          tiles_m > 2 ? 0.0 : rounds * (work_rows + v.block_n) * 128.0 * unit_kb / (model::kSmStreamGBs * 1e3);
+          tiles_m > 2 ? 0.0 : rounds * (work_rows + v.block_n) * 128.0 * unit_kb / (stream_gbs * 1e3);
       if (splits > 1) c.t_memory_us += model::kSplitFixupUs;
       c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
       c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";

@@ -24,7 +24,11 @@ struct Fp8Candidate {
 };
 
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.
-std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count);
+// `short_tile_stream_gbs`: what one CTA of a 64-row tile streams at most, where a family's
+// mainloop streams slower there than the plain GEMM's (0: the plain GEMM's rate,
+// model::kSmStreamGBs).
+std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
+                                               double short_tile_stream_gbs = 0.0);
 
 int fp8_k_blocks(int64_t k);
 // The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`.
