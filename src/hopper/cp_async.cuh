@@ -25,11 +25,6 @@ __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src)
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
 
-// Arrives on `bar` once every cp.async this thread issued before has completed, and raises the
-// barrier's pending count by one when issued, so the arrival needs no slot in its expected count.
-// Issue it before the phase's other arrivals: once they are in, the phase could complete first.
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) { cuda::ptx::cp_async_mbarrier_arrive(bar); }
-
 // Arrives on `bar` once every cp.async this thread issued before has completed. .noinc: the
 // arrival counts against the barrier's expected count (init it with one per arriving thread).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) { cuda::ptx::cp_async_mbarrier_arrive_noinc(bar); }

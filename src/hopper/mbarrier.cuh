@@ -61,10 +61,12 @@ struct StageBarriers {
   uint64_t peers_free[kStages];
 
   // `peers`: the other CTAs of the cluster that multicast into this CTA's stages (0: none).
-  __device__ __forceinline__ void init(uint32_t consumer_arrivals, uint32_t peers = 0) {
+  // `fill_arrivals`: arrivals that complete a fill, the producer's (with the TMA byte count) and
+  // any its per-thread copies make when they land (cp.async arrivals).
+  __device__ __forceinline__ void init(uint32_t consumer_arrivals, uint32_t peers = 0, uint32_t fill_arrivals = 1) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&full[s], 1);
+      mbarrier_init(&full[s], fill_arrivals);
       mbarrier_init(&empty[s], consumer_arrivals);
       if (peers > 0) mbarrier_init(&peers_free[s], peers);
     }

@@ -66,6 +66,7 @@ struct CoreTraits
   // at 64 x 4096 x 7168 unsplit 18.8 vs 17.3 us, at 128 x 2112 x 7168 split two ways 12.7 vs 11.8;
   // same call, docs/perf.md block-scaled v5).
   static constexpr bool kStagedBScales = kBlockM == 128;
+  static constexpr int kStageCopyArrivals = kStagedBScales ? 1 : 0;  // their cp.async arrival per fill
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) SharedStorage : Base::SharedStorage {

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // cluster each peer's relay thread then says its copy is free too (peers multicast into it).
   // Grouped: the tile offsets come into shared memory for the per-unit group lookup.
   if (threadIdx.x == 0) {
-    ss.bars.init(8, T::kClusterM - 1);
+    ss.bars.init(8, T::kClusterM - 1, fp8::StageFillArrivals<T>::value);
     hopper::mbarrier_init_fence();
   }
   const bool table_in_smem = p.groups + 1 <= kSmemGroupTable + 1;

@@ -25,10 +25,10 @@ namespace lowbit::blockscaled {
 // With T::kStagedBScales, also the tile's B scales of the K block -> ss.sfb[stage] (one per
 // 128-column part; `sfb` is the first part's row of [ceil(N / 128), k_blocks], `sfb_part_stride`
 // floats to the next part's row, 0 where that part lies past N). They are 4-byte pieces 4 *
-// k_blocks bytes apart, too small and scattered for a bulk copy: cp.async, whose arrival on the
-// full barrier is issued before the producer arms it (fp8::produce_rows). In the ring, their L2
-// latency passes like the tiles' instead of in the consumers' promotion (docs/perf.md
-// block-scaled v5).
+// k_blocks bytes apart, too small and scattered for a bulk copy: cp.async, whose arrival when
+// they land is one of the fill's expected arrivals (T::kStageCopyArrivals, counted at barrier
+// init). In the ring, their L2 latency passes like the tiles' instead of in the consumers'
+// promotion (docs/perf.md block-scaled v5).
 template <class T>
 struct ScaleStageLoad {
   typename T::SharedStorage* ss;
@@ -37,14 +37,12 @@ struct ScaleStageLoad {
   uint32_t bytes;
   const float* sfb = nullptr;
   int sfb_part_stride = 0;
-  __device__ __forceinline__ void before_arm(int stage, int kb, uint64_t* full) const {
+  __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if constexpr (T::kStagedBScales) {
 #pragma unroll
       for (int j = 0; j < T::kScaleBlocksN; ++j) hopper::cp_async_4(&ss->sfb[stage][j], sfb + j * sfb_part_stride + kb);
-      hopper::cp_async_arrive(full);
+      hopper::cp_async_arrive_noinc(full);  // one of the fill's arrivals (T::kStageCopyArrivals)
     }
-  }
-  __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if (bytes == 0) return;  // a cluster's phantom tile past the last M block
     hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
   }

@@ -31,6 +31,7 @@ struct BlockScaledTraits : fp8::EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_>
   static_assert(kBlockN == 128 || kBlockN == 256, "whole B scale blocks: 128 or 256 columns");
   static constexpr int kScaleBlocksN = kBlockN / 128;  // B scales per tile per K block
   static constexpr bool kStagedBScales = true;         // per stage, beside the A scales (ScaleStageLoad)
+  static constexpr int kStageCopyArrivals = 1;         // their cp.async arrival per fill
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;

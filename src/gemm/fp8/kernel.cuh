@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   if (threadIdx.x == 0) {
-    ss.bars.init(consumer_wgs * 4, T::kClusterM - 1);
+    ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);

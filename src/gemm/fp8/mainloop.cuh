@@ -41,7 +41,6 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
     if constexpr (T::kClusterM > 1) ss.bars.wait_peers(pos);
     if constexpr (kReadByLoads) hopper::fence_async_shared();
     uint64_t* full = &ss.bars.full[pos.stage];
-    extra.before_arm(pos.stage, kb, full);
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * Operands::template a_cols_per_block<T>(), a_row);
     if constexpr (T::kClusterM == 1) {

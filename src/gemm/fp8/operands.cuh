@@ -15,10 +15,7 @@ namespace lowbit::fp8 {
 // scales, sparse metadata); the dense GEMM has none.
 // `tx_bytes`: what it lands per stage beyond the traits' stage_tx_bytes (counted on the stage's
 // barrier with the tiles).
-// `before_arm`: copies that arrive on the stage's full barrier themselves (cp.async arrivals),
-// issued before the producer's own arrival so the phase cannot complete without them.
 struct NoStageExtra {
-  __device__ __forceinline__ void before_arm(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
   __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
   __device__ __forceinline__ uint32_t tx_bytes() const { return 0; }
 };

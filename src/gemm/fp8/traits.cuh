@@ -178,6 +178,14 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
 };
 
+// Arrivals that complete a stage fill: the producer's, plus the arrivals its per-thread copies make
+// when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales).
+template <class T, class = void>
+struct StageFillArrivals : std::integral_constant<uint32_t, 1> {};
+template <class T>
+struct StageFillArrivals<T, std::void_t<decltype(T::kStageCopyArrivals)>>
+    : std::integral_constant<uint32_t, 1 + T::kStageCopyArrivals> {};
+
 struct Fp8KernelParams {
   gemm::TileSchedule sched;
   int m, n, k;

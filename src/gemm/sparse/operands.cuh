@@ -24,7 +24,6 @@ struct MetaStageLoad {
   typename T::SharedStorage* ss;
   const uint8_t* tile_meta;  // K block 0 of the tile's slab pair
   int64_t block_stride;      // bytes from one K block's blocks to the next's
-  __device__ __forceinline__ void before_arm(int, int, uint64_t*) const {}
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     hopper::bulk_load(ss->meta[stage], tile_meta + kb * block_stride, T::kMetaBytes, full);
   }
