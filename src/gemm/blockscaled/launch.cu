@@ -15,6 +15,7 @@
 #include "common/key_value.h"
 #include "common/ok_once.h"
 #include "gemm/blockscaled/blockscaled_variants_gen.h"
+#include "gemm/blockscaled/core_traits.cuh"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
 #include "gemm/blockscaled/kernel.cuh"
@@ -128,6 +129,38 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 // the SMs idle where splitting K ran 1.13-1.2x faster (docs/perf.md block-scaled v5).
 constexpr double kStreamGBs = 50.0;
 
+// The compiled dense tiles (variants.def, once per tile) for the core's scorer, and the scoring.
+struct DenseTiles {
+  fp8::Fp8Variant v[blockscaled::kNumBsVariantSpecs];
+  int n = 0;
+  DenseTiles() {
+    for (const auto& s : blockscaled::kBsVariantSpecs) {
+      bool seen = false;
+      for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
+      if (seen) continue;
+      v[n++] = fp8::Fp8Variant{s.block_n, blockscaled::core_stages(s.block_m, s.block_n,
+                                                                   blockscaled::core_epi_slots(s.block_m, s.block_n)),
+                               0, false, s.reason, s.block_m};
+    }
+  }
+};
+std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms) {
+  static const DenseTiles tiles;
+  fp8::Fp8ScoreOptions o;
+  o.short_tile_stream_gbs = kStreamGBs;
+  o.tiles = tiles.v;
+  o.num_tiles = tiles.n;
+  return fp8::score_fp8_candidates(m, n, k, sms, o);
+}
+
+// The compiled dense tiles, for error messages.
+std::string dense_tiles_text() {
+  std::string s;
+  for (const auto& v : blockscaled::kBsVariantSpecs)
+    if (v.out == OutType::kBF16 && !v.overlap) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
+  return s;
+}
+
 // The tiles and outputs compiled with the overlapped epilogue, for error messages.
 std::string overlap_tiles() {
   std::string s;
@@ -151,7 +184,7 @@ bool overlap_default(const Fp8GemmConfig& c, OutType out) {
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const Fits& fits, Fp8GemmConfig* out,
                   std::string* why = nullptr) {
-  for (const auto& cand : fp8::score_fp8_candidates(m, n, k, sms, kStreamGBs)) {
+  for (const auto& cand : score_dense(m, n, k, sms)) {
     Fp8GemmConfig c = cand.config;
     if (c.promote_every != 1 || c.cluster != 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) continue;
     c.overlap = overlap_default(c, out_type);
@@ -175,7 +208,8 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
 void apply_forced(const BlockScaledConfig& f, OutType out, Fp8GemmConfig* c) {
   if (f.block_m) c->block_m = f.block_m;
   if (f.block_n) c->block_n = f.block_n;
-  if (f.block_n && !f.block_m && !blockscaled::bs_tile_compiled(c->block_m, c->block_n)) c->block_m = 128;
+  if (f.block_n && !f.block_m && !blockscaled::bs_tile_compiled(c->block_m, c->block_n))
+    c->block_m = blockscaled::bs_tile_compiled(128, c->block_n) ? 128 : 64;
   if (f.splits) c->splits = f.splits;
   if (f.grid) c->grid = f.grid;
   c->raster_group = f.raster_group;
@@ -313,7 +347,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
   const ChoiceKey<6> key{{dev.device, x.m, x.n, x.k, static_cast<int64_t>(x.out_type), check::extent_of(x.workspace_bytes)}};
   Fp8GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
-      key, &c, [&] { return fp8::score_fp8_candidates(x.m, x.n, x.k, dev.sm_count, kStreamGBs); },
+      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count); },
       [&](Fp8GemmConfig* cand) {
         if (cand->promote_every != 1 || cand->cluster != 1 || !blockscaled::bs_tile_compiled(cand->block_m, cand->block_n))
           return false;
@@ -328,7 +362,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       return Status::Invalid("fp8_blockscaled_gemm: the dense GEMM runs single CTAs (cluster=2 is the grouped GEMM's)");
     if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
       return Status::Invalid("fp8_blockscaled_gemm: no dense tile bm=" + std::to_string(c.block_m) + ", bn=" +
-                             std::to_string(c.block_n) + " (128 x 64, 128 x 128, 128 x 256, 64 x 64)");
+                             std::to_string(c.block_n) + " (compiled:" + dense_tiles_text() + ")");
     const int kb = fp8::fp8_k_blocks(x.k);
     if (c.splits < 1 || c.splits > kb)
       return Status::Invalid("fp8_blockscaled_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
@@ -488,9 +522,9 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
       .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
-  if (cfg.block_n == 64 || cfg.block_m != 0 || cfg.splits != 0)
+  if ((cfg.block_n != 0 && cfg.block_n < 128) || cfg.block_m != 0 || cfg.splits != 0 || cfg.overlap == 1)
     return Status::Invalid(std::string(who) + ": the grouped GEMM runs 128-row tiles of 128 or 256 columns, unsplit "
-                                              "(bn=64, bm and splits are the dense GEMM's)");
+                                              "(bn below 128, bm, splits and overlap are the dense GEMM's)");
   const DeviceInfo* devp = nullptr;
   LOWBIT_RETURN_IF_ERROR(c.device(&devp));
   const DeviceInfo& dev = *devp;

@@ -201,13 +201,16 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
-                                               double short_tile_stream_gbs) {
+                                               const Fp8ScoreOptions& options) {
   std::vector<Fp8Candidate> out;
+  const double short_tile_stream_gbs = options.short_tile_stream_gbs;
   // Every compiled tile, once per promotion interval it has.
+  const Fp8Variant* tiles = options.tiles ? options.tiles : kFp8Variants;
+  const int num_tiles = options.tiles ? options.num_tiles : kNumFp8Variants;
   std::vector<std::pair<const Fp8Variant*, int>> kernels;
-  for (const auto& v : kFp8Variants) {
-    kernels.emplace_back(&v, 1);
-    if (v.promote2) kernels.emplace_back(&v, 2);
+  for (int i = 0; i < num_tiles; ++i) {
+    kernels.emplace_back(&tiles[i], 1);
+    if (tiles[i].promote2) kernels.emplace_back(&tiles[i], 2);
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/fp8/variants.h"
 #include "gemm/tile_scheduler.cuh"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
@@ -23,12 +24,20 @@ struct Fp8Candidate {
   const char* bound = "";
 };
 
+// What a family that runs on the core changes in the scoring (the defaults score the plain FP8
+// GEMM's compiled kernels).
+struct Fp8ScoreOptions {
+  // What one CTA of a 64-row tile streams at most, where the family's mainloop streams slower
+  // there than the plain GEMM's (0: the plain GEMM's rate, model::kSmStreamGBs).
+  double short_tile_stream_gbs = 0.0;
+  // The family's own compiled tiles (null: kFp8Variants).
+  const Fp8Variant* tiles = nullptr;
+  int num_tiles = 0;
+};
+
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.
-// `short_tile_stream_gbs`: what one CTA of a 64-row tile streams at most, where a family's
-// mainloop streams slower there than the plain GEMM's (0: the plain GEMM's rate,
-// model::kSmStreamGBs).
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
-                                               double short_tile_stream_gbs = 0.0);
+                                               const Fp8ScoreOptions& options = {});
 
 int fp8_k_blocks(int64_t k);
 // The K blocks the schedule counts: K blocks of 128, rounded up, in groups of `promote_every`.
