@@ -27,12 +27,9 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
                                                                   const gemm::WorkUnit& w) {
     const int rows = max(0, min(p.m - w.m_block * T::kBlockM, T::kBlockM));
-    // The tile's B scale rows: a tile narrower than 128 columns lies inside one scale block.
-    const int first = w.n_block * T::kBlockN / 128;
+    const BScaleRows b = tile_b_scale_rows<T::kBlockN>(p.bs.sfb, p.bs.k_blocks, p.n, w.n_block);
     return ScaleStageLoad<T>{&ss, p.bs.sfa + static_cast<int64_t>(w.m_block) * T::kBlockM, p.bs.sfa_ld,
-                             static_cast<uint32_t>((rows + 3) / 4) * 16u,
-                             p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks,
-                             T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0};
+                             static_cast<uint32_t>((rows + 3) / 4) * 16u, b.first, b.part_stride};
   }
 };
 

@@ -177,19 +177,24 @@ bool overlap_default(const Fp8GemmConfig& c, OutType out) {
   return c.splits == 1 && blockscaled::find_bs_variant(c.block_m, c.block_n, out, true) >= 0;
 }
 
-// The core's cost model, restricted to what the block-scaled kernels compile: one K block per
-// promotion (the scales change every block), single CTAs, no uneven columns; the overlapped
-// epilogue where overlap_default says. `fits` says whether a candidate's split-K workspace is
-// available.
+// A core candidate as a block-scaled config, false where no block-scaled kernel runs it: one K
+// block per promotion (the scales change every block), single CTAs, no uneven columns; the
+// overlapped epilogue where overlap_default says.
+bool as_blockscaled(Fp8GemmConfig* c, OutType out) {
+  if (c->promote_every != 1 || c->cluster != 1 || !blockscaled::bs_tile_compiled(c->block_m, c->block_n)) return false;
+  c->overlap = overlap_default(*c, out);
+  c->uneven = false;
+  return true;
+}
+
+// The core's cost model over the block-scaled kernels (as_blockscaled). `fits` says whether a
+// candidate's split-K workspace is available.
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const Fits& fits, Fp8GemmConfig* out,
                   std::string* why = nullptr) {
   for (const auto& cand : score_dense(m, n, k, sms)) {
     Fp8GemmConfig c = cand.config;
-    if (c.promote_every != 1 || c.cluster != 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) continue;
-    c.overlap = overlap_default(c, out_type);
-    c.uneven = false;
-    if (!fits(c)) continue;
+    if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
       char buf[200];
       std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
@@ -349,11 +354,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
       key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count); },
       [&](Fp8GemmConfig* cand) {
-        if (cand->promote_every != 1 || cand->cluster != 1 || !blockscaled::bs_tile_compiled(cand->block_m, cand->block_n))
-          return false;
-        cand->overlap = overlap_default(*cand, x.out_type);
-        cand->uneven = false;
-        return fp8_gemm_workspace_size(x.m, x.n, x.k, *cand) <= x.workspace_bytes;
+        return as_blockscaled(cand, x.out_type) && fp8_gemm_workspace_size(x.m, x.n, x.k, *cand) <= x.workspace_bytes;
       },
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {

@@ -18,6 +18,21 @@
 
 namespace lowbit::blockscaled {
 
+// A tile's B scale rows: sfb is [ceil(N / 128), k_blocks], one row per 128 columns. `first` is the
+// row of the tile's first 128 columns, `part_stride` the floats to its next part's row (0 where
+// that part lies past N: its outputs are clipped, any finite scale will do). A tile narrower than
+// 128 columns lies inside one scale block.
+struct BScaleRows {
+  const float* first;
+  int part_stride;
+};
+template <int kBlockN>
+__device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_blocks, int n, int n_block) {
+  constexpr int kParts = kBlockN > 128 ? kBlockN / 128 : 1;
+  const int row = n_block * kBlockN / 128;
+  return BScaleRows{sfb + static_cast<int64_t>(row) * k_blocks, kParts > 1 && (row + 1) * 128 < n ? k_blocks : 0};
+}
+
 // Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage]. `sfa` points at the
 // tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
 // a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
@@ -50,16 +65,12 @@ struct ScaleStageLoad {
 };
 
 // Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
-// the block's MMAs are issued, so the loads' latency passes under the MMAs. The B scales of a K
-// block are one float per 128-column part of the tile: with T::kStagedBScales read from the stage
-// with the A scales; otherwise loaded from global
-// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead). The
-// loads are only issued at issue; nothing uses them before the retire: a load at retire (between
-// the wait and the adds) or a product formed at issue (a stall before the MMAs) each cost the
-// 64 x 64 tile, whose lone warpgroup has no other MMAs to cover them, 6-9% (docs/perf.md
-// block-scaled v5). Accumulator
-// fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of the
-// warpgroup's 64 rows.
+// the block's MMAs are issued, so the loads' latency passes under the MMAs; nothing uses them
+// before the retire. The B scales of a K block are one float per 128-column part of the tile:
+// with T::kStagedBScales read from the stage with the A scales; otherwise loaded from global
+// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead).
+// Accumulator fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of
+// the warpgroup's 64 rows.
 template <class T>
 struct BlockScalePromotion {
   static constexpr bool kStagedB = T::kStagedBScales;
@@ -81,14 +92,13 @@ struct BlockScalePromotion {
     return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4};
   }
   // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs); nothing to do where
-  // the stages carry them. A tile narrower than 128 columns lies inside one scale block (the core
-  // compiles 64, 128 and 256 wide tiles).
+  // the stages carry them.
   template <class Params>
   __device__ __forceinline__ void start_unit(const Params& p, const gemm::WorkUnit& w) {
     if constexpr (!kStagedB) {
-      const int first = w.n_block * T::kBlockN / 128;
-      sfb_row = p.bs.sfb + static_cast<int64_t>(first) * p.bs.k_blocks;
-      sfb_part_stride = T::kScaleBlocksN > 1 && (first + 1) * 128 < p.n ? p.bs.k_blocks : 0;
+      const BScaleRows r = tile_b_scale_rows<T::kBlockN>(p.bs.sfb, p.bs.k_blocks, p.n, w.n_block);
+      sfb_row = r.first;
+      sfb_part_stride = r.part_stride;
     }
   }
   // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.

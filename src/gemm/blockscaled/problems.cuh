@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
@@ -33,15 +34,6 @@ struct UnitView {
   const float* sfb;     // the B scales of the tile's first 128 columns (a row of sfb)
   int sfb_part_stride;  // to the row of its next 128 columns; 0 when those lie past N
 };
-
-// The tile's B scale rows: sfb is [ceil(n / 128), k_blocks], one row per 128 columns.
-template <int kBlockN>
-__device__ __forceinline__ void tile_b_scales(UnitView& v, const float* sfb) {
-  constexpr int kParts = kBlockN / 128;
-  const int first = v.w.n_block * kParts;
-  v.sfb = sfb + static_cast<int64_t>(first) * v.k_blocks;
-  v.sfb_part_stride = kParts > 1 && (first + 1) * 128 < v.n ? v.k_blocks : 0;
-}
 
 __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
 
@@ -94,7 +86,9 @@ struct GroupedProblems {
     v.n = prob.n;
     v.sfa = prob.sfa + v.w.m_block * 128;
     v.sfa_ld = prob.sfa_ld;
-    tile_b_scales<kBlockN>(v, prob.sfb);
+    const BScaleRows b = tile_b_scale_rows<kBlockN>(prob.sfb, v.k_blocks, v.n, v.w.n_block);
+    v.sfb = b.first;
+    v.sfb_part_stride = b.part_stride;
     return v;
   }
 };
