@@ -44,6 +44,7 @@ struct Case {
   void* workspace = nullptr;  // a caller's workspace shared across cases (zero-filled once), or null: one per case
   size_t workspace_bytes = 0;
   bool row_scales = false;  // per-token x per-channel scales (a_row_scale, b_row_scale)
+  bool in_place = false;    // with residual and BF16 out: the residual is D itself
 };
 
 std::string describe(const Case& c) {
@@ -52,7 +53,7 @@ std::string describe(const Case& c) {
          (c.row_scales ? " +row scales" : "") + (c.bias ? " +bias" : "") +
          (c.row_bcast_rows ? " +pos[P=" + std::to_string(c.row_bcast_rows) + "]" : std::string()) +
          (c.activation == Activation::kGelu ? " gelu" : c.activation == Activation::kSilu ? " silu" : "") +
-         (c.residual ? " +residual" : "") +
+         (c.residual ? (c.in_place ? " +residual in place" : " +residual") : "") +
          (c.inputs == Inputs::kSmallInts ? " ints" : " uniform") + " config=" + (c.config ? c.config : "auto");
 }
 
@@ -120,6 +121,10 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   CUDA_OK(cudaMemcpy(static_cast<float*>(scales.p) + 64, &hs[1], 4, cudaMemcpyHostToDevice));
   ASSERT_EQ(bench::fill_u16(D.p, c.m * c.n * ob / 2, 0xFFFF, nullptr), cudaSuccess);  // poison: NaN
   ASSERT_EQ(bench::fill_u16(Dl.p, c.m * c.n * ob / 2, 0xFFFF, nullptr), cudaSuccess);  // the baseline's too
+  if (c.in_place) {
+    ASSERT_TRUE(c.residual && c.out == OutType::kBF16) << "in place needs a residual and BF16 out";
+    CUDA_OK(cudaMemcpy(D.p, hres.data(), hres.size() * 2, cudaMemcpyHostToDevice));
+  }
 
   Fp8GemmConfig cfg;
   const Fp8GemmConfig* forced = nullptr;
@@ -152,7 +157,7 @@ void run_case(const Case& c, Outcome* o, uint64_t seed_offset = 0) {
   a.b_row_scale = c.row_scales ? static_cast<const float*>(col_scale.p) : nullptr;
   a.row_bcast = P ? pos.p : nullptr;
   a.row_bcast_rows = P;
-  a.residual = c.residual ? res.p : nullptr;
+  a.residual = c.residual ? (c.in_place ? D.p : res.p) : nullptr;
   a.activation = c.activation;
   a.workspace = ws_p;
   a.workspace_bytes = wsb;
@@ -331,6 +336,43 @@ TEST_F(Fp8GemmGpu, RowScalesEdgeShapesExact) {
           }
 }
 
+// A residual beside per-row scales or FP16 output runs in the staged epilogue (the fused one
+// has no room for the per-channel slice): every staged tile, split or not, with and without a
+// bias, and edge shapes; in place (residual == D) in BF16.
+TEST_F(Fp8GemmGpu, RowScalesWithResidualExact) {
+  for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=128,splits=2", "bn=256,splits=3",
+                          "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=112,bm=64", "bn=128,grid=5,group=2",
+                          "bn=256,promote=2", "bn=176,promote=2,splits=2"})
+    for (OutType out : {OutType::kBF16, OutType::kFP32, OutType::kFP16})
+      for (bool scales : {false, true}) {
+        if (std::string(cfg).find("promote=2") != std::string::npos && out != OutType::kBF16) continue;
+        if (!scales && out != OutType::kFP16) continue;  // a residual alone runs the fused epilogue
+        Case c{256, 384, 512, out, scales, Inputs::kSmallInts, cfg};
+        c.row_scales = scales;
+        c.residual = true;
+        expect_exact(c);
+      }
+  for (int64_t m : {1, 3, 127, 129, 1000})
+    for (int64_t n : {16, 208})
+      for (const char* cfg : {static_cast<const char*>(nullptr), "bn=256", "bn=112,bm=64"}) {
+        Case c{m, n, 400, OutType::kBF16, m % 2 == 1, Inputs::kSmallInts, cfg};
+        c.row_scales = true;
+        c.residual = true;
+        expect_exact(c);
+      }
+  for (const char* cfg : {static_cast<const char*>(nullptr), "bn=128,splits=2", "bn=64,bm=64,splits=3"}) {
+    Case c{300, 640, 1024, OutType::kBF16, true, Inputs::kSmallInts, cfg};
+    c.row_scales = true;
+    c.residual = true;
+    c.in_place = true;
+    expect_exact(c);
+  }
+  Case c{200, 1040, 2048, OutType::kBF16, true, Inputs::kUniform, nullptr};
+  c.row_scales = true;
+  c.residual = true;
+  expect_close(c);
+}
+
 TEST_F(Fp8GemmGpu, RowScalesRandomWithinBound) {
   for (int64_t m : {1, 64, 128, 1000})
     for (OutType out : {OutType::kBF16, OutType::kFP16, OutType::kFP32}) {
@@ -365,8 +407,9 @@ TEST_F(Fp8GemmGpu, RowScalesRejectWhatTheyCannotRun) {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
   };
   Fp8GemmArgs x = a;
-  x.residual = res.p;
-  refused(x, nullptr, "row scales with a residual");
+  x.row_bcast = res.p;
+  x.row_bcast_rows = 8;
+  refused(x, nullptr, "row scales with a row broadcast");
   x = a;
   x.activation = Activation::kSilu;
   refused(x, nullptr, "row scales with an activation");

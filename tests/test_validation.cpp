@@ -94,11 +94,12 @@ TEST(Fp8Validation, RejectsBadRowScales) {
   a = valid_args();
   a.a_row_scale = reinterpret_cast<const float*>(0x400000000);
   a.activation = Activation::kGelu;
-  expect_invalid(a, "not with row_bcast, an activation or a residual");
+  expect_invalid(a, "not with row_bcast or an activation");
   a = valid_args();
   a.out_type = OutType::kFP16;
-  a.residual = reinterpret_cast<const void*>(0x500000000);
-  expect_invalid(a, "not with row_bcast, an activation or a residual");
+  a.row_bcast = reinterpret_cast<const void*>(0x500000000);
+  a.row_bcast_rows = 4;
+  expect_invalid(a, "not with row_bcast or an activation");
 }
 
 // An out_type outside the enum picked the BF16 kernel and returned Ok.

@@ -36,7 +36,8 @@ struct Fp8GemmArgs {
   // Optional per-token x per-channel dequantization (vLLM's cutlass_scaled_mm, torch._scaled_mm
   // with rowwise scales): FP32 on the device, 4-byte aligned, one scale per row of A ([m], per
   // token) and one per row of B ([n], per output channel); either alone is allowed, and both
-  // combine with alpha and the per-tensor scales. Not with row_bcast, an activation or a residual.
+  // combine with alpha and the per-tensor scales, a bias and a residual. Not with row_bcast or an
+  // activation.
   const float* a_row_scale = nullptr;
   const float* b_row_scale = nullptr;
   const void* bias = nullptr;      // optional BF16 [n] on the device, 16-byte aligned
@@ -115,7 +116,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
 // What a call's epilogue carries besides alpha: nothing, a bias, or a fused step (row broadcast,
 // activation or residual). Kernels are compiled per epilogue, so it narrows the configs. Per-row
-// scales and FP16 output run the bias epilogue's kernels (kBias), with or without a bias.
+// scales and FP16 output run the bias epilogue's kernels (kBias), with or without a bias or a
+// residual.
 enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
 // The configuration lowbit would pick for this shape, epilogue and output type on this device,

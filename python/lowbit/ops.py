@@ -28,10 +28,10 @@ def fp8_gemm(
     tensor), or one per row: a_scale [M] or [M, 1] (per token), b_scale [N], [1, N] or [N, 1] (per
     output channel), as ``torch._scaled_mm`` takes rowwise scales and ``quantize_fp8_per_token``
     makes them. With M (or N) = 1 one element is per tensor, the same product.
-    Per-row scales go with a bias but not with a residual or an activation.
-    bias: bfloat16 [N]; residual: bfloat16 [M, N], added last (it may be ``out`` itself).
-    activation: 'none', 'gelu' (erf form) or 'silu'. out_dtype: bfloat16 (default), float16 or
-    float32; float16 without a residual or an activation.
+    Per-row scales go with a bias and a residual but not with an activation.
+    bias: bfloat16 [N]; residual: bfloat16 [M, N], added last (it may be ``out`` itself when out is
+    bfloat16). activation: 'none', 'gelu' (erf form) or 'silu'. out_dtype: bfloat16 (default),
+    float16 or float32; float16 without an activation.
     out: write into this [M, N] tensor (bfloat16, float16 or float32) instead of a new one.
     """
     if out is not None:

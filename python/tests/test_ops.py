@@ -464,6 +464,31 @@ def test_fp8_gemm_rowwise_bias_and_fp16_out(m, gen):
     assert rel_err(mixed, (qa.double() * sa.double()[:, None]) @ (qb1.double() * sb1.double()).T) < 2e-3
 
 
+@gpu
+@pytest.mark.parametrize("m", [1, 3, 129, 700])
+def test_fp8_gemm_rowwise_residual_in_place(m, gen):
+    # The Llama layer's o_proj and down_proj: per-token x per-channel scales with the residual
+    # added in the epilogue, written over the residual itself.
+    n, k = 4096, 1024
+    qa, sa, qb, sb, ref = _rowwise_pair(m, n, k, gen)
+    res = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+    want = ref + res.double()
+    assert rel_err(lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, residual=res), want) < 1e-2
+    bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    got32 = lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, bias=bias, residual=res, out_dtype=torch.float32)
+    assert rel_err(got32, want + bias.double()) < 2e-3
+    half = lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, residual=res, out_dtype=torch.float16)
+    assert rel_err(half, want) < 2e-3
+    inplace = res.clone()
+    lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, residual=inplace, out=inplace)
+    assert rel_err(inplace, want) < 1e-2
+    # The residual where torch would add it: the same values to BF16 rounding.
+    unfused = (lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, out_dtype=torch.float32) + res.float()).bfloat16()
+    assert rel_err(inplace, unfused.double()) < 1e-2
+    with pytest.raises(ValueError, match="activation"):
+        lowbit.fp8_gemm(qa, qb, a_scale=sa, b_scale=sb, residual=res, activation="silu")
+
+
 def test_fake_quantize_shapes():
     m = torch.device("meta")
     q, s = torch.ops.lowbit.quantize_fp8_per_token(torch.empty(5, 64, dtype=torch.bfloat16, device=m))

@@ -1,5 +1,5 @@
-// FP8 GEMM epilogue: alpha, per-token and per-channel scales and a bias, converted to BF16, FP16
-// or FP32 and stored with TMA (the fused
+// FP8 GEMM epilogue: alpha, per-token and per-channel scales, a bias and (beside per-row scales
+// or FP16 output) a residual, converted to BF16, FP16 or FP32 and stored with TMA (the fused
 // operations -- row broadcast, activation, residual -- are applied to the accumulators first by
 // gemm/fp8/epilogue_fused.cuh; every variant stores here). Each consumer warpgroup stages its
 // 64-row slice in 64-row chunks (128, 64 or 32 bytes wide, swizzled to that width so the
@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gemm/epilogue_params.h"
 #include "gemm/fp8/traits.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
@@ -76,6 +77,31 @@ struct StagedEpilogueOperands {
   }
 };
 
+// The residual ([M, N] BF16) of one thread's two fragment rows, read from global memory in the
+// epilogue. Rows past M and columns past N read zeros (their outputs are clipped). The fused
+// epilogue adds it after the activation, two column groups per batch; the staged one after the
+// scales and the bias, every load issued at once (Fp8Epilogue::scales_bias_residual).
+struct ResidualRows {
+  const __nv_bfloat16* row[2];
+  int n;
+  __device__ __forceinline__ ResidualRows(const gemm::EpilogueParams& e, int first_row, int m, int n_)
+      : row{nullptr, nullptr}, n(n_) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (first_row + 8 * h < m) row[h] = e.residual + static_cast<int64_t>(first_row + 8 * h) * n_;
+  }
+  // Columns c, c + 1 of fragment row h (c is even; N is a multiple of 16), as loaded (two BF16)
+  // and as floats.
+  __device__ __forceinline__ uint32_t load_raw(int h, int c) const {
+    if (row[h] == nullptr || c >= n) return 0u;  // two BF16 zeros
+    return *reinterpret_cast<const uint32_t*>(row[h] + c);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
+  __device__ __forceinline__ float2 load(int h, int c) const { return unpack(load_raw(h, c)); }
+};
+
 // Accumulator fragment of m64nN (per warp w, lane l): acc[4*g + 2*h + e] is row 16w + l/4 + 8h,
 // column 8g + 2(l%4) + e.
 template <class T>
@@ -111,7 +137,18 @@ struct Fp8Epilogue {
     const int tile_col = 2 * (lane % 4);
     const float alpha = rows.x;
     if constexpr (T::kStaged) {
-      apply_scales_bias(ss, tile_col, rows, acc);
+      // The residual beside per-row scales or FP16 output (the fused epilogue, which adds it
+      // otherwise, has no room for the per-channel slice); one uniform branch per unit.
+      if constexpr (!T::kOverlapEpilogue) {
+        if (p.epi.residual != nullptr) {
+          scales_bias_residual(ss, p, tile_col, row0 + (threadIdx.x % 128) / 32 * 16 + lane / 4,
+                               gemm::tile_col0<T>(w) + tile_col, rows, acc);
+        } else {
+          apply_scales_bias(ss, tile_col, rows, acc);
+        }
+      } else {
+        apply_scales_bias(ss, tile_col, rows, acc);
+      }
     } else {
       apply_alpha(alpha, acc);
     }
@@ -242,6 +279,31 @@ struct Fp8Epilogue {
       acc[4 * g + 2] = fmaf(acc[4 * g + 2], rows.y * c.x, b.x);
       acc[4 * g + 3] = fmaf(acc[4 * g + 3], rows.y * c.y, b.y);
     }
+  }
+
+  // apply_scales_bias, then acc += the residual of the thread's fragment. Every residual load is
+  // issued first (two BF16 in one register each), so their latencies overlap one another and the
+  // scaling; waited for in batches of two column groups they made the fused call slower than the
+  // GEMM plus a separate add at M = 2048 (docs/perf.md P1, "The residual beside per-row scales").
+  __device__ __forceinline__ static void scales_bias_residual(const typename T::SharedStorage& ss,
+                                                              const Fp8KernelParams& p, int tile_col, int row,
+                                                              int col, float2 rows, float (&acc)[T::kBlockN / 2]) {
+    constexpr int kGroups = T::kBlockN / 8;
+    const ResidualRows res(p.epi, row, p.m, p.n);
+    uint32_t raw[kGroups][2];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) raw[g][h] = res.load_raw(h, col + 8 * g);
+    apply_scales_bias(ss, tile_col, rows, acc);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 r = ResidualRows::unpack(raw[g][h]);
+        acc[4 * g + 2 * h] += r.x;
+        acc[4 * g + 2 * h + 1] += r.y;
+      }
   }
 
   __device__ __forceinline__ static float2 load_pair(const __nv_bfloat16* ptr) {

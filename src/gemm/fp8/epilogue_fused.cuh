@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 
 #include "gemm/epilogue_params.h"
+#include "gemm/fp8/epilogue.cuh"
 #include "gemm/fp8/traits.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/cp_async.cuh"
@@ -258,13 +259,7 @@ struct FusedEpilogue {
     // tensor's row for that output row.
     int brow = srow;
     if constexpr (kResident) brow = (w.m_block * T::kBlockM + wg * 64 + srow) % e.row_period;
-    // This thread's two residual rows (null past M).
-    const __nv_bfloat16* res_row[2] = {nullptr, nullptr};
-    if constexpr (kResidual) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (row + 8 * h < p.m) res_row[h] = e.residual + static_cast<int64_t>(row + 8 * h) * p.n;
-    }
+    const ResidualRows res_rows(e, kResidual ? row : p.m, p.m, p.n);  // no rows without a residual
 #pragma unroll
     for (int g0 = 0; g0 < kGroups; g0 += kStep) {
       float2 res[kStep][2];
@@ -272,10 +267,7 @@ struct FusedEpilogue {
 #pragma unroll
         for (int j = 0; j < kStep; ++j)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int c = col0 + 8 * (g0 + j);
-            res[j][h] = res_row[h] != nullptr && c < p.n ? load_pair(res_row[h] + c) : make_float2(0.0f, 0.0f);
-          }
+          for (int h = 0; h < 2; ++h) res[j][h] = res_rows.load(h, col0 + 8 * (g0 + j));
       }
       float2 bc[kStep][2];
 #pragma unroll

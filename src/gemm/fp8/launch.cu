@@ -29,6 +29,11 @@ using fp8::Fp8KernelParams;
 
 int out_bytes(OutType t) { return t == OutType::kFP32 ? 4 : 2; }
 
+// Per-row scales and FP16 output: the staged epilogue's (the fused one has no room for them).
+bool scaled_rows(const Fp8GemmArgs& a) {
+  return a.a_row_scale != nullptr || a.b_row_scale != nullptr || a.out_type == OutType::kFP16;
+}
+
 // Every rule of the arguments, the GPU and the pointer kinds (common/arg_check.h).
 Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
   using check::extent;
@@ -56,11 +61,10 @@ Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
       .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32 && a.out_type != OutType::kFP16,
             [] { return std::string("unknown out_type"); })
       // The fused epilogue's shared memory holds no per-channel scales (gemm/fp8/traits.cuh).
-      .rule((a.a_row_scale || a.b_row_scale || a.out_type == OutType::kFP16) &&
-                (a.row_bcast || a.residual || a.activation != Activation::kNone),
+      .rule(scaled_rows(a) && (a.row_bcast || a.activation != Activation::kNone),
             [] {
-              return std::string("per-row scales and FP16 output run with alpha, the per-tensor scales and a bias; "
-                                 "not with row_bcast, an activation or a residual");
+              return std::string("per-row scales and FP16 output run with alpha, the per-tensor scales, a bias and "
+                                 "a residual; not with row_bcast or an activation");
             })
       .rule(a.workspace_bytes > 0 && !a.workspace,
             [] { return std::string("workspace_bytes > 0 with a null workspace"); })
@@ -68,13 +72,15 @@ Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
   return c.device(dev);
 }
 
-// Row broadcast, activation and residual need the fused epilogue; a bias, per-row scales and
-// FP16 output the staged one (kBias); alpha and the per-tensor scales neither.
+// Row broadcast and activation need the fused epilogue; a bias, per-row scales and FP16 output
+// the staged one (kBias); alpha and the per-tensor scales neither. A residual runs in the fused
+// epilogue, or in the staged one beside per-row scales or FP16 output (which the fused one
+// cannot hold).
 bool fused_epilogue(const Fp8GemmArgs& a) {
-  return a.row_bcast != nullptr || a.residual != nullptr || a.activation != Activation::kNone;
+  return a.row_bcast != nullptr || a.activation != Activation::kNone || (a.residual != nullptr && !scaled_rows(a));
 }
 bool staged_epilogue(const Fp8GemmArgs& a) {
-  return a.bias || a.a_row_scale || a.b_row_scale || a.out_type == OutType::kFP16;
+  return !fused_epilogue(a) && (a.bias || a.residual || scaled_rows(a));
 }
 Fp8EpilogueKind epilogue_kind(const Fp8GemmArgs& a) {
   return fused_epilogue(a) ? Fp8EpilogueKind::kFused : staged_epilogue(a) ? Fp8EpilogueKind::kBias : Fp8EpilogueKind::kPlain;
