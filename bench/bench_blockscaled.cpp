@@ -23,16 +23,24 @@
 namespace lowbit::bench {
 namespace {
 
+// One group's operands: views into its input set's slabs.
 struct GroupData {
   int64_t m = 0;
   int64_t sfa_ld = 0;
-  DeviceBuffer a, d, d_base, sfa;
+  void* a = nullptr;
+  void* d = nullptr;
+  float* sfa = nullptr;
+  DeviceBuffer d_base;  // the baselines' output
 };
 
 // One input set: every group's A and scales, the shared-shape B (one weight matrix per group).
+// Group g's A, D and A scales lie at g times a stride of max_m rows in one slab each, and its B
+// and B scales at g times theirs: the descriptor call points into the slabs, and the masked call
+// (timed beside it where the groups fit, with masked_m = each group's m) reads them as its layout.
 struct InputSet {
   std::vector<GroupData> g;
-  std::vector<DeviceBuffer> b, sfb;
+  std::vector<void*> b, sfb;
+  DeviceBuffer a_slab, d_slab, sfa_slab, b_slab, sfb_slab, counts;
   DeviceBuffer problems;  // device descriptors of the grouped call
 };
 
@@ -58,39 +66,50 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   cudaStream_t s = stream.s;
   const uint64_t seed = opt.seed * 1000 + 555;
   std::vector<InputSet> in(sets);
+  const int64_t max_m = (*std::max_element(ms.begin(), ms.end()) + 3) / 4 * 4;
   for (int i = 0; i < sets; ++i) {
     InputSet& set = in[i];
     set.g.resize(G);
     set.b.resize(G);
     set.sfb.resize(G);
+    LOWBIT_RETURN_IF_ERROR(set.a_slab.alloc(static_cast<size_t>(G * max_m * k)));
+    LOWBIT_RETURN_IF_ERROR(set.d_slab.alloc(static_cast<size_t>(G * max_m * n) * ob));
+    LOWBIT_RETURN_IF_ERROR(set.sfa_slab.alloc(static_cast<size_t>(G * kblocks * max_m) * 4));
+    LOWBIT_RETURN_IF_ERROR(set.b_slab.alloc(static_cast<size_t>(G * n * k)));
+    LOWBIT_RETURN_IF_ERROR(set.sfb_slab.alloc(static_cast<size_t>(G * nblocks * kblocks) * 4));
     std::vector<Fp8GroupedProblem> desc(G);
+    std::vector<int> counts(G);
     for (int g = 0; g < G; ++g) {
       GroupData& gd = set.g[g];
       gd.m = ms[g];
-      gd.sfa_ld = (gd.m + 3) / 4 * 4;
+      gd.sfa_ld = max_m;
+      counts[g] = static_cast<int>(gd.m);
       const uint64_t sd = seed + 100 * i + 10 * g;
-      LOWBIT_RETURN_IF_ERROR(gd.a.alloc(static_cast<size_t>(gd.m * k)));
-      LOWBIT_RETURN_IF_ERROR(gd.d.alloc(static_cast<size_t>(gd.m * n) * ob));
+      gd.a = static_cast<uint8_t*>(set.a_slab.p) + g * max_m * k;
+      gd.d = static_cast<uint8_t*>(set.d_slab.p) + g * max_m * n * static_cast<int64_t>(ob);
+      gd.sfa = static_cast<float*>(set.sfa_slab.p) + g * kblocks * max_m;
+      set.b[g] = static_cast<uint8_t*>(set.b_slab.p) + g * n * k;
+      set.sfb[g] = static_cast<float*>(set.sfb_slab.p) + g * nblocks * kblocks;
       LOWBIT_RETURN_IF_ERROR(gd.d_base.alloc(static_cast<size_t>(gd.m * n) * ob));
-      LOWBIT_RETURN_IF_ERROR(gd.sfa.alloc(static_cast<size_t>(kblocks * gd.sfa_ld) * 4));
-      LOWBIT_RETURN_IF_ERROR(set.b[g].alloc(static_cast<size_t>(n * k)));
-      LOWBIT_RETURN_IF_ERROR(set.sfb[g].alloc(static_cast<size_t>(nblocks * kblocks) * 4));
       // Values over E4M3's whole range, scales like a quantizer's amax / 448.
-      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(gd.a.p, gd.m * k, 448.0f, sd, s), "fill A"));
-      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(set.b[g].p, n * k, 448.0f, sd + 1, s), "fill B"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(gd.a, gd.m * k, 448.0f, sd, s), "fill A"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(fill_e4m3_uniform(set.b[g], n * k, 448.0f, sd + 1, s), "fill B"));
       LOWBIT_RETURN_IF_ERROR(cuda_status(
-          fill_f32_scales(static_cast<float*>(gd.sfa.p), kblocks * gd.sfa_ld, -12, -6, false, sd + 2, s), "fill sfa"));
+          fill_f32_scales(static_cast<float*>(gd.sfa), kblocks * gd.sfa_ld, -12, -6, false, sd + 2, s), "fill sfa"));
       LOWBIT_RETURN_IF_ERROR(cuda_status(
-          fill_f32_scales(static_cast<float*>(set.sfb[g].p), nblocks * kblocks, -12, -6, false, sd + 3, s), "fill sfb"));
+          fill_f32_scales(static_cast<float*>(set.sfb[g]), nblocks * kblocks, -12, -6, false, sd + 3, s), "fill sfb"));
       desc[g] = Fp8GroupedProblem{static_cast<int32_t>(gd.m), static_cast<int32_t>(n), static_cast<int32_t>(k), 0,
-                                  gd.a.p, set.b[g].p, gd.d.p, static_cast<const float*>(gd.sfa.p),
-                                  static_cast<const float*>(set.sfb[g].p), gd.sfa_ld};
+                                  gd.a, set.b[g], gd.d, static_cast<const float*>(gd.sfa),
+                                  static_cast<const float*>(set.sfb[g]), gd.sfa_ld};
     }
     LOWBIT_RETURN_IF_ERROR(set.problems.alloc(sizeof(Fp8GroupedProblem) * G));
     LOWBIT_RETURN_IF_ERROR(cuda_status(
         cudaMemcpyAsync(set.problems.p, desc.data(), sizeof(Fp8GroupedProblem) * G, cudaMemcpyHostToDevice, s),
         "descriptors"));
-    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "setup"));  // desc is a host temporary
+    LOWBIT_RETURN_IF_ERROR(set.counts.alloc(sizeof(int) * G));
+    LOWBIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(set.counts.p, counts.data(), sizeof(int) * G, cudaMemcpyHostToDevice, s), "counts"));
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "setup"));  // desc and counts are host temporaries
   }
   BlockScaledConfig cfg;
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
@@ -103,7 +122,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.alt_configs[c], &alts[c]));
   // Grouped: the per-group maps and status; dense: split-K scratch for the chooser's pick, or the
   // forced config's, and each --alt's (zero-filled once, as the API asks).
-  size_t ws_bytes = fp8_grouped_workspace_size(G);
+  size_t ws_bytes = std::max(fp8_grouped_workspace_size(G), fp8_grouped_masked_workspace_size(G));
   if (!grouped) {
     ws_bytes = fp8_blockscaled_workspace_size(ms[0], n, k, opt.config.empty() ? nullptr : &cfg);
     for (const auto& a : alts) ws_bytes = std::max(ws_bytes, fp8_blockscaled_workspace_size(ms[0], n, k, &a));
@@ -118,12 +137,12 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     a.m = gd.m;
     a.n = n;
     a.k = k;
-    a.a = gd.a.p;
-    a.b = set.b[g].p;
-    a.d = base_out ? gd.d_base.p : gd.d.p;
-    a.sfa = static_cast<const float*>(gd.sfa.p);
+    a.a = gd.a;
+    a.b = set.b[g];
+    a.d = base_out ? gd.d_base.p : gd.d;
+    a.sfa = static_cast<const float*>(gd.sfa);
     a.sfa_ld = gd.sfa_ld;
-    a.sfb = static_cast<const float*>(set.sfb[g].p);
+    a.sfb = static_cast<const float*>(set.sfb[g]);
     a.out_type = out;
     if (!grouped) {
       a.workspace = ws.p;
@@ -139,6 +158,26 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     return fp8_grouped_gemm(static_cast<const Fp8GroupedProblem*>(set.problems.p), G, out, ws.p, ws_bytes, st, c);
   };
   auto ours = [&](cudaStream_t st, int i) { return run_config(forced, st, i); };
+  // The masked layout over the same slabs (DeepGEMM's m_grouped_fp8_gemm_nt_masked).
+  auto ours_masked = [&](cudaStream_t st, int i) {
+    const InputSet& set = in[i % sets];
+    Fp8MaskedGroupedArgs x;
+    x.groups = G;
+    x.max_m = static_cast<int>(max_m);
+    x.n = n;
+    x.k = k;
+    x.a = set.a_slab.p;
+    x.b = set.b_slab.p;
+    x.d = set.d_slab.p;
+    x.sfa = static_cast<const float*>(set.sfa_slab.p);
+    x.sfa_ld = max_m;
+    x.sfb = static_cast<const float*>(set.sfb_slab.p);
+    x.masked_m = static_cast<const int*>(set.counts.p);
+    x.out_type = out;
+    x.workspace = ws.p;
+    x.workspace_bytes = ws_bytes;
+    return fp8_grouped_gemm_masked(x, st, forced);
+  };
   auto ours_loop = [&](cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
     for (int g = 0; g < G; ++g)
@@ -164,10 +203,10 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
       if (gd.m == 0) continue;
       std::vector<uint8_t> ha(static_cast<size_t>(gd.m * k));
       std::vector<float> fa(ha.size()), hsfa(static_cast<size_t>(kblocks * gd.sfa_ld));
-      cudaMemcpy(ha.data(), gd.a.p, ha.size(), cudaMemcpyDeviceToHost);
-      cudaMemcpy(hb.data(), in[0].b[g].p, hb.size(), cudaMemcpyDeviceToHost);
-      cudaMemcpy(hsfa.data(), gd.sfa.p, hsfa.size() * 4, cudaMemcpyDeviceToHost);
-      cudaMemcpy(hsfb.data(), in[0].sfb[g].p, hsfb.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(ha.data(), gd.a, ha.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(hb.data(), in[0].b[g], hb.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(hsfa.data(), gd.sfa, hsfa.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hsfb.data(), in[0].sfb[g], hsfb.size() * 4, cudaMemcpyDeviceToHost);
       LOWBIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "copy back"));
       for (size_t e = 0; e < ha.size(); ++e) fa[e] = formats::e4m3_to_float(ha[e]);
       for (size_t e = 0; e < hb.size(); ++e) fb[e] = formats::e4m3_to_float(hb[e]);
@@ -192,7 +231,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     for (int g = 0; g < G; ++g) {
       const GroupData& gd = in[0].g[g];
       LOWBIT_RETURN_IF_ERROR(
-          cuda_status(fill_u16(base_out ? gd.d_base.p : gd.d.p, ms[g] * n * ob / 2, 0xFFFF, s), "poison"));
+          cuda_status(fill_u16(base_out ? gd.d_base.p : gd.d, ms[g] * n * ob / 2, 0xFFFF, s), "poison"));
     }
     LOWBIT_RETURN_IF_ERROR(launch(s, 0));
     if (grouped && !base_out) LOWBIT_RETURN_IF_ERROR(fp8_grouped_check_status(ws.p, s));
@@ -207,7 +246,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
       if (gd.m == 0) continue;
       hd.resize(static_cast<size_t>(gd.m * n) * ob);
       LOWBIT_RETURN_IF_ERROR(cuda_status(
-          cudaMemcpy(hd.data(), base_out ? gd.d_base.p : gd.d.p, hd.size(), cudaMemcpyDeviceToHost), "copy D"));
+          cudaMemcpy(hd.data(), base_out ? gd.d_base.p : gd.d, hd.size(), cudaMemcpyDeviceToHost), "copy D"));
       for (size_t e = 0; e < static_cast<size_t>(gd.m * n); ++e)
         if (!std::isfinite(read_output(hd, out, e))) ++unwritten;
       for (; next < sampled.size() && sampled[next].g == g; ++next)
@@ -229,6 +268,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   };
   LOWBIT_RETURN_IF_ERROR(check(ours, false, ""));
   if (grouped && opt.baseline) LOWBIT_RETURN_IF_ERROR(check(ours_loop, true, "per-group loop"));
+  if (grouped) LOWBIT_RETURN_IF_ERROR(check(ours_masked, false, "masked layout"));
   for (size_t c = 0; c < alts.size(); ++c)
     LOWBIT_RETURN_IF_ERROR(check([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); }, false,
                                  "alt " + alts[c].to_string()));
@@ -243,8 +283,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
       const GroupData& gd = in[i].g[g];
       Status st = lt[i][g].plan(gd.m, n, k, out);
       if (st.ok())
-        st = lt[i][g].convert_scales(static_cast<const float*>(gd.sfa.p), gd.sfa_ld,
-                                     static_cast<const float*>(in[i].sfb[g].p), s);
+        st = lt[i][g].convert_scales(static_cast<const float*>(gd.sfa), gd.sfa_ld,
+                                     static_cast<const float*>(in[i].sfb[g]), s);
       if (!st.ok()) {
         lt_ok = false;
         lt_err = st.to_string();
@@ -255,7 +295,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   auto base = [&](cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
     for (int g = 0; g < G; ++g)
-      LOWBIT_RETURN_IF_ERROR(lt[i % sets][g].run(set.g[g].a.p, set.b[g].p, set.g[g].d_base.p, st));
+      LOWBIT_RETURN_IF_ERROR(lt[i % sets][g].run(set.g[g].a, set.b[g], set.g[g].d_base.p, st));
     return Status::Ok();
   };
 
@@ -266,11 +306,16 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   int i_lt = -1, i_loop = -1;
   if (lt_ok) { i_lt = static_cast<int>(launches.size()); launches.push_back(base); }
   if (grouped && opt.baseline) { i_loop = static_cast<int>(launches.size()); launches.push_back(ours_loop); }
+  int i_masked = -1;
+  if (grouped) { i_masked = static_cast<int>(launches.size()); launches.push_back(ours_masked); }
   const size_t i_alt = launches.size();
   for (size_t c = 0; c < alts.size(); ++c)
     launches.push_back([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); });
   std::vector<Timing> t;
   LOWBIT_RETURN_IF_ERROR(time_graphs_interleaved(launches, s, batch, opt.samples, &t));
+  if (i_masked >= 0)
+    std::printf("  masked layout (masked_m = the group sizes): %9.1f us  (%.3f x the descriptor call)\n",
+                t[i_masked].median_us, t[0].median_us / t[i_masked].median_us);
   for (size_t c = 0; c < alts.size(); ++c) {
     const double us = t[i_alt + c].median_us;
     std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", alts[c].to_string().c_str(), us,
@@ -282,6 +327,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   r->us = t[0].median_us;
   r->us_base = i_lt >= 0 ? t[i_lt].median_us : 0.0;
   r->us_loop = i_loop >= 0 ? t[i_loop].median_us : 0.0;
+  r->us_masked = i_masked >= 0 ? t[i_masked].median_us : 0.0;
   r->tflops = flops / (r->us * 1e6);
   r->gbs = bytes / (r->us * 1e3);
   r->floor_us = std::max(flops / (kPeakFp8Tflops * 1e6), bytes / (kCopyTBs * 1e6));

@@ -48,10 +48,13 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
   }
   if (suite == "BS-grouped" || suite == "default") {
     // Block-scaled FP8 grouped GEMM: DeepGEMM's contiguous (G=4 x 8192 x 4096 x 7168, G=8 x 4096 x
-    // 7168 x 2048) and masked (G=4 x 256 x 7168 x 2048) tables.
+    // 7168 x 2048) and masked (G=4 x 256 x 7168 x 2048, G=256 x 4 x 512 x 2048) tables; each also
+    // timed through the masked layout.
     v.push_back({"BS-grouped", 8192, 4096, 7168, 0, {8192, 8192, 8192, 8192}});
     v.push_back({"BS-grouped", 4096, 7168, 2048, 0, {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}});
     v.push_back({"BS-grouped", 256, 7168, 2048, 0, {256, 256, 256, 256}});
+    // DeepGEMM's decode table: 256 experts with 4 tokens each.
+    v.push_back({"BS-grouped", 4, 512, 2048, 0, std::vector<int64_t>(256, 4)});
   }
   if (suite == "BS-dense") {
     v.push_back({"BS-dense", 4096, 8192, 8192});
@@ -271,7 +274,7 @@ int main(int argc, char** argv) {
         << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
         << ",\"us_base_fast_accum\":" << r.us_base_fast << ",\"err_base_fast_accum\":" << r.err_base_fast
         << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
-        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop
+        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop << ",\"us_masked\":" << r.us_masked
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
         << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"us_pdl_first\":" << r.us_pdl_first << ",\"stages\":{";
       for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;

@@ -491,6 +491,175 @@ TEST_F(BlockScaledGpu, CheckStatusRefusesACapturingStream) {
   EXPECT_TRUE(after.ok()) << after.to_string();
 }
 
+// ---- the masked layout: G groups' slabs one after the other, masked_m[g] valid rows each.
+// Each group is a Problem of max_m rows (its reference's first masked_m[g] rows are what the call
+// computes); the slabs are copies of the groups' buffers, D poisoned, masked_m on the device.
+struct MaskedSet {
+  int groups = 0, max_m = 0, n = 0, k = 0;
+  OutType out = OutType::kBF16;
+  std::vector<std::unique_ptr<Problem>> g;
+  bench::DeviceBuffer a, b, d, sfa, sfb, counts, ws;
+
+  void make(int groups_, int max_m_, int n_, int k_, OutType o, const std::vector<int>& masked, int salt) {
+    groups = groups_;
+    max_m = max_m_;
+    n = n_;
+    k = k_;
+    out = o;
+    for (int i = 0; i < groups; ++i) {
+      g.emplace_back(new Problem);
+      g.back()->make(max_m, n, k, out, Inputs::kSmallInts, seed_for(salt + i));
+    }
+    const Problem& p0 = *g[0];
+    const size_t sa = static_cast<size_t>(max_m) * k, sb = static_cast<size_t>(n) * k, sd = p0.out_bytes();
+    const size_t ssa = static_cast<size_t>(p0.kblocks()) * p0.sfa_ld * 4, ssb = static_cast<size_t>(p0.nblocks()) * p0.kblocks() * 4;
+    ASSERT_TRUE(a.alloc(sa * groups).ok());
+    ASSERT_TRUE(b.alloc(sb * groups).ok());
+    ASSERT_TRUE(d.alloc(sd * groups).ok());
+    ASSERT_TRUE(sfa.alloc(ssa * groups).ok());
+    ASSERT_TRUE(sfb.alloc(ssb * groups).ok());
+    ASSERT_TRUE(counts.alloc(sizeof(int) * groups).ok());
+    ASSERT_TRUE(ws.alloc(fp8_grouped_masked_workspace_size(groups)).ok());
+    for (int i = 0; i < groups; ++i) {
+      CUDA_OK(cudaMemcpy(static_cast<char*>(a.p) + i * sa, g[i]->a.p, sa, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(static_cast<char*>(b.p) + i * sb, g[i]->b.p, sb, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(static_cast<char*>(sfa.p) + i * ssa, g[i]->sfa.p, ssa, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(static_cast<char*>(sfb.p) + i * ssb, g[i]->sfb.p, ssb, cudaMemcpyDeviceToDevice));
+    }
+    ASSERT_EQ(bench::fill_u16(d.p, sd * groups / 2, 0xFFFF, nullptr), cudaSuccess);  // NaN
+    set_counts(masked, nullptr);
+  }
+  void set_counts(const std::vector<int>& masked, cudaStream_t s) {
+    CUDA_OK(cudaMemcpyAsync(counts.p, masked.data(), sizeof(int) * groups, cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+  }
+  Fp8MaskedGroupedArgs args() const {
+    Fp8MaskedGroupedArgs x;
+    x.groups = groups;
+    x.max_m = max_m;
+    x.n = n;
+    x.k = k;
+    x.a = a.p;
+    x.b = b.p;
+    x.d = d.p;
+    x.sfa = static_cast<const float*>(sfa.p);
+    x.sfa_ld = g[0]->sfa_ld;
+    x.sfb = static_cast<const float*>(sfb.p);
+    x.masked_m = static_cast<const int*>(counts.p);
+    x.out_type = out;
+    x.workspace = ws.p;
+    x.workspace_bytes = fp8_grouped_masked_workspace_size(groups);
+    return x;
+  }
+  // Group i's first `valid` rows equal its reference exactly; every later row is still poison.
+  void expect(int i, int valid, const std::string& what) const {
+    const Problem& p = *g[i];
+    const auto got = p.read(static_cast<const char*>(d.p) + i * p.out_bytes());
+    const auto ref = p.reference();
+    int64_t bad = 0, written = 0;
+    for (size_t e = 0; e < ref.size(); ++e) {
+      const bool valid_row = static_cast<int>(e / n) < valid;
+      if (valid_row && !(got[e] == round_to_out(ref[e], out))) {
+        if (bad < 5)
+          ADD_FAILURE() << what << " group " << i << ": element (" << e / n << ", " << e % n << ") = " << got[e]
+                        << ", want " << round_to_out(ref[e], out);
+        ++bad;
+      }
+      if (!valid_row && !std::isnan(got[e])) ++written;
+    }
+    EXPECT_EQ(bad, 0) << what << " group " << i;
+    EXPECT_EQ(written, 0) << what << " group " << i << ": rows at or past masked_m = " << valid << " were written";
+  }
+};
+
+TEST_F(BlockScaledGpu, MaskedExact) {
+  // Empty, one-row, partial-tile and full groups; N not a multiple of the tile.
+  const std::vector<int> masked = {0, 1, 129, 200, 77};
+  int salt = 2000;
+  for (const BlockScaledConfig& cfg : tile_configs())
+    for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      MaskedSet m;
+      m.make(5, 200, 272, 384, out, masked, salt += 10);
+      const Status st = fp8_grouped_gemm_masked(m.args(), nullptr, &cfg);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const Status cs = fp8_grouped_check_status(m.ws.p, nullptr);
+      EXPECT_TRUE(cs.ok()) << cs.to_string();
+      for (int i = 0; i < 5; ++i)
+        m.expect(i, masked[i], std::string("masked ") + (out == OutType::kFP32 ? "fp32 " : "bf16 ") + cfg.to_string());
+    }
+}
+
+// Captured once, replayed after the counts change on the device (the decode step's routing).
+TEST_F(BlockScaledGpu, MaskedGraphReplayNewCounts) {
+  MaskedSet m;
+  m.make(4, 64, 128, 256, OutType::kBF16, {64, 0, 3, 17}, 2100);
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_grouped_gemm_masked(m.args(), s.s);
+  CUDA_OK(cudaStreamEndCapture(s.s, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  const int first[4] = {64, 0, 3, 17};
+  for (int i = 0; i < 4; ++i) m.expect(i, first[i], "graph replay 1");
+  ASSERT_EQ(bench::fill_u16(m.d.p, m.g[0]->out_bytes() * 4 / 2, 0xFFFF, s.s), cudaSuccess);
+  const std::vector<int> second = {5, 64, 0, 40};
+  m.set_counts(second, s.s);
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  for (int i = 0; i < 4; ++i) m.expect(i, second[i], "graph replay 2");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// A count outside [0, max_m] on the device: that group is skipped and named in the status block;
+// the others are computed. Bad host arguments are refused before anything is launched.
+TEST_F(BlockScaledGpu, MaskedBadCountsReportedAndBadArgumentsRefused) {
+  MaskedSet m;
+  m.make(4, 64, 128, 256, OutType::kBF16, {10, -1, 65, 64}, 2200);
+  ASSERT_TRUE(fp8_grouped_gemm_masked(m.args(), nullptr).ok());
+  const Status cs = fp8_grouped_check_status(m.ws.p, nullptr);
+  EXPECT_FALSE(cs.ok());
+  EXPECT_NE(cs.message().find("group 1"), std::string::npos) << cs.to_string();
+  EXPECT_NE(cs.message().find("group 2"), std::string::npos) << cs.to_string();
+  EXPECT_NE(cs.message().find("masked_m"), std::string::npos) << cs.to_string();
+  m.expect(0, 10, "bad counts");
+  m.expect(1, 0, "bad counts");
+  m.expect(2, 0, "bad counts");
+  m.expect(3, 64, "bad counts");
+  auto refused = [&](Fp8MaskedGroupedArgs x, StatusCode code, const char* what) {
+    const Status st = fp8_grouped_gemm_masked(x, nullptr);
+    EXPECT_EQ(st.code(), code) << what << ": " << st.to_string();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+  };
+  Fp8MaskedGroupedArgs x = m.args();
+  x.masked_m = nullptr;
+  refused(x, StatusCode::kInvalidArgument, "null masked_m");
+  x = m.args();
+  x.sfa_ld = 60;
+  refused(x, StatusCode::kInvalidArgument, "sfa_ld below max_m");
+  x = m.args();
+  x.n = 100;
+  refused(x, StatusCode::kInvalidArgument, "n not a multiple of 16");
+  x = m.args();
+  x.max_m = 0;
+  refused(x, StatusCode::kInvalidArgument, "max_m = 0");
+  x = m.args();
+  x.workspace_bytes = fp8_grouped_workspace_size(4);  // the descriptor-array call's: too small here
+  refused(x, StatusCode::kWorkspaceTooSmall, "workspace without room for the descriptors");
+  x = m.args();
+  x.out_type = OutType::kFP16;
+  refused(x, StatusCode::kInvalidArgument, "FP16 out");
+  BlockScaledConfig bad;
+  bad.block_m = 64;
+  const Status st = fp8_grouped_gemm_masked(m.args(), nullptr, &bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+}
+
 // The kernels' shared-memory opt-in belongs to the CUDA context. Cached per device, it was not
 // set again in the context cudaDeviceReset creates, and every later launch failed. ctest runs
 // each test in its own process; the sanitizer filters leave this one out (the reset frees every

@@ -362,6 +362,56 @@ TEST(BlockScaledValidation, RejectsBadGroupedCalls) {
   }
 }
 
+// The masked layout's host checks, before any CUDA call: sizes, strides, null pointers, output
+// type, workspace.
+TEST(BlockScaledValidation, RejectsBadMaskedCalls) {
+  alignas(128) static char ws[1 << 14];
+  auto valid = [] {
+    Fp8MaskedGroupedArgs a;
+    a.groups = 4;
+    a.max_m = 64;
+    a.n = 256;
+    a.k = 512;
+    a.a = reinterpret_cast<const void*>(0x600000000);
+    a.b = reinterpret_cast<const void*>(0x610000000);
+    a.d = reinterpret_cast<void*>(0x620000000);
+    a.sfa = reinterpret_cast<const float*>(0x630000000);
+    a.sfa_ld = 64;
+    a.sfb = reinterpret_cast<const float*>(0x640000000);
+    a.masked_m = reinterpret_cast<const int*>(0x650000000);
+    a.workspace = ws;
+    a.workspace_bytes = sizeof(ws);
+    return a;
+  };
+  auto expect = [](const Fp8MaskedGroupedArgs& a, StatusCode code, const char* text) {
+    const Status st = fp8_grouped_gemm_masked(a, nullptr);
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.message();
+  };
+  auto a = valid();
+  a.groups = 0;
+  expect(a, StatusCode::kInvalidArgument, "groups");
+  a = valid();
+  a.max_m = 0;
+  expect(a, StatusCode::kInvalidArgument, "max_m");
+  a = valid();
+  a.n = 100;
+  expect(a, StatusCode::kInvalidArgument, "n");
+  a = valid();
+  a.sfa_ld = 62;
+  expect(a, StatusCode::kInvalidArgument, "sfa_ld");
+  a = valid();
+  a.masked_m = nullptr;
+  expect(a, StatusCode::kInvalidArgument, "masked_m");
+  a = valid();
+  a.out_type = OutType::kFP16;
+  expect(a, StatusCode::kInvalidArgument, "out_type");
+  a = valid();
+  a.workspace_bytes = fp8_grouped_workspace_size(4);
+  expect(a, StatusCode::kWorkspaceTooSmall, "workspace");
+  EXPECT_EQ(fp8_grouped_masked_workspace_size(4), fp8_grouped_workspace_size(4) + 4 * sizeof(Fp8GroupedProblem));
+}
+
 TEST(BlockScaledValidation, HostDescriptorRules) {
   std::vector<Fp8GroupedProblem> g(4, valid_group());
   EXPECT_TRUE(fp8_grouped_validate(g.data(), 4).ok());

@@ -119,6 +119,40 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
 // applies), with a message naming the first bad group.
 Status fp8_grouped_validate(const Fp8GroupedProblem* host_problems, int groups);
 
+// ---------------------------------------------------------------- grouped, masked layout
+// DeepGEMM's masked layout (m_grouped_fp8_gemm_nt_masked; MoE decode): G groups of the same N and K,
+// each with room for max_m rows of which the first masked_m[g] are valid. The counts live in
+// device memory, so a captured graph replays with whatever the routing wrote there.
+struct Fp8MaskedGroupedArgs {
+  int groups = 0;   // >= 1
+  int max_m = 0;    // rows each group has room for, >= 1
+  int64_t n = 0;    // multiple of 16
+  int64_t k = 0;    // multiple of 16
+  const void* a = nullptr;      // E4M3 [groups, max_m, k], 16-byte aligned
+  const void* b = nullptr;      // E4M3 [groups, n, k], 16-byte aligned
+  void* d = nullptr;            // [groups, max_m, n] of out_type, 16-byte aligned; rows at and past
+                                // masked_m[g] are not written
+  const float* sfa = nullptr;   // [groups, kblocks, sfa_ld], 16-byte aligned (each group's scales as
+                                // fp8_blockscaled_gemm's, one after the other)
+  int64_t sfa_ld = 0;           // >= max_m, multiple of 4
+  const float* sfb = nullptr;   // [groups, nblocks, kblocks], 4-byte aligned
+  const int* masked_m = nullptr;  // [groups] on the device: group g's valid rows, in [0, max_m]
+  OutType out_type = OutType::kBF16;  // BF16 or FP32
+  // fp8_grouped_masked_workspace_size(groups) bytes, 128-byte aligned; no initialization needed;
+  // calls that may run concurrently need separate workspaces.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+size_t fp8_grouped_masked_workspace_size(int groups);
+
+// The masked grouped GEMM: the descriptor-array GEMM's two launches (the preparation kernel builds
+// each group's descriptor and tensor maps from masked_m on the device), stream-ordered, no host
+// synchronization, capturable. A group whose masked_m[g] lies outside [0, max_m] is skipped and
+// recorded in the status block (fp8_grouped_check_status reads it, as for fp8_grouped_gemm).
+Status fp8_grouped_gemm_masked(const Fp8MaskedGroupedArgs& args, cudaStream_t stream,
+                               const BlockScaledConfig* config = nullptr);
+
 // Reads the status block the last fp8_grouped_gemm on this workspace left: Ok, or everything it
 // did not compute -- how many groups were invalid, the first 12 of them and why, and a reason that
 // stopped the whole call (2^30 tiles or more). Synchronizes `stream` (a checking aid, not for the hot

@@ -1,8 +1,9 @@
-// The grouped GEMM's preparation launch (one CTA, on the caller's stream before the GEMM):
-// validates every group descriptor on the device, writes the unit offsets of the groups (an
-// exclusive prefix sum of cluster tiles; invalid and empty groups own none) and patches one set of tensor
-// maps (A, B, D) per non-empty group from host-encoded templates. Nothing here needs the host,
-// so a captured graph replays correctly after the caller rewrites the descriptors.
+// The grouped GEMM's preparation launch (one CTA, on the caller's stream before the GEMM): reads
+// (or, for the masked layout, builds) every group descriptor and validates it on the device,
+// writes the unit offsets of the groups (an exclusive prefix sum of cluster tiles; invalid and
+// empty groups own none) and patches one set of tensor maps (A, B, D) per non-empty group from
+// host-encoded templates. Nothing here needs the host, so a captured graph replays correctly
+// after the caller rewrites the descriptors (or the masked counts).
 #pragma once
 
 #include <cuda.h>
@@ -42,8 +43,43 @@ __host__ __device__ __forceinline__ int check_group(const Fp8GroupedProblem& g) 
   return kGroupOk;
 }
 
+// Where the groups' descriptors come from. The caller's array (fp8_grouped_gemm):
+struct DescriptorArray {
+  const Fp8GroupedProblem* problems;
+  static constexpr bool kWritesDescriptors = false;
+  __device__ __forceinline__ Fp8GroupedProblem at(int g) const { return problems[g]; }
+  __device__ __forceinline__ int check(const Fp8GroupedProblem& d) const { return check_group(d); }
+};
+// ... or built from the masked layout (fp8_grouped_gemm_masked): group g's slabs at g times
+// their strides, masked_m[g] valid rows. The host checked the shared pointers, strides and sizes
+// once; only the counts are checked here. The kernel writes these descriptors into the workspace,
+// where the GEMM reads them.
+struct MaskedLayout {
+  const int* masked_m;
+  int max_m, n, k;
+  const uint8_t* a;
+  const uint8_t* b;
+  uint8_t* d;
+  const float* sfa;
+  const float* sfb;
+  int64_t sfa_ld;
+  int out_bytes;
+  static constexpr bool kWritesDescriptors = true;
+  __device__ __forceinline__ Fp8GroupedProblem at(int g) const {
+    const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+    const int m = masked_m[g];
+    return Fp8GroupedProblem{m, n, k, 0, a + static_cast<int64_t>(g) * max_m * k, b + static_cast<int64_t>(g) * n * k,
+                             d + static_cast<int64_t>(g) * max_m * n * out_bytes, sfa + g * kb * sfa_ld,
+                             sfb + g * nb * kb, sfa_ld};
+  }
+  __device__ __forceinline__ int check(const Fp8GroupedProblem& d) const {
+    return d.m < 0 || d.m > max_m ? kGroupBadMaskedM : kGroupOk;
+  }
+};
+
+template <class Source>
 __global__ void __launch_bounds__(kPrepareThreads)
-    grouped_prepare_kernel(const Fp8GroupedProblem* problems, int groups, GroupedWorkspace ws, int out_bytes, int cluster_m,
+    grouped_prepare_kernel(const Source src, int groups, GroupedWorkspace ws, int out_bytes, int cluster_m,
                            int block_n,
                            const __grid_constant__ CUtensorMap tmpl_a, const __grid_constant__ CUtensorMap tmpl_b,
                            const __grid_constant__ CUtensorMap tmpl_d) {
@@ -65,8 +101,9 @@ __global__ void __launch_bounds__(kPrepareThreads)
     int err = kGroupOk;
     long long tiles = 0;
     if (gi < groups) {
-      g = problems[gi];
-      err = check_group(g);
+      g = src.at(gi);
+      err = src.check(g);
+      if constexpr (Source::kWritesDescriptors) ws.problems[gi] = g;
       // Units: one tile per CTA of a cluster (cluster_m vertically adjacent tiles share B).
       if (err == kGroupOk)
         tiles = static_cast<long long>((g.m + 128 * cluster_m - 1) / (128 * cluster_m)) * ((g.n + block_n - 1) / block_n);
@@ -96,7 +133,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
   if (any_invalid)
     for (int base = 0; base < groups; base += kPrepareThreads) {
       const int gi = base + static_cast<int>(threadIdx.x);
-      gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, gi < groups ? check_group(problems[gi]) : kGroupOk);
+      gemm::record_invalid_groups<kPrepareThreads>(status, warp_counts, gi, gi < groups ? src.check(src.at(gi)) : kGroupOk);
     }
   if (threadIdx.x == 0) {
     // More tiles than a launch walks (gemm::kMaxUnits): compute nothing rather than part of

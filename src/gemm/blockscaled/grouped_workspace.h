@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gemm/grouped_status.h"
+#include "lowbit/blockscaled.h"
 
 namespace lowbit::blockscaled {
 
@@ -21,6 +22,7 @@ enum GroupError : int {
   kGroupBadScaleLd = 5,   // sfa_ld < m or not a multiple of 4
   kGroupTooManyTiles = 6, // all groups together have 2^30 tiles or more: nothing is computed
   kGroupTooLarge = 7,     // m, n or k above 2^30 (tile and K-block counts are ints)
+  kGroupBadMaskedM = 8,   // masked layout: masked_m[g] outside [0, max_m]
 };
 constexpr int kGroupMaxDim = 1 << 30;
 
@@ -34,6 +36,7 @@ inline const char* group_error_text(int code) {
     case kGroupBadScaleLd: return "sfa_ld must be >= m and a multiple of 4";
     case kGroupTooManyTiles: return "the groups together have 2^30 tiles or more";
     case kGroupTooLarge: return "m, n and k must be at most 2^30";
+    case kGroupBadMaskedM: return "masked_m must be in [0, max_m]";
   }
   return "unknown";
 }
@@ -42,16 +45,24 @@ struct GroupedWorkspace {
   gemm::GroupedStatus* status;  // the first 128 bytes
   int* tile_start;   // [groups + 1]
   CUtensorMap* maps; // [groups * 3], 128-byte aligned
+  // [groups], after the maps: the descriptors the preparation kernel writes for a layout that has
+  // none of its own (masked); null in a descriptor-array call's workspace.
+  Fp8GroupedProblem* problems;
 
   static size_t tile_offset_bytes() { return 128; }
   static size_t maps_offset(int max_groups) {
     return (tile_offset_bytes() + (static_cast<size_t>(max_groups) + 1) * sizeof(int) + 127) / 128 * 128;
   }
   static size_t bytes(int max_groups) { return maps_offset(max_groups) + static_cast<size_t>(max_groups) * 3 * 128; }
-  static GroupedWorkspace at(void* base, int max_groups) {
+  // With the descriptors too.
+  static size_t bytes_with_problems(int max_groups) {
+    return bytes(max_groups) + static_cast<size_t>(max_groups) * sizeof(Fp8GroupedProblem);
+  }
+  static GroupedWorkspace at(void* base, int max_groups, bool with_problems = false) {
     char* b = static_cast<char*>(base);
     return GroupedWorkspace{reinterpret_cast<gemm::GroupedStatus*>(b), reinterpret_cast<int*>(b + tile_offset_bytes()),
-                            reinterpret_cast<CUtensorMap*>(b + maps_offset(max_groups))};
+                            reinterpret_cast<CUtensorMap*>(b + maps_offset(max_groups)),
+                            with_problems ? reinterpret_cast<Fp8GroupedProblem*>(b + bytes(max_groups)) : nullptr};
   }
 };
 

@@ -293,6 +293,45 @@ Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
       maps);
 }
 
+// What a forced config may set for the grouped GEMM.
+Status check_grouped_config(const char* who, const BlockScaledConfig& cfg) {
+  LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
+  if ((cfg.block_n != 0 && cfg.block_n < 128) || cfg.block_m != 0 || cfg.splits != 0 || cfg.overlap == 1)
+    return Status::Invalid(std::string(who) + ": the grouped GEMM runs 128-row tiles of 128 or 256 columns, unsplit "
+                                              "(bn below 128, bm, splits and overlap are the dense GEMM's)");
+  return Status::Ok();
+}
+
+// The grouped GEMM's two launches on `stream`: the preparation kernel over the groups of
+// `source` (descriptors read or built), then the persistent GEMM over their tiles, reading the
+// descriptors at `problems` (the caller's array, or the ones the preparation kernel wrote).
+template <class Source>
+Status launch_grouped(const char* who, const Source& source, const Fp8GroupedProblem* problems, int groups,
+                      OutType out_type, const blockscaled::GroupedWorkspace& ws, const BlockScaledConfig& cfg,
+                      const DeviceInfo& dev, cudaStream_t stream) {
+  const Variant v = choose_variant(cfg);
+  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
+  const GroupedMaps* tmpl = nullptr;
+  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, v, &tmpl));
+  const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
+  cudaError_t e = hopper::launch_kernel(blockscaled::grouped_prepare_kernel<Source>, dim3(1),
+                                        dim3(blockscaled::kPrepareThreads), 0, stream, /*pdl=*/false, source, groups, ws,
+                                        out_bytes, v.cluster, v.block_n, tmpl->a, tmpl->b, tmpl->d);
+  if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " prepare launch", e);
+
+  BlockScaledParams p{};
+  p.cluster_m = v.cluster;
+  p.group_m = cfg.raster_group;
+  p.problems = problems;
+  p.groups = groups;
+  p.tile_start = ws.tile_start;
+  p.maps = ws.maps;
+  // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
+  e = launch_for(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
+  if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " launch", e);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string BlockScaledConfig::to_string() const {
@@ -522,37 +561,60 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
             })
       .rule(out_type != OutType::kBF16 && out_type != OutType::kFP32, [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
   LOWBIT_RETURN_IF_ERROR(c.status());
-  LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
-  if ((cfg.block_n != 0 && cfg.block_n < 128) || cfg.block_m != 0 || cfg.splits != 0 || cfg.overlap == 1)
-    return Status::Invalid(std::string(who) + ": the grouped GEMM runs 128-row tiles of 128 or 256 columns, unsplit "
-                                              "(bn below 128, bm, splits and overlap are the dense GEMM's)");
+  LOWBIT_RETURN_IF_ERROR(check_grouped_config(who, cfg));
   const DeviceInfo* devp = nullptr;
   LOWBIT_RETURN_IF_ERROR(c.device(&devp));
-  const DeviceInfo& dev = *devp;
-  const Variant v = choose_variant(cfg);
-  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
-  const int cluster = v.cluster;
-  const GroupedMaps* tmpl = nullptr;
-  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, v, &tmpl));
-
   const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups);
-  const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
-  cudaError_t e =
-      hopper::launch_kernel(blockscaled::grouped_prepare_kernel, dim3(1), dim3(blockscaled::kPrepareThreads), 0, stream,
-                            /*pdl=*/false, problems, groups, ws, out_bytes, cluster, v.block_n, tmpl->a, tmpl->b, tmpl->d);
-  if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm prepare launch", e);
+  return launch_grouped(who, blockscaled::DescriptorArray{problems}, problems, groups, out_type, ws, cfg, *devp, stream);
+}
 
-  BlockScaledParams p{};
-  p.cluster_m = cluster;
-  p.group_m = cfg.raster_group;
-  p.problems = problems;
-  p.groups = groups;
-  p.tile_start = ws.tile_start;
-  p.maps = ws.maps;
-  // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
-  e = launch_for(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
-  if (e != cudaSuccess) return gemm::cuda_error("fp8_grouped_gemm launch", e);
-  return Status::Ok();
+size_t fp8_grouped_masked_workspace_size(int groups) {
+  return groups > 0 ? blockscaled::GroupedWorkspace::bytes_with_problems(groups) : 0;
+}
+
+Status fp8_grouped_gemm_masked(const Fp8MaskedGroupedArgs& a, cudaStream_t stream, const BlockScaledConfig* forced) {
+  const char* who = "fp8_grouped_gemm_masked";
+  const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  const int64_t kb = (a.k + 127) / 128, nb = (a.n + 127) / 128;
+  const int64_t g = a.groups, ob = a.out_type == OutType::kFP32 ? 4 : 2;
+  using check::extent;
+  check::ArgCheck c(who);
+  c.dim("groups", a.groups, 1, gemm::kMaxGroups)
+      .dim("max_m", a.max_m, 1, blockscaled::kGroupMaxDim)
+      .dim("n", a.n, 16, blockscaled::kGroupMaxDim)
+      .dim("k", a.k, 16, blockscaled::kGroupMaxDim)
+      .rule(a.sfa_ld < a.max_m || a.sfa_ld % 4 != 0, [] { return std::string("sfa_ld must be >= max_m and a multiple of 4"); })
+      .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32,
+            [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
+  c.ptr("A", a.a, 16, check::Null::kRefused, extent(g * a.max_m, a.k))
+      .ptr("B", a.b, 16, check::Null::kRefused, extent(g * a.n, a.k))
+      .out("D", a.d, 16, extent(g * a.max_m, a.n, ob))
+      .ptr("sfa", a.sfa, 16, check::Null::kRefused, extent(g * kb, a.sfa_ld, 4))
+      .ptr("sfb", a.sfb, 4, check::Null::kRefused, extent(g * nb, kb, 4))
+      .ptr("masked_m", a.masked_m, 4, check::Null::kRefused, extent(g, 4))
+      .out("workspace", a.workspace, 128, check::extent_of(a.workspace_bytes))
+      .rule(a.workspace_bytes < fp8_grouped_masked_workspace_size(a.groups), StatusCode::kWorkspaceTooSmall, [&] {
+        return std::to_string(a.groups) + " groups need " + std::to_string(fp8_grouped_masked_workspace_size(a.groups)) +
+               " bytes of workspace, got " + std::to_string(a.workspace_bytes);
+      });
+  LOWBIT_RETURN_IF_ERROR(c.status());
+  LOWBIT_RETURN_IF_ERROR(check_grouped_config(who, cfg));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const blockscaled::MaskedLayout layout{a.masked_m,
+                                         a.max_m,
+                                         static_cast<int>(a.n),
+                                         static_cast<int>(a.k),
+                                         static_cast<const uint8_t*>(a.a),
+                                         static_cast<const uint8_t*>(a.b),
+                                         static_cast<uint8_t*>(a.d),
+                                         a.sfa,
+                                         a.sfb,
+                                         a.sfa_ld,
+                                         static_cast<int>(ob)};
+  const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(a.workspace, a.groups, true);
+  return launch_grouped(who, layout, ws.problems, a.groups, a.out_type, ws, cfg, *devp, stream);
 }
 
 Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream) {
