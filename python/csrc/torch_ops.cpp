@@ -557,6 +557,67 @@ std::vector<Tensor> fp8_grouped_gemm_meta(at::TensorList a, at::TensorList b, at
   return fp8_grouped(a, b, sfa, sfb, out_dtype, check, false);
 }
 
+// The masked layout (DeepGEMM's m_grouped_fp8_gemm_nt_masked): a [G, max_m, K], b [G, N, K],
+// sfa [G, ceil(K/128), ld], sfb [G, ceil(N/128), ceil(K/128)], masked_m int32 [G] on the device.
+Tensor fp8_masked(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb, const Tensor& masked_m,
+                  std::optional<at::ScalarType> out_dtype, bool check, bool run) {
+  expect(a, "a", at::kFloat8_e4m3fn, 3);
+  expect(b, "b", at::kFloat8_e4m3fn, 3);
+  expect(sfa, "sfa", at::kFloat, 3);
+  expect(sfb, "sfb", at::kFloat, 3);
+  expect(masked_m, "masked_m", at::kInt, 1);
+  const int64_t groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
+  TORCH_CHECK_VALUE(b.size(0) == groups && b.size(2) == k, "lowbit: a is [G, max_m, K] and b [G, N, K]; got a ",
+                    a.sizes(), " and b ", b.sizes());
+  const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+  TORCH_CHECK_VALUE(sfa.size(0) == groups && sfa.size(1) == kb && sfa.size(2) >= max_m,
+                    "lowbit: sfa must be [G, ceil(K / 128), ld] with ld >= max_m, got ", sfa.sizes());
+  TORCH_CHECK_VALUE(sfb.size(0) == groups && sfb.size(1) == nb && sfb.size(2) == kb,
+                    "lowbit: sfb must be [G, ceil(N / 128), ceil(K / 128)], got ", sfb.sizes());
+  TORCH_CHECK_VALUE(masked_m.size(0) == groups, "lowbit: masked_m must hold one count per group (", groups,
+                    "), got ", masked_m.size(0));
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{b, "b"}, {sfa, "sfa"}, {sfb, "sfb"},
+                                {masked_m, "masked_m"}})
+    expect_cuda(t, name, a);
+  expect_cuda(a, "a", a);
+  TORCH_CHECK_VALUE(groups >= 1 && groups <= INT32_MAX && max_m >= 1 && max_m <= INT32_MAX,
+                    "lowbit: groups and max_m must be in [1, 2^31), got ", groups, " and ", max_m);
+  const lowbit::OutType ot = out_type(out_dtype);
+  Tensor out = at::empty({groups, max_m, n}, a.options().dtype(scalar_type(ot)));
+  if (!run) return out;
+  const c10::DeviceGuard guard(a.device());
+  const cudaStream_t stream = current_stream(a);
+  lowbit::Fp8MaskedGroupedArgs x;
+  x.groups = static_cast<int>(groups);
+  x.max_m = static_cast<int>(max_m);
+  x.n = n;
+  x.k = k;
+  x.a = a.data_ptr();
+  x.b = b.data_ptr();
+  x.d = out.data_ptr();
+  x.sfa = sfa.data_ptr<float>();
+  x.sfa_ld = sfa.size(2);
+  x.sfb = sfb.data_ptr<float>();
+  x.masked_m = masked_m.data_ptr<int32_t>();
+  x.out_type = ot;
+  x.workspace_bytes = lowbit::fp8_grouped_masked_workspace_size(x.groups);
+  const auto [ws, base] = aligned_scratch(a, x.workspace_bytes, 128);
+  x.workspace = base;
+  raise_if_error(lowbit::fp8_grouped_gemm_masked(x, stream));
+  check_grouped_status(check, lowbit::fp8_grouped_check_status, base, stream);
+  return out;
+}
+
+Tensor fp8_grouped_gemm_masked(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb,
+                               const Tensor& masked_m, std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_masked(a, b, sfa, sfb, masked_m, out_dtype, check, true);
+}
+
+Tensor fp8_grouped_gemm_masked_meta(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb,
+                                    const Tensor& masked_m, std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_masked(a, b, sfa, sfb, masked_m, out_dtype, check, false);
+}
+
 // One global scale per group; none given: 1.
 float group_scale(at::ArrayRef<double> scales, size_t g) { return scales.empty() ? 1.0f : static_cast<float>(scales[g]); }
 
@@ -1050,6 +1111,8 @@ TORCH_LIBRARY(lowbit, m) {
         "ScalarType? out_dtype=None) -> Tensor");
   m.def("fp8_grouped_gemm(Tensor[] a, Tensor[] b, Tensor[] sfa, Tensor[] sfb, *, ScalarType? out_dtype=None, "
         "bool check=False) -> Tensor[]");
+  m.def("fp8_grouped_gemm_masked(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor masked_m, *, "
+        "ScalarType? out_dtype=None, bool check=False) -> Tensor");
   m.def("nvfp4_grouped_gemm(Tensor[] a, Tensor[]? a_scales, Tensor[] b_prepacked, int[] n, *, "
         "float[] a_global_scales=[], float[] b_global_scales=[], bool check=False) -> Tensor[]");
   m.def("fused_moe_workspace(Tensor x, Tensor w, int top_k, *, bool deterministic=False, "
@@ -1078,6 +1141,7 @@ TORCH_LIBRARY_IMPL(lowbit, CUDA, m) {
   m.impl("patch_embed_fp8", &patch_embed_fp8);
   m.impl("fused_moe_fp8", &fused_moe_fp8);
   m.impl("fp8_grouped_gemm", &fp8_grouped_gemm);
+  m.impl("fp8_grouped_gemm_masked", &fp8_grouped_gemm_masked);
   m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm);
   m.impl("fused_moe_workspace", &fused_moe_workspace);
   m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage);
@@ -1096,6 +1160,7 @@ TORCH_LIBRARY_IMPL(lowbit, Meta, m) {
   m.impl("patch_embed_fp8", &patch_embed_fp8_meta);
   m.impl("fused_moe_fp8", &fused_moe_fp8_meta);
   m.impl("fp8_grouped_gemm", &fp8_grouped_gemm_meta);
+  m.impl("fp8_grouped_gemm_masked", &fp8_grouped_gemm_masked_meta);
   m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm_meta);
   m.impl("fused_moe_workspace", &fused_moe_workspace_meta);
   m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage_meta);

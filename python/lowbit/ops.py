@@ -78,6 +78,31 @@ def fp8_grouped_gemm(
     return _ops.fp8_grouped_gemm(list(a), list(b), list(sfa), list(sfb), out_dtype=out_dtype, check=check)
 
 
+def fp8_grouped_gemm_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    masked_m: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    check: bool = False,
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMMs in DeepGEMM's masked layout (MoE decode): for each group g,
+    ``out[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T`` with the block scales.
+
+    a: float8_e4m3fn [G, max_m, K]; b: float8_e4m3fn [G, N, K] (N and K multiples of 16).
+    sfa: float32 [G, ceil(K/128), ld], ld >= max_m and a multiple of 4 (each group's as
+    ``quantize_fp8_1x128`` makes them, stacked); sfb: float32 [G, ceil(N/128), ceil(K/128)].
+    masked_m: int32 [G] on the device, each in [0, max_m]; read by the GPU, so a CUDA graph replays
+    with whatever the routing wrote there. Returns [G, max_m, N] of out_dtype (bfloat16 default, or
+    float32); rows at and past masked_m[g] are not written (uninitialized). A count outside
+    [0, max_m] skips its group; ``check=True`` reads the device's status block after the call (waits
+    for the GPU; skipped while the stream captures) and raises naming it.
+    """
+    return _ops.fp8_grouped_gemm_masked(a, b, sfa, sfb, masked_m, out_dtype=out_dtype, check=check)
+
+
 def _some_groups(a: Sequence[torch.Tensor], op: str) -> None:
     # The operator cannot dispatch without a tensor to pick the device by.
     if len(a) == 0:

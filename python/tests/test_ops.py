@@ -570,6 +570,38 @@ def test_fp8_grouped_gemm_matches_reference(out_dtype, tol, gen):
 
 
 @gpu
+@pytest.mark.parametrize("out_dtype,tol", [(torch.bfloat16, 1e-2), (torch.float32, 2e-3)])
+def test_fp8_grouped_gemm_masked_matches_reference(out_dtype, tol, gen):
+    g, max_m, n, k = 4, 96, 384, 1024
+    ops = [_blockscaled_operands(max_m, n, k, gen) for _ in range(g)]
+    qa, qb, sfa, sfb, refs = zip(*ops)
+    a, b, sa, sb = torch.stack(qa), torch.stack(qb), torch.stack(sfa), torch.stack(sfb)
+    counts = [0, 1, 37, 96]
+    masked = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    out = lowbit.fp8_grouped_gemm_masked(a, b, sa, sb, masked, out_dtype=out_dtype, check=True)
+    assert out.shape == (g, max_m, n) and out.dtype == out_dtype
+    for i, c in enumerate(counts):
+        if c:
+            assert rel_err(out[i, :c], refs[i][:c]) < tol, i
+    # Rows past the counts are left alone: a poisoned output keeps its NaNs there.
+    with torch.cuda.graph(graph := torch.cuda.CUDAGraph()):
+        captured = lowbit.fp8_grouped_gemm_masked(a, b, sa, sb, masked, out_dtype=out_dtype)
+    captured.fill_(float("nan"))
+    masked.copy_(torch.tensor([96, 5, 0, 2], dtype=torch.int32))  # the next step's routing
+    graph.replay()
+    torch.cuda.synchronize()
+    for i, c in enumerate([96, 5, 0, 2]):
+        if c:
+            assert rel_err(captured[i, :c], refs[i][:c]) < tol, i
+        assert torch.isnan(captured[i, c:]).all(), i
+    bad = torch.tensor([0, -1, 97, 3], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="group 1"):
+        lowbit.fp8_grouped_gemm_masked(a, b, sa, sb, bad, check=True)
+    with pytest.raises(ValueError, match="masked_m"):
+        lowbit.fp8_grouped_gemm_masked(a, b, sa, sb, masked[:3])
+
+
+@gpu
 def test_grouped_gemm_in_cuda_graphs(gen):
     shapes = [(0, 256, 512), (1, 384, 1024), (64, 256, 512)]
     qa, qb, sfa, sfb, _ = (list(t) for t in zip(*(_blockscaled_operands(m, n, k, gen) for m, n, k in shapes)))
