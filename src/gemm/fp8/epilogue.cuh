@@ -138,17 +138,13 @@ struct Fp8Epilogue {
     const float alpha = rows.x;
     if constexpr (T::kStaged) {
       // The residual beside per-row scales or FP16 output (the fused epilogue, which adds it
-      // otherwise, has no room for the per-channel slice); one uniform branch per unit.
-      if constexpr (!T::kOverlapEpilogue) {
-        if (p.epi.residual != nullptr) {
-          scales_bias_residual(ss, p, tile_col, row0 + (threadIdx.x % 128) / 32 * 16 + lane / 4,
-                               gemm::tile_col0<T>(w) + tile_col, rows, acc);
-        } else {
-          apply_scales_bias(ss, tile_col, rows, acc);
-        }
-      } else {
+      // otherwise, has no room for the per-channel slice): one uniform branch per unit, none in
+      // the overlapped kernels (which run no residual).
+      if (!T::kOverlapEpilogue && p.epi.residual != nullptr)
+        scales_bias_residual(ss, p, tile_col, row0 + (threadIdx.x % 128) / 32 * 16 + lane / 4,
+                             gemm::tile_col0<T>(w) + tile_col, rows, acc);
+      else
         apply_scales_bias(ss, tile_col, rows, acc);
-      }
     } else {
       apply_alpha(alpha, acc);
     }
