@@ -198,7 +198,12 @@ std::vector<BlockScaledConfig> dense_configs() {
   std::vector<BlockScaledConfig> out;
   for (const char* text : {"bn=128", "bn=256", "bn=64", "bm=64,bn=64", "bn=128,splits=3", "bm=64,bn=64,splits=2",
                            "bn=256,splits=2,grid=5,group=2", "bn=256,overlap=0", "bn=256,overlap=1,splits=1,grid=3,group=2",
-                           "bn=128,overlap=1,splits=1,grid=2"}) {
+                           "bn=128,overlap=1,splits=1,grid=2",
+                           // Split within a cluster (BF16 out; FP32 runs them through the workspace): 2-3
+                           // splits, and grids of fewer clusters than tiles, so each cluster walks several
+                           // tiles and the landing slots are handed back and refilled.
+                           "bm=64,bn=64,splits=2,creduce=0", "bm=64,bn=64,splits=3", "bm=64,bn=64,splits=3,grid=6",
+                           "bn=64,splits=2", "bn=64,splits=2,grid=4,group=1"}) {
     BlockScaledConfig c;
     EXPECT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
     out.push_back(c);
@@ -260,6 +265,73 @@ TEST_F(BlockScaledGpu, DenseRefusesOverlapWhereNotCompiled) {
   BlockScaledConfig c;
   ASSERT_TRUE(parse_blockscaled_config("bn=256,overlap=1", &c).ok());
   EXPECT_EQ(run_dense(f, &c).code(), StatusCode::kInvalidArgument);
+}
+
+// Split K within a cluster adds the splits' partials in the workspace fix-up's order, so both
+// transports give the same bits on random inputs; within a cluster needs no workspace at all.
+TEST_F(BlockScaledGpu, DenseClusterSplitMatchesWorkspaceBitwise) {
+  struct S { int m, n, k; const char* tile; int splits; };
+  const S cases[] = {{64, 2112, 7168, "bm=64,bn=64", 3}, {1, 320, 2048, "bm=64,bn=64", 3},
+                     {129, 256, 1920, "bm=64,bn=64", 2}, {128, 4096, 7168, "bn=64", 2},
+                     {3, 192, 4096, "bn=64", 2},          {200, 448, 1024, "bm=64,bn=64,grid=3", 3}};
+  int salt = 300;
+  for (const auto& c : cases) {
+    Problem p;
+    p.make(c.m, c.n, c.k, OutType::kBF16, Inputs::kUniform, seed_for(++salt));
+    std::vector<double> got[2];
+    for (int creduce = 0; creduce < 2; ++creduce) {
+      const std::string text = std::string(c.tile) + ",splits=" + std::to_string(c.splits) +
+                               ",creduce=" + std::to_string(creduce);
+      BlockScaledConfig cfg;
+      ASSERT_TRUE(parse_blockscaled_config(text, &cfg).ok()) << text;
+      p.poison();  // every element must be written
+      Fp8BlockScaledArgs x = dense_args(p);
+      bench::DeviceBuffer ws;
+      if (creduce == 0) {
+        x.workspace_bytes = fp8_blockscaled_workspace_size(p.m, p.n, p.k, &cfg);
+        ASSERT_TRUE(ws.alloc(x.workspace_bytes).ok());
+        ASSERT_TRUE(workspace_init(ws.p, x.workspace_bytes, nullptr).ok());
+        x.workspace = ws.p;
+      }
+      const Status st = fp8_blockscaled_gemm(x, nullptr, &cfg);  // creduce=1: no workspace
+      ASSERT_TRUE(st.ok()) << text << ": " << st.to_string();
+      CUDA_OK(cudaDeviceSynchronize());
+      got[creduce] = p.read(p.d.p);
+      if (creduce == 1) expect_close(p, got[1], "dense " + text);
+    }
+    int64_t differ = 0;
+    for (size_t i = 0; i < got[0].size(); ++i) differ += !(got[0][i] == got[1][i]);
+    EXPECT_EQ(differ, 0) << p.name() << " " << c.tile << " splits=" << c.splits
+                         << ": elements that differ between the two split-K transports";
+  }
+  // The chooser splits within a cluster without a workspace where it pays (small M, few tiles).
+  Problem p;
+  p.make(64, 2112, 7168, OutType::kBF16, Inputs::kSmallInts, seed_for(350));
+  Fp8BlockScaledArgs x = dense_args(p);
+  ASSERT_TRUE(fp8_blockscaled_gemm(x, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+  expect_exact(p, p.read(p.d.p), "dense chosen without a workspace");
+}
+
+// Within a cluster where no kernel reduces that way is refused, not run through the workspace.
+TEST_F(BlockScaledGpu, DenseRefusesClusterSplitWhereNotCompiled) {
+  Problem p;
+  p.make(128, 512, 2048, OutType::kBF16, Inputs::kSmallInts, seed_for(360));
+  for (const char* text : {"bn=128,splits=2,creduce=1", "bm=64,bn=64,splits=1,creduce=1",
+                           "bm=64,bn=64,splits=4,creduce=1", "bm=128,bn=64,splits=3,creduce=1"}) {
+    BlockScaledConfig c;
+    ASSERT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
+    const Status st = run_dense(p, &c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text << ": " << st.to_string();
+    EXPECT_NE(st.message().find("creduce=1 needs"), std::string::npos) << st.to_string();
+  }
+  Problem f;
+  f.make(128, 512, 2048, OutType::kFP32, Inputs::kSmallInts, seed_for(361));
+  BlockScaledConfig c;
+  ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=2,creduce=1", &c).ok());
+  EXPECT_EQ(run_dense(f, &c).code(), StatusCode::kInvalidArgument);
+  BlockScaledConfig bad;
+  EXPECT_FALSE(parse_blockscaled_config("creduce=2", &bad).ok());
 }
 
 TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {

@@ -315,6 +315,18 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_NE(big.find("cost model"), std::string::npos) << big;
   const std::string small = explain_blockscaled_choice(def, false, 64, 2112, 132, 7168);
   EXPECT_TRUE(small.find("splits=1,") == std::string::npos || small.rfind("bm=64", 0) == 0) << small;
+  // Small M splits K within a cluster where a kernel reduces that way (no workspace); forced
+  // through the workspace, it says so by leaving creduce out.
+  EXPECT_NE(small.find(",creduce=1"), std::string::npos) << small;
+  BlockScaledConfig via_workspace;
+  via_workspace.cluster_reduce = 0;
+  const std::string ws = explain_blockscaled_choice(via_workspace, false, 64, 2112, 132, 7168);
+  EXPECT_EQ(ws.find("creduce"), std::string::npos) << ws;
+  EXPECT_NE(ws.find("(forced)"), std::string::npos) << ws;
+  ASSERT_TRUE(parse_blockscaled_config("creduce=1", &via_workspace).ok());
+  EXPECT_EQ(via_workspace.cluster_reduce, 1);
+  EXPECT_EQ(BlockScaledConfig{}.cluster_reduce, -1);
+  EXPECT_FALSE(parse_blockscaled_config("creduce=-2", &via_workspace).ok());
   EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,cluster=1 (grouped", 0), 0u);
   BlockScaledConfig pair;
   pair.cluster = 2;

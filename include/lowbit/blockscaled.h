@@ -57,10 +57,15 @@ struct BlockScaledConfig {
   // Dense: 1 runs each unit's epilogue under the next unit's first MMAs, 0 not; -1 = auto. Needs
   // splits = 1 and a tile it is compiled for (128 x 256, BF16 out).
   int overlap = -1;
+  // Dense split K: 1 reduces a tile's splits within a cluster of that many CTAs, through
+  // distributed shared memory (no workspace; compiled for some tiles with BF16 out, up to a split
+  // count, gemm/blockscaled/variants.def), 0 through the workspace, -1 = auto (within a cluster
+  // wherever compiled).
+  int cluster_reduce = -1;
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4,overlap=1" (any subset); unknown keys
-// are an error.
+// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4,overlap=1,creduce=1" (any subset);
+// unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
 // What a call with `config` runs and why (dense: M x N x K on `sm_count` SMs with as much

@@ -17,6 +17,14 @@ __device__ __forceinline__ void cluster_sync() {
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
+// The same without ordering memory: where every access across the cluster is ordered by
+// mbarriers of its own (and mbarrier inits by mbarrier_init_fence before it). The release form
+// makes every thread run a GPU-scope MEMBAR, here at kernel start and exit.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed);
+  cuda::ptx::barrier_cluster_wait();
+}
+
 // The same shared-memory object in CTA `rank` of this cluster (a generic address into its
 // distributed shared memory).
 template <class T>
@@ -37,6 +45,15 @@ __device__ __forceinline__ T* peer_shared(T* local, uint32_t rank) {
 __device__ __forceinline__ void mbarrier_arrive_peer(uint64_t* local_bar, uint32_t rank) {
   cuda::ptx::mbarrier_arrive(cuda::ptx::sem_relaxed, cuda::ptx::scope_cluster, cuda::ptx::space_cluster,
                              peer_shared(local_bar, rank));
+}
+
+// Stores 16 bytes into CTA `rank`'s copy of `local` (st.async) and counts them on its copy of
+// `local_bar` (complete_tx, which releases them at cluster scope): the receiver learns the data
+// landed from its own barrier, with no fence in either CTA's path. The source registers are read
+// at issue.
+__device__ __forceinline__ void st_async_peer(float4* local, const float4& v, uint64_t* local_bar, uint32_t rank) {
+  const float vals[4] = {v.x, v.y, v.z, v.w};
+  cuda::ptx::st_async(reinterpret_cast<float*>(peer_shared(local, rank)), vals, peer_shared(local_bar, rank));
 }
 
 }  // namespace lowbit::hopper

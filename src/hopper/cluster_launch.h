@@ -61,14 +61,17 @@ template <auto kKernel>
 cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int device, int* max_ctas) {
   constexpr auto kernel = kKernel;
   static std::mutex mu;
-  static int cached[64] = {};
+  // Per device and cluster size (a kernel that splits K within a cluster launches clusters of its
+  // split count, 2 to 8; a portable cluster holds at most 8 CTAs).
+  static int cached[64][9] = {};
+  if (cluster < 1 || cluster > 8) return cudaErrorInvalidConfiguration;
   // The opt-in first, every call (it is per context and caches itself); the resident count is a
   // property of the device and kernel.
   cudaError_t e = opt_in_dynamic_smem<kKernel>(smem_bytes);
   if (e != cudaSuccess) return e;
   std::lock_guard<std::mutex> lock(mu);
-  if (device >= 0 && device < 64 && cached[device] > 0) {
-    *max_ctas = cached[device];
+  if (device >= 0 && device < 64 && cached[device][cluster] > 0) {
+    *max_ctas = cached[device][cluster];
     return cudaSuccess;
   }
   int ctas = 0;
@@ -84,7 +87,7 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
     if (e != cudaSuccess) return e;
   }
   if (ctas <= 0) return cudaErrorInvalidConfiguration;
-  if (device >= 0 && device < 64) cached[device] = ctas;
+  if (device >= 0 && device < 64) cached[device][cluster] = ctas;
   *max_ctas = ctas;
   return cudaSuccess;
 }

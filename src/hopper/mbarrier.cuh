@@ -25,6 +25,13 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// The same at cluster scope: the phase was completed by another CTA of the cluster (a peer's
+// st.async bytes), whose writes this thread then reads.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar, parity)) {
+  }
+}
+
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   (void)cuda::ptx::mbarrier_arrive(bar);
 }

@@ -33,4 +33,15 @@ __device__ __forceinline__ uint2 ld_shared_u32x2(const void* smem_ptr) {
   return v;
 }
 
+// 16 bytes, the same way (the split-K landing slots, gemm/split_k.cuh).
+__device__ __forceinline__ float4 ld_shared_f32x4(const void* smem_ptr) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 }  // namespace lowbit::hopper

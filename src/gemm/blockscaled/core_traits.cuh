@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/fp8/traits.cuh"
+#include "gemm/split_k.cuh"
 
 namespace lowbit::blockscaled {
 
@@ -33,11 +35,18 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   }
 };
 
+// The slots a kernel splitting K within clusters of up to `cluster_splits` CTAs holds beyond its
+// epilogue staging (gemm::ClusterSplitLanding: one FP32 tile per split past the second).
+constexpr int core_landing_bytes(int block_m, int block_n, int cluster_splits) {
+  return cluster_splits > 2 ? (cluster_splits - 2) * block_m * block_n * 4 : 0;
+}
 // Stages that fill 227 KiB: the core's epilogue staging (8 KiB per slot per consumer
 // warpgroup), its staged-operand slot (bias and channel scales, unused here: 6 bytes a column),
-// 3 KiB of barriers and alignment slack, and per stage the A and B tiles and the A and B scales.
-constexpr int core_stages(int block_m, int block_n, int epi_slots) {
-  return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 - 2048 - 1024) /
+// the split-K landing slots, 3 KiB of barriers and alignment slack, and per stage the A and B
+// tiles and the A and B scales.
+constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits = 0) {
+  return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
+          core_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
          (block_m * 128 + block_n * 128 + block_m * 4 + 16);
 }
 // The 128 x 256 tile gives up one staging slot for a fourth stage (as the grouped kernel does,
@@ -46,14 +55,19 @@ constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 &
 
 // kOverlap: the next unit's first MMAs run under the epilogue (unsplit units only; the launcher
 // picks it only where it is compiled and splits = 1).
-template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false>
+// kClusterSplits_ > 1: split K runs in clusters of `splits` CTAs, reduced through distributed
+// shared memory into rank 0 (gemm::split_k_cluster_reduce), for up to that many splits: the other
+// the first other rank's partial lands in rank 0's epilogue staging, each further one in a slot
+// that costs stages. 0: through the workspace.
+template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0>
 struct CoreTraits
-    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN)), kOutFp32,
-                     /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
+    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
+                     kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
                      /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
                      core_epi_slots(kBlockM, kBlockN)> {
-  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN)), kOutFp32,
-                              false, false, 1, 1, kBlockM, 0, kOverlap, false, false, core_epi_slots(kBlockM, kBlockN)>;
+  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
+                              kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
+                              core_epi_slots(kBlockM, kBlockN)>;
   static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
                 "a tile covers whole B scale blocks or lies inside one: 64, 128 or 256 columns");
   static constexpr bool kBlockScaled = true;
@@ -66,10 +80,19 @@ struct CoreTraits
   static constexpr int kStageCopyArrivals = kStagedBScales ? 1 : 0;  // their cp.async arrival per fill
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
-  struct alignas(1024) SharedStorage : Base::SharedStorage {
+  struct alignas(1024) ScaledStorage : Base::SharedStorage {
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
     alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
   };
+  static_assert(kClusterSplits_ == 0 || (kClusterSplits_ >= 2 && kClusterSplits_ <= 8 && !kOverlap),
+                "split K within a cluster: 2 to 8 splits (a portable cluster), split units (no overlap)");
+  static constexpr int kClusterSplits = kClusterSplits_;
+  static_assert(kClusterSplits_ == 0 || 128 * (kBlockN / 2) * 4 == Base::kEpiSlots * Base::kEpiSlotBytes,
+                "a consumer warpgroup's FP32 partial is its epilogue staging");
+  struct alignas(1024) SplitStorage : ScaledStorage {
+    gemm::ClusterSplitLanding<kBlockN / 8, Base::kConsumerWarpgroups * 128, kClusterSplits_ - 2> csplit;
+  };
+  using SharedStorage = std::conditional_t<(kClusterSplits_ > 1), SplitStorage, ScaledStorage>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
   static_assert(Base::kStages >= 4, "a ring of at least four stages");
 };

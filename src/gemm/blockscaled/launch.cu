@@ -117,6 +117,8 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
                            std::to_string(c.block_m) + ")");
   if (c.splits < 0) return Status::Invalid(std::string(who) + ": splits must be >= 0 (0 = auto)");
   if (c.overlap < -1 || c.overlap > 1) return Status::Invalid(std::string(who) + ": overlap must be -1 (auto), 0 or 1");
+  if (c.cluster_reduce < -1 || c.cluster_reduce > 1)
+    return Status::Invalid(std::string(who) + ": creduce must be -1 (auto), 0 or 1");
   return Status::Ok();
 }
 
@@ -129,28 +131,74 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 // the SMs idle where splitting K ran 1.13-1.2x faster (docs/perf.md block-scaled v5).
 constexpr double kStreamGBs = 50.0;
 
-// The compiled dense tiles (variants.def, once per tile) for the core's scorer, and the scoring.
+// What the last split of a tile adds when the splits reduce within a cluster (one hop of
+// distributed shared memory into rank 0). Measured against the workspace's fix-up (the core's
+// kSplitFixupUs, 1.5 us) on the same tiles and splits: 0.4-0.8 us faster at M <= 128, K = 7168
+// (docs/perf.md block-scaled v6).
+constexpr double kClusterFixupUs = 0.8;
+
+// The compiled dense tiles (variants.def, once per tile) for the core's scorer, with the most
+// splits each reduces within a cluster for an output type.
 struct DenseTiles {
   fp8::Fp8Variant v[blockscaled::kNumBsVariantSpecs];
+  int cluster_splits[blockscaled::kNumBsVariantSpecs] = {};
   int n = 0;
-  DenseTiles() {
+  explicit DenseTiles(OutType out) {
     for (const auto& s : blockscaled::kBsVariantSpecs) {
       bool seen = false;
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
+      cluster_splits[n] = blockscaled::bs_cluster_splits(s.block_m, s.block_n, out);
       v[n++] = fp8::Fp8Variant{s.block_n, blockscaled::core_stages(s.block_m, s.block_n,
                                                                    blockscaled::core_epi_slots(s.block_m, s.block_n)),
                                0, false, s.reason, s.block_m};
     }
   }
 };
-std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms) {
-  static const DenseTiles tiles;
+
+// CTAs resident in clusters of 2 ... 8 for the kernels that split within a cluster (the GPCs need
+// not divide into clusters; asked of the runtime through one such kernel), 0 where unknown.
+struct ClusterCapacity {
+  int ctas[9] = {};
+};
+ClusterCapacity cluster_capacity(int device) {
+  ClusterCapacity c;
+  for (int i = 0; i < blockscaled::kNumBsVariantSpecs; ++i) {
+    const int most = blockscaled::kBsVariantSpecs[i].cluster_splits;
+    if (most < 2) continue;
+    const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[i]();
+    for (int s = 2; s <= most; ++s)
+      if (c.ctas[s] == 0 && entry.resident(s, device, &c.ctas[s]) != cudaSuccess) {
+        cudaGetLastError();
+        c.ctas[s] = 0;
+      }
+  }
+  return c;
+}
+
+std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
+                                           const ClusterCapacity& capacity) {
+  static const DenseTiles bf16(OutType::kBF16), fp32(OutType::kFP32);
+  const DenseTiles& tiles = out == OutType::kFP32 ? fp32 : bf16;
   fp8::Fp8ScoreOptions o;
   o.short_tile_stream_gbs = kStreamGBs;
   o.tiles = tiles.v;
   o.num_tiles = tiles.n;
+  o.cluster_splits = tiles.cluster_splits;
+  o.cluster_fixup_us = kClusterFixupUs;
+  for (int s = 0; s < 9; ++s) o.cluster_ctas[s] = capacity.ctas[s];
   return fp8::score_fp8_candidates(m, n, k, sms, o);
+}
+
+// Whether a dense config reduces its splits within a cluster: split, not refused by `mode`
+// (BlockScaledConfig::cluster_reduce), and compiled for its tile, output and split count.
+bool reduces_in_cluster(const Fp8GemmConfig& c, OutType out, int mode = -1) {
+  return c.splits > 1 && mode != 0 && !c.overlap &&
+         blockscaled::find_bs_variant(c.block_m, c.block_n, out, false, c.splits) >= 0;
+}
+// The workspace a dense config needs: none when its splits reduce within a cluster.
+size_t dense_workspace(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, OutType out, int mode = -1) {
+  return reduces_in_cluster(c, out, mode) ? 0 : fp8_gemm_workspace_size(m, n, k, c);
 }
 
 // The compiled dense tiles, for error messages.
@@ -158,6 +206,16 @@ std::string dense_tiles_text() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
     if (v.out == OutType::kBF16 && !v.overlap) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
+  return s;
+}
+
+// The tiles and outputs compiled to reduce split K within a cluster, for error messages.
+std::string cluster_tiles() {
+  std::string s;
+  for (const auto& v : blockscaled::kBsVariantSpecs)
+    if (v.cluster_splits > 1)
+      s += " bm=" + std::to_string(v.block_m) + ",bn=" + std::to_string(v.block_n) + " up to " +
+           std::to_string(v.cluster_splits) + " splits" + (v.out == OutType::kFP32 ? " FP32 out" : " BF16 out");
   return s;
 }
 
@@ -190,9 +248,9 @@ bool as_blockscaled(Fp8GemmConfig* c, OutType out) {
 // The core's cost model over the block-scaled kernels (as_blockscaled). `fits` says whether a
 // candidate's split-K workspace is available.
 template <class Fits>
-Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const Fits& fits, Fp8GemmConfig* out,
-                  std::string* why = nullptr) {
-  for (const auto& cand : score_dense(m, n, k, sms)) {
+Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const ClusterCapacity& capacity,
+                  const Fits& fits, Fp8GemmConfig* out, std::string* why = nullptr) {
+  for (const auto& cand : score_dense(m, n, k, sms, out_type, capacity)) {
     Fp8GemmConfig c = cand.config;
     if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
@@ -222,10 +280,10 @@ void apply_forced(const BlockScaledConfig& f, OutType out, Fp8GemmConfig* c) {
   else if (f.block_m || f.block_n || f.splits) c->overlap = overlap_default(*c, out);
 }
 
-std::string dense_text(const Fp8GemmConfig& c) {
+std::string dense_text(const Fp8GemmConfig& c, bool in_cluster = false) {
   return "bm=" + std::to_string(c.block_m) + ",bn=" + std::to_string(c.block_n) + ",splits=" +
          std::to_string(c.splits) + ",group=" + std::to_string(c.raster_group) + ",grid=" + std::to_string(c.grid) +
-         (c.overlap ? ",overlap=1" : "");
+         (c.overlap ? ",overlap=1" : "") + (in_cluster ? ",creduce=1" : "");
 }
 
 // The grouped tile: the group sizes live on the device, so the host cannot count tiles; the
@@ -337,7 +395,8 @@ Status launch_grouped(const char* who, const Source& source, const Fp8GroupedPro
 std::string BlockScaledConfig::to_string() const {
   return "grid=" + std::to_string(grid) + ",group=" + std::to_string(raster_group) + ",cluster=" +
          std::to_string(cluster) + ",bn=" + std::to_string(block_n) + ",bm=" + std::to_string(block_m) +
-         ",splits=" + std::to_string(splits) + ",overlap=" + std::to_string(overlap);
+         ",splits=" + std::to_string(splits) + ",overlap=" + std::to_string(overlap) +
+         ",creduce=" + std::to_string(cluster_reduce);
 }
 
 std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
@@ -349,16 +408,19 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
   }
   if (m < 1 || n < 16 || k < 16) return "dense: needs M >= 1 and N, K >= 16";
   Fp8GemmConfig c;
-  const Status st = pick_dense(m, n, k, OutType::kBF16, sm_count > 0 ? sm_count : 1,
+  int device = 0;
+  const ClusterCapacity capacity = cudaGetDevice(&device) == cudaSuccess ? cluster_capacity(device) : ClusterCapacity{};
+  cudaGetLastError();
+  const Status st = pick_dense(m, n, k, OutType::kBF16, sm_count > 0 ? sm_count : 1, capacity,
                                [](const Fp8GemmConfig&) { return true; }, &c, &why);
   if (!st.ok()) return st.message();
   const bool forced = config.block_m || config.block_n || config.splits || config.grid || config.raster_group != 8 ||
-                      config.overlap >= 0;
+                      config.overlap >= 0 || config.cluster_reduce >= 0;
   if (forced) {
     apply_forced(config, OutType::kBF16, &c);
     why = " (forced)";
   }
-  return dense_text(c) + why;
+  return dense_text(c, reduces_in_cluster(c, OutType::kBF16, config.cluster_reduce)) + why;
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -372,8 +434,9 @@ Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out)
     else if (key == "bm") c.block_m = value;
     else if (key == "splits") c.splits = value;
     else if (key == "overlap") c.overlap = value;
+    else if (key == "creduce") c.cluster_reduce = value;
     else return Status::Invalid("unknown block-scaled config key '" + key +
-                                "' (grid, group, cluster, bn, bm, splits, overlap)");
+                                "' (grid, group, cluster, bn, bm, splits, overlap, creduce)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_blockscaled_config", c));
@@ -391,9 +454,10 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
   const ChoiceKey<6> key{{dev.device, x.m, x.n, x.k, static_cast<int64_t>(x.out_type), check::extent_of(x.workspace_bytes)}};
   Fp8GemmConfig c;
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
-      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count); },
+      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count, x.out_type, cluster_capacity(dev.device)); },
       [&](Fp8GemmConfig* cand) {
-        return as_blockscaled(cand, x.out_type) && fp8_gemm_workspace_size(x.m, x.n, x.k, *cand) <= x.workspace_bytes;
+        return as_blockscaled(cand, x.out_type) &&
+               dense_workspace(x.m, x.n, x.k, *cand, x.out_type) <= x.workspace_bytes;
       },
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
@@ -411,7 +475,10 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
     if (c.overlap && (c.splits != 1 || blockscaled::find_bs_variant(c.block_m, c.block_n, x.out_type, true) < 0))
       return Status::Invalid("fp8_blockscaled_gemm: overlap=1 needs splits=1 and a tile compiled with it (" +
                              dense_text(c) + "; compiled:" + overlap_tiles() + ")");
-    const size_t need = fp8_gemm_workspace_size(x.m, x.n, x.k, c);
+    if (forced->cluster_reduce == 1 && !reduces_in_cluster(c, x.out_type))
+      return Status::Invalid("fp8_blockscaled_gemm: creduce=1 needs splits > 1 on a tile compiled to reduce that many "
+                             "within a cluster (" + dense_text(c) + "; compiled:" + cluster_tiles() + ")");
+    const size_t need = dense_workspace(x.m, x.n, x.k, c, x.out_type, forced->cluster_reduce);
     if (need > x.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "fp8_blockscaled_gemm: " + dense_text(c) + " needs " +
                                                                std::to_string(need) + " bytes of workspace, got " +
@@ -444,11 +511,14 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
   const DeviceInfo* dev = nullptr;
   if (!current_device(&dev).ok()) return 0;
   size_t most = 0;
-  // The chooser takes the best candidate that fits: the first compiled one needs the most.
-  if (pick_dense(m, n, k, OutType::kBF16, dev->sm_count, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
-    if (config) apply_forced(*config, OutType::kBF16, &c);
-    most = fp8_gemm_workspace_size(m, n, k, c);
-  }
+  // The chooser takes the best candidate that fits: the first compiled one needs the most. Either
+  // output: a split BF16 reduces within a cluster (no workspace) may go through it in FP32.
+  const ClusterCapacity capacity = cluster_capacity(dev->device);
+  for (const OutType out : {OutType::kBF16, OutType::kFP32})
+    if (pick_dense(m, n, k, out, dev->sm_count, capacity, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
+      if (config) apply_forced(*config, out, &c);
+      most = std::max(most, dense_workspace(m, n, k, c, out, config ? config->cluster_reduce : -1));
+    }
   return most;
 }
 
@@ -479,8 +549,10 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   Fp8GemmConfig cfg;
   LOWBIT_RETURN_IF_ERROR(dense_config(x, forced, dev, &cfg));
   const bool f32 = x.out_type == OutType::kFP32;
-  const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type, cfg.overlap);
-  if (line < 0) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg));
+  const bool in_cluster = reduces_in_cluster(cfg, x.out_type, forced ? forced->cluster_reduce : -1);
+  const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type, cfg.overlap,
+                                                in_cluster ? cfg.splits : 0);
+  if (line < 0) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg, in_cluster));
   const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[line]();
   if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, std::string(who) + ": kernel needs " +
@@ -517,13 +589,13 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);
   p.epi.row_period = 1;
   p.bs = {x.sfa, x.sfa_ld, x.sfb, k_blocks};
-  gemm::bind_split_k_workspace(p, x.workspace);
+  if (!in_cluster) gemm::bind_split_k_workspace(p, x.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
   const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
   auto describe = [&] {
     return std::string(who) + " " + std::to_string(x.m) + "x" + std::to_string(x.n) + "x" + std::to_string(x.k) +
-           " " + dense_text(cfg);
+           " " + dense_text(cfg, in_cluster);
   };
   return gemm::launch_status(e, describe, launched, units);
 }

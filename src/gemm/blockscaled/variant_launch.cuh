@@ -16,12 +16,17 @@ namespace lowbit::blockscaled {
 template <int kLine>
 struct VariantOf {
   static constexpr BsVariantSpec S = kBsVariantSpecs[kLine];
-  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap>;
+  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap, S.cluster_splits>;
   // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
+  // Split within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
   static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
-    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, 1, device,
-                                                              s, launched, a, b, d, d, p);
+    const int cluster = T::kClusterSplits > 1 && p.sched.splits > 1 ? p.sched.splits : 1;
+    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units / cluster, T::kThreads, T::kSmemBytes,
+                                                              cluster, device, s, launched, a, b, d, d, p);
+  }
+  static cudaError_t resident(int cluster, int device, int* ctas) {
+    return hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
   }
 };
 

@@ -11,9 +11,12 @@ namespace lowbit::blockscaled {
 
 using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                         const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
+// CTAs of the kernel resident at once in clusters of `cluster` (hopper::prepare_persistent).
+using VariantResidentFn = cudaError_t (*)(int cluster, int device, int* ctas);
 struct VariantLauncher {
   VariantLaunchFn launch;
   int smem_bytes;
+  VariantResidentFn resident;
 };
 
 }  // namespace lowbit::blockscaled

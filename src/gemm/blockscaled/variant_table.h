@@ -9,6 +9,7 @@ struct BsVariantSpec {
   int block_m, block_n;
   OutType out;
   bool overlap;
+  int cluster_splits;  // > 1: split K reduced within a cluster of up to this many CTAs; 0: the workspace
   const char* reason;
 };
 
@@ -17,19 +18,33 @@ constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
 }  // namespace variant_def
 
 inline constexpr BsVariantSpec kBsVariantSpecs[] = {
-#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, reason) BsVariantSpec{bm, bn, variant_def::out, overlap != 0, reason},
+#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, csplit, reason) \
+  BsVariantSpec{bm, bn, variant_def::out, overlap != 0, csplit, reason},
 #include "gemm/blockscaled/variants.def"
 #undef LOWBIT_BS_VARIANT
 };
 inline constexpr int kNumBsVariantSpecs = static_cast<int>(sizeof(kBsVariantSpecs) / sizeof(kBsVariantSpecs[0]));
 
-// The line of the kernel for this tile, output and epilogue, or -1.
-constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false) {
+// The line of the kernel for this tile, output and epilogue, or -1: split K through the
+// workspace (cluster_splits = 0), or the first line that reduces at least `cluster_splits` splits
+// within a cluster.
+constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false, int cluster_splits = 0) {
   for (int i = 0; i < kNumBsVariantSpecs; ++i)
     if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n &&
-        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap)
+        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap &&
+        (cluster_splits == 0 ? kBsVariantSpecs[i].cluster_splits == 0
+                             : kBsVariantSpecs[i].cluster_splits >= cluster_splits))
       return i;
   return -1;
+}
+// The most splits a tile reduces within a cluster for this output (0: none compiled).
+constexpr int bs_cluster_splits(int block_m, int block_n, OutType out) {
+  int most = 0;
+  for (int i = 0; i < kNumBsVariantSpecs; ++i)
+    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n &&
+        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].cluster_splits > most)
+      most = kBsVariantSpecs[i].cluster_splits;
+  return most;
 }
 // Whether the tile is compiled (for BF16; every tile is compiled for both outputs). Each is a core
 // FP8 tile's shape, so the core's cost model scores it.

@@ -214,6 +214,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   }
   for (const auto& [vp, promote] : kernels) {
     const Fp8Variant& v = *vp;
+    const int cluster_splits = options.cluster_splits ? options.cluster_splits[vp - tiles] : 0;
     // Capped so tiles x splits (at most 16) stays an int; no real shape comes near it.
     const int tiles = static_cast<int>(std::min<int64_t>(fp8_tiles(m, n, v.block_m, v.block_n), INT_MAX / 32));
     const int groups = fp8_promotion_groups(k, promote);
@@ -235,7 +236,12 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.config.promote_every = promote;
       c.config.raster_group = raster_group_for(sm_count, v.block_m, v.block_n);
       c.units = units;
-      c.waves = static_cast<double>(units) / sm_count;
+      // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
+      const bool in_cluster = splits > 1 && splits <= cluster_splits;
+      const int wave_ctas = !in_cluster                         ? sm_count
+                            : options.cluster_ctas[splits] > 0 ? options.cluster_ctas[splits]
+                                                               : std::max(splits, sm_count / splits * splits);
+      c.waves = static_cast<double>(units) / wave_ctas;
       const double rounds = std::ceil(c.waves);
       const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
       // At M <= 64 a 128-row tile loads a 64-row A box and only one consumer warpgroup works
@@ -250,13 +256,14 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.t_compute_us =
           rounds * (unit_us + (overlap_256 ? model::kOverlapUnitOverheadUs : model::kUnitOverheadUs));
       const double out_bytes = static_cast<double>(m) * n * 2.0;
-      const double partial_bytes = splits > 1 ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
+      const double partial_bytes =
+          splits > 1 && !in_cluster ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
       const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + out_bytes + partial_bytes;
       // DRAM time round by round: SMs that have no unit pull no bytes, so a short last round
       // cannot reach full bandwidth either.
       c.t_memory_us = 0.0;
-      for (int left = units; left > 0; left -= sm_count) {
-        const int in_round = std::min(left, sm_count);
+      for (int left = units; left > 0; left -= wave_ctas) {
+        const int in_round = std::min(left, wave_ctas);
         const double active = static_cast<double>(in_round) / sm_count;
         const double share = std::min(1.0, active / model::kFullBandwidthShare);
         c.t_memory_us +=
@@ -266,11 +273,14 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
       // neighbours find most of it in L2, at a fraction of the latency.
       const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
+      // At M <= 64 a 128-row tile runs one consumer warpgroup over a 64-row A box: it streams as
+      // the 64-row tile does (block-scaled v6: 128 x 64 split in two ran 11.7 us at 64 x 2112 x
+      // 7168 where the model, at the plain rate, put it ahead of 64 x 64 split in three, 10.2).
       const double stream_gbs =
-          v.block_m == 64 && short_tile_stream_gbs > 0.0 ? short_tile_stream_gbs : model::kSmStreamGBs;
+          work_rows == 64 && short_tile_stream_gbs > 0.0 ? short_tile_stream_gbs : model::kSmStreamGBs;
       c.t_stream_us =
           tiles_m > 2 ? 0.0 : rounds * (work_rows + v.block_n) * 128.0 * unit_kb / (stream_gbs * 1e3);
-      if (splits > 1) c.t_memory_us += model::kSplitFixupUs;
+      if (splits > 1) c.t_memory_us += in_cluster ? options.cluster_fixup_us : model::kSplitFixupUs;
       c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
       c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
       char reason[160];

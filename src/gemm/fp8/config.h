@@ -33,6 +33,13 @@ struct Fp8ScoreOptions {
   // The family's own compiled tiles (null: kFp8Variants).
   const Fp8Variant* tiles = nullptr;
   int num_tiles = 0;
+  // Per tile of `tiles` (null: none): the most splits its kernels reduce within a cluster
+  // (gemm::split_k_cluster_reduce) instead of through the workspace. Such a split costs
+  // `cluster_fixup_us` instead of the workspace's fix-up, moves no partials through DRAM, and its
+  // clusters fill `cluster_ctas[splits]` CTAs a wave (0: the SMs, rounded down to whole clusters).
+  const int* cluster_splits = nullptr;
+  double cluster_fixup_us = 0.0;
+  int cluster_ctas[9] = {};
 };
 
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.

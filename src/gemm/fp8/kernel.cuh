@@ -1,6 +1,7 @@
 // FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
 // consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
-// into FP32 registers, optional split-K fix-up, TMA-store epilogue (gemm/fp8/epilogue.cuh; the
+// into FP32 registers, optional split-K (through the workspace, or within a cluster where T has
+// the slots: gemm/split_k.cuh), TMA-store epilogue (gemm/fp8/epilogue.cuh; the
 // fused steps, with a producer warp per consumer warpgroup staging their operands:
 // gemm/fp8/epilogue_fused.cuh). The operand path is T's:
 // dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
@@ -64,16 +65,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   using Fused = FusedEpilogue<T>;
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
+  // Split K reduced within a cluster (gemm/split_k.cuh): the launch's cluster is the tile's splits.
+  constexpr bool kClusterSplit = gemm::ClusterSplitK<T>::value > 1;
+  constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
+    if constexpr (kClusterSplit) ss.csplit.init(consumer_wgs);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
     if constexpr (T::kFused || gemm::UnevenColumns<T>::value) hopper::tma_prefetch_descriptor(&tm_bcast);
   }
-  // Peers' barriers must be initialized before the first multicast or remote arrival.
-  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+  // Peers' barriers must be initialized before the first multicast, remote arrival or st.async.
+  // Splitting in a cluster, every access across it waits on an mbarrier: the relaxed form (a
+  // GPU-scope MEMBAR per thread at start cost the split kernels about 1 us, block-scaled v6).
+  if constexpr (kClusterSplit) hopper::cluster_sync_relaxed();
+  else if constexpr (kCluster) hopper::cluster_sync();
   else __syncthreads();
 
   // A cluster walks units (a column of kClusterM vertically adjacent tiles of one B tile); rank r
@@ -127,7 +135,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (kSplitRegisters) hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
     if (consumer_wg >= consumer_wgs) {  // its rows lie wholly past M (small M)
-      if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+      if constexpr (kClusterSplit) hopper::cluster_sync_relaxed();
+      else if constexpr (kCluster) hopper::cluster_sync();
       return;
     }
     const float alpha =
@@ -187,9 +196,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         consumer.run(w, acc);
         // Epilogue (after the split-K fix-up when K is split). Every unit's staged operands are
         // waited for and released, finished here or not, so the loader stays in step.
-        const bool finish = p.sched.splits == 1 ||
-                            gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
-                                                static_cast<int>(threadIdx.x) - 128, 128 * consumer_wgs);
+        const int thread = static_cast<int>(threadIdx.x) - 128;
+        bool finish;
+        if constexpr (kClusterSplit)
+          finish = p.sched.splits == 1 ||
+                   gemm::split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
+                                                reinterpret_cast<float4*>(&ss.epi[0][0][0]), parity, thread,
+                                                128 * consumer_wgs);
+        else
+          finish = p.sched.splits == 1 || gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+                                                              thread, 128 * consumer_wgs);
         if constexpr (T::kFused) {
           Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
         } else {
@@ -200,13 +216,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             if (staged) StagedOps::release(ss);
         }
         if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+        if constexpr (kClusterSplit)
+          if (finish && p.sched.splits > 1 && u + unit_step < num_units)
+            gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);
       }
     }
     epilogue.drain();
   }
-  // No CTA leaves while a peer may still multicast into its shared memory or arrive on its
-  // barriers.
-  if constexpr (T::kClusterM > 1) hopper::cluster_sync();
+  // No CTA leaves while a peer may still multicast or st.async into its shared memory or arrive on
+  // its barriers.
+  if constexpr (kClusterSplit) hopper::cluster_sync_relaxed();
+  else if constexpr (kCluster) hopper::cluster_sync();
 #endif
 }
 

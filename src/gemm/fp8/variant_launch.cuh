@@ -34,6 +34,9 @@ struct VariantOf {
     return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, S.cluster,
                                                         device, stream, launched, a, b, d, bcast, p);
   }
+  static cudaError_t resident(int cluster, int device, int* ctas) {
+    return hopper::prepare_persistent<fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
+  }
 };
 
 }  // namespace lowbit::fp8
