@@ -474,9 +474,18 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
   for (int i = 0; i < kNumFp8VariantSpecs; ++i) {
     const Fp8VariantSpec& s = kFp8VariantSpecs[i];
     EXPECT_EQ(find_fp8_variant(s.block_m, s.block_n, s.out, s.epilogue, s.cluster, s.promote_every, s.resident_rows > 0,
-                               s.overlap, s.uneven),
+                               s.overlap, s.uneven, s.cluster_splits),
               i)
         << "line " << i << ": " << s.reason;
+    // A kernel that splits within a cluster has its workspace twin (the transport a forced
+    // creduce=0 runs, and every split count past its own).
+    if (s.cluster_splits > 0) {
+      EXPECT_GE(s.cluster_splits, 2) << s.reason;
+      EXPECT_GE(find_fp8_variant(s.block_m, s.block_n, s.out, s.epilogue, s.cluster, s.promote_every,
+                                 s.resident_rows > 0, s.overlap, s.uneven),
+                0)
+          << "line " << i << ": " << s.reason;
+    }
     int stages = 0;
     EXPECT_TRUE(fp8_variant_exists(s.block_m, s.block_n, &stages)) << s.reason;
     Fp8GemmConfig c;

@@ -298,8 +298,13 @@ TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
   for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=64,splits=3", "bn=128,splits=2",
                           "bn=192,splits=4", "bn=256,splits=3", "bn=176,splits=3", "bn=192,group=1",
                           "bn=64,grid=7,group=3", "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=64,bm=64,grid=5,group=2",
-                          "bn=112,bm=64", "bn=112,bm=64,splits=3", "bn=112,bm=64,grid=5,group=2"}) {
+                          "bn=112,bm=64", "bn=112,bm=64,splits=3", "bn=112,bm=64,grid=5,group=2",
+                          // Split within a cluster (BF16 out; FP32 through the workspace), and grids of fewer
+                          // clusters than tiles, so the landing places are handed back and refilled.
+                          "bn=64,bm=64,splits=2,creduce=0", "bn=64,bm=64,splits=3,grid=6", "bn=64,splits=2,creduce=1",
+                          "bn=64,splits=2,grid=4,group=1"}) {
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      if (std::string(cfg).find("creduce=1") != std::string::npos && out != OutType::kBF16) continue;
       Case c{256, 384, 512, out, true, Inputs::kSmallInts, cfg};
       expect_exact(c);
     }
@@ -311,9 +316,12 @@ TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
 TEST_F(Fp8GemmGpu, RowScalesExactEveryStagedTile) {
   for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=128,splits=2", "bn=256,splits=3",
                           "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=112,bm=64", "bn=128,grid=5,group=2",
-                          "bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2", "bn=176,promote=2,splits=2"})
+                          "bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2", "bn=176,promote=2,splits=2",
+                          "bn=64,bm=64,splits=3,grid=3", "bn=64,splits=2,creduce=1"})
     for (OutType out : {OutType::kBF16, OutType::kFP32, OutType::kFP16})
       for (bool bias : {false, true}) {
+        // Split within a cluster is compiled for BF16 out (the others run through the workspace).
+        if (std::string(cfg).find("creduce=1") != std::string::npos && out != OutType::kBF16) continue;
         // Promotion every two K blocks is compiled for the staged epilogue in BF16 only.
         if (std::string(cfg).find("promote=2") != std::string::npos && out != OutType::kBF16) continue;
         Case c{256, 384, 512, out, bias, Inputs::kSmallInts, cfg};
@@ -594,6 +602,58 @@ TEST_F(Fp8GemmGpu, ForcedRasterGroupIsBounded) {
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
   expect_exact({1000, 208, 384, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,group=63"});
   expect_exact({1000, 208, 384, OutType::kBF16, false, Inputs::kSmallInts, "bn=64,group=1,grid=3"});
+}
+
+// Split K within a cluster adds the partials in the workspace fix-up's order: both transports give
+// the same bits on random inputs (plain and per-row scales, M = 1 ... 200, 2 and 3 splits, a grid of
+// fewer clusters than tiles), with no workspace at all in a cluster.
+TEST_F(Fp8GemmGpu, ClusterSplitMatchesWorkspaceBitwise) {
+  struct S { int64_t m, n, k; const char* tile; int splits; bool rows; };
+  const S cases[] = {{1, 4096, 4096, "bm=64,bn=64", 2, false},   {64, 2112, 7168, "bm=64,bn=64", 3, false},
+                     {129, 320, 2048, "bm=64,bn=64", 3, true},    {128, 4096, 7168, "bn=64", 2, false},
+                     {3, 448, 4096, "bn=64", 2, true},            {200, 448, 1024, "bm=64,bn=64,grid=3", 3, false}};
+  for (const auto& t : cases) {
+    std::vector<uint8_t> raw[2];
+    for (int creduce = 0; creduce < 2; ++creduce) {
+      const std::string cfg = std::string(t.tile) + ",splits=" + std::to_string(t.splits) + ",creduce=" +
+                              std::to_string(creduce);
+      Case c{t.m, t.n, t.k, OutType::kBF16, false, Inputs::kUniform, cfg.c_str()};
+      c.row_scales = t.rows;
+      Outcome o;
+      run_case(c, &o);
+      EXPECT_EQ(o.ours.nonfinite, 0) << describe(c) << ": unwritten (poisoned) or non-finite outputs";
+      raw[creduce] = o.raw;
+    }
+    EXPECT_EQ(raw[0], raw[1]) << t.m << "x" << t.n << "x" << t.k << " " << t.tile << " splits=" << t.splits
+                              << (t.rows ? " +row scales" : "") << ": the two split-K transports differ";
+  }
+  // In a cluster needs no workspace.
+  Fp8GemmConfig cfg;
+  ASSERT_TRUE(parse_fp8_config("bm=64,bn=64,splits=3,creduce=1", &cfg).ok());
+  EXPECT_EQ(fp8_gemm_workspace_size(64, 2112, 7168, cfg), 0u);
+  Buf A(64 * 7168), B(2112 * 7168), D(64 * 2112 * 2);
+  Fp8GemmArgs a;
+  a.m = 64;
+  a.n = 2112;
+  a.k = 7168;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  EXPECT_TRUE(fp8_gemm(a, nullptr, &cfg).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+// Within a cluster where no kernel reduces that way is refused, not run through the workspace.
+TEST_F(Fp8GemmGpu, ClusterSplitRejectsWhatIsNotCompiled) {
+  for (const char* bad : {"bn=128,splits=2,creduce=1", "bn=64,bm=64,splits=4,creduce=1", "bn=64,splits=3,creduce=1",
+                          "bn=64,bm=64,splits=1,creduce=1"}) {
+    const Status st = run_forced(bad, 256, false);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
+    EXPECT_NE(st.message().find("creduce=1 needs"), std::string::npos) << st.to_string();
+  }
+  EXPECT_EQ(run_forced("bn=64,splits=2,creduce=1", 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument);
+  Fp8GemmConfig cfg;
+  EXPECT_FALSE(parse_fp8_config("creduce=2", &cfg).ok());
 }
 
 TEST_F(Fp8GemmGpu, SplitKIsDeterministic) {

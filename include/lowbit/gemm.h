@@ -105,12 +105,18 @@ struct Fp8GemmConfig {
   // or 240k..256k for a smaller k). The chooser takes it where its model says it fills the
   // waves better (docs/perf.md W1 session 27).
   bool uneven = false;
+  // Split K: 1 reduces a tile's splits within a cluster of `splits` CTAs through distributed shared
+  // memory (no workspace; compiled for the 64-wide tiles with BF16 out, the plain and bias
+  // epilogues, up to a split count: gemm/fp8/variants.def), 0 through the workspace, -1 = within a
+  // cluster wherever compiled. The chooser's pick says which: within a cluster where compiled and
+  // the clusters fit in one wave.
+  int cluster_reduce = -1;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
 
 // Parses "bn=256,bm=128,splits=1,group=8,grid=132,cluster=1,promote=2,overlap=1" (any subset; also
-// stages=, resident= and overlap=); unknown keys are an error. Whether a config is compiled is
+// stages=, resident=, uneven= and creduce=); unknown keys are an error. Whether a config is compiled is
 // checked by fp8_gemm.
 Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out);
 
@@ -133,7 +139,8 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
 // for the plain epilogue).
 std::string explain_fp8_config(int64_t m, int64_t n, int64_t k);
 
-// Bytes of workspace a config needs for this shape (0 when it does not split K).
+// Bytes of workspace a config needs for this shape (0 when it does not split K, or splits it within
+// a cluster: cluster_reduce = 1; with -1 it counts the workspace transport).
 size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config);
 
 // Zero-fills a workspace on the stream (once, before first use).

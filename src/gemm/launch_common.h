@@ -50,6 +50,25 @@ inline size_t split_k_workspace_bytes(size_t tiles, int splits, int block_m, int
   return check::sat_add(kSplitKCounterBytes, check::sat_mul(check::sat_mul(tiles, static_cast<size_t>(splits)), tile_bytes));
 }
 
+// CTAs resident at once in clusters of 2 ... 8 for a family's kernels that split K within a
+// cluster (the GPCs need not divide into clusters, so the runtime is asked, through the first
+// line compiled for each size); 0 where unknown. `specs` has `count` lines with .cluster_splits,
+// `launchers` their launcher functions (the generated table: .resident).
+struct ClusterCapacity {
+  int ctas[9] = {};
+};
+template <class Spec, class LauncherFn>
+ClusterCapacity cluster_capacity(const Spec* specs, LauncherFn const* launchers, int count, int device) {
+  ClusterCapacity c;
+  for (int i = 0; i < count; ++i)
+    for (int s = 2; s <= specs[i].cluster_splits && s <= 8; ++s)
+      if (c.ctas[s] == 0 && launchers[i]().resident(s, device, &c.ctas[s]) != cudaSuccess) {
+        cudaGetLastError();  // the query's own error, not the caller's next one
+        c.ctas[s] = 0;
+      }
+  return c;
+}
+
 // A split call's tiles must fit the counter region.
 inline Status check_split_tiles(const char* who, int64_t tiles, int splits) {
   if (splits > 1 && tiles > kSplitKMaxTiles)

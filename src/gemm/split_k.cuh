@@ -119,6 +119,21 @@ struct ClusterSplitLanding<kVec, kThreads, 0> : ClusterSplitBarriers {
   static constexpr int kMaxSplits = 2;
 };
 
+// A kernel's shared storage with the landing places for up to kSplits splits reduced in a
+// cluster (Storage itself where kSplits <= 1: the workspace transport only). Tiles of kBlockN
+// columns, kWarpgroups consumer warpgroups.
+template <class Storage, int kVec, int kThreads, int kSplits>
+struct ClusterLandingStorage : Storage {
+  ClusterSplitLanding<kVec, kThreads, kSplits - 2> csplit;
+};
+template <class Storage, int kBlockN, int kWarpgroups, int kSplits>
+using WithClusterLanding =
+    std::conditional_t<(kSplits > 1), ClusterLandingStorage<Storage, kBlockN / 8, kWarpgroups * 128, kSplits>, Storage>;
+// The landing slots beyond the epilogue staging, in bytes, for kernels that cost them stages.
+constexpr int cluster_landing_bytes(int block_m, int block_n, int cluster_splits) {
+  return cluster_splits > 2 ? (cluster_splits - 2) * block_m * block_n * 4 : 0;
+}
+
 // Where split r >= 1's float4 j of consumer thread `thread` lands in rank 0.
 template <int kVec, class Landing>
 __device__ __forceinline__ float4* landing_slot(Landing& l, float4* staging, int r, int j, int thread) {

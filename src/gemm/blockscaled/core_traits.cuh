@@ -35,18 +35,13 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   }
 };
 
-// The slots a kernel splitting K within clusters of up to `cluster_splits` CTAs holds beyond its
-// epilogue staging (gemm::ClusterSplitLanding: one FP32 tile per split past the second).
-constexpr int core_landing_bytes(int block_m, int block_n, int cluster_splits) {
-  return cluster_splits > 2 ? (cluster_splits - 2) * block_m * block_n * 4 : 0;
-}
 // Stages that fill 227 KiB: the core's epilogue staging (8 KiB per slot per consumer
 // warpgroup), its staged-operand slot (bias and channel scales, unused here: 6 bytes a column),
 // the split-K landing slots, 3 KiB of barriers and alignment slack, and per stage the A and B
 // tiles and the A and B scales.
 constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits = 0) {
   return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
-          core_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
+          gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
          (block_m * 128 + block_n * 128 + block_m * 4 + 16);
 }
 // The 128 x 256 tile gives up one staging slot for a fourth stage (as the grouped kernel does,
@@ -84,15 +79,8 @@ struct CoreTraits
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
     alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
   };
-  static_assert(kClusterSplits_ == 0 || (kClusterSplits_ >= 2 && kClusterSplits_ <= 8 && !kOverlap),
-                "split K within a cluster: 2 to 8 splits (a portable cluster), split units (no overlap)");
   static constexpr int kClusterSplits = kClusterSplits_;
-  static_assert(kClusterSplits_ == 0 || 128 * (kBlockN / 2) * 4 == Base::kEpiSlots * Base::kEpiSlotBytes,
-                "a consumer warpgroup's FP32 partial is its epilogue staging");
-  struct alignas(1024) SplitStorage : ScaledStorage {
-    gemm::ClusterSplitLanding<kBlockN / 8, Base::kConsumerWarpgroups * 128, kClusterSplits_ - 2> csplit;
-  };
-  using SharedStorage = std::conditional_t<(kClusterSplits_ > 1), SplitStorage, ScaledStorage>;
+  using SharedStorage = gemm::WithClusterLanding<ScaledStorage, kBlockN, Base::kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
   static_assert(Base::kStages >= 4, "a ring of at least four stages");
 };

@@ -131,12 +131,6 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 // the SMs idle where splitting K ran 1.13-1.2x faster (docs/perf.md block-scaled v5).
 constexpr double kStreamGBs = 50.0;
 
-// What the last split of a tile adds when the splits reduce within a cluster (one hop of
-// distributed shared memory into rank 0). Measured against the workspace's fix-up (the core's
-// kSplitFixupUs, 1.5 us) on the same tiles and splits: 0.4-0.8 us faster at M <= 128, K = 7168
-// (docs/perf.md block-scaled v6).
-constexpr double kClusterFixupUs = 0.8;
-
 // The compiled dense tiles (variants.def, once per tile) for the core's scorer, with the most
 // splits each reduces within a cluster for an output type.
 struct DenseTiles {
@@ -156,24 +150,10 @@ struct DenseTiles {
   }
 };
 
-// CTAs resident in clusters of 2 ... 8 for the kernels that split within a cluster (the GPCs need
-// not divide into clusters; asked of the runtime through one such kernel), 0 where unknown.
-struct ClusterCapacity {
-  int ctas[9] = {};
-};
+using gemm::ClusterCapacity;
 ClusterCapacity cluster_capacity(int device) {
-  ClusterCapacity c;
-  for (int i = 0; i < blockscaled::kNumBsVariantSpecs; ++i) {
-    const int most = blockscaled::kBsVariantSpecs[i].cluster_splits;
-    if (most < 2) continue;
-    const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[i]();
-    for (int s = 2; s <= most; ++s)
-      if (c.ctas[s] == 0 && entry.resident(s, device, &c.ctas[s]) != cudaSuccess) {
-        cudaGetLastError();
-        c.ctas[s] = 0;
-      }
-  }
-  return c;
+  return gemm::cluster_capacity(blockscaled::kBsVariantSpecs, blockscaled::kBsVariantLaunchers,
+                                blockscaled::kNumBsVariantSpecs, device);
 }
 
 std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
@@ -185,7 +165,7 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
   o.tiles = tiles.v;
   o.num_tiles = tiles.n;
   o.cluster_splits = tiles.cluster_splits;
-  o.cluster_fixup_us = kClusterFixupUs;
+  o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
   for (int s = 0; s < 9; ++s) o.cluster_ctas[s] = capacity.ctas[s];
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }

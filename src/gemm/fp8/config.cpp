@@ -200,6 +200,22 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
               "): no per-tile gather (docs/perf.md W2 v4); overlapped epilogue (W2 v5)";
 }
 
+bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType out) {
+  return c.splits > 1 && c.cluster_reduce != 0 &&
+         find_fp8_variant(c.block_m, c.block_n, out, variant_epilogue(epilogue), c.cluster, c.promote_every,
+                          c.resident_rows, c.overlap, c.uneven, c.splits) >= 0;
+}
+
+bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
+                            const Fp8ClusterCapacity& capacity) {
+  if (!fp8_in_cluster(c, epilogue, out)) return false;
+  // Strictly fewer CTAs than the clusters the GPCs hold: with pairs on all 132 SMs of an H100
+  // (128 x 2112 x 7168, 64 x 64 split in two) the cluster ran 10.7-11.1 us against the workspace's
+  // 10.2 (docs/perf.md W1 v17).
+  const int ctas = capacity.ctas[c.splits < 9 ? c.splits : 0];
+  return ctas == 0 || fp8_tiles(m, n, c.block_m, c.block_n) * c.splits < ctas;
+}
+
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
   std::vector<Fp8Candidate> out;
@@ -237,7 +253,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.config.raster_group = raster_group_for(sm_count, v.block_m, v.block_n);
       c.units = units;
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
-      const bool in_cluster = splits > 1 && splits <= cluster_splits;
+      const bool in_cluster = splits > 1 && splits <= cluster_splits && promote == 1;
       const int wave_ctas = !in_cluster                         ? sm_count
                             : options.cluster_ctas[splits] > 0 ? options.cluster_ctas[splits]
                                                                : std::max(splits, sm_count / splits * splits);
@@ -375,6 +391,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (resident_rows) os << ",resident=1";
   if (overlap) os << ",overlap=1";
   if (uneven) os << ",uneven=1";
+  if (cluster_reduce >= 0) os << ",creduce=" << cluster_reduce;
   return os.str();
 }
 
@@ -393,11 +410,14 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "resident" && (value == 0 || value == 1)) c.resident_rows = value == 1;
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
     else if (key == "uneven" && (value == 0 || value == 1)) c.uneven = value == 1;
+    else if (key == "creduce" && (value == 0 || value == 1)) c.cluster_reduce = value;
+    else if (key == "creduce") return Status::Invalid("creduce must be 0 or 1");
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "uneven") return Status::Invalid("uneven must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
-                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, uneven)");
+                                "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, uneven, "
+                                "creduce)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -435,6 +455,9 @@ Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out, Fp
   if (out_type == OutType::kFP16) epilogue = Fp8EpilogueKind::kBias;
   for (auto c : fp8::score_fp8_candidates(m, n, k, dev.sm_count))
     if (fp8::fp8_usable_config(&c.config, epilogue, out_type == OutType::kFP32, out_type == OutType::kFP16)) {
+      c.config.cluster_reduce =
+          fp8::fp8_cluster_by_default(c.config, m, n, epilogue, out_type, fp8::fp8_cluster_capacity(dev.device)) ? 1
+                                                                                                                 : 0;
       *out = c.config;
       if (epilogue == Fp8EpilogueKind::kFused && fp8::fp8_resident_by_default(m, n, row_bcast_rows, dev.sm_count))
         fp8::fp8_make_resident(out, n, dev.sm_count);
@@ -449,22 +472,34 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   DeviceInfo dev;
   int sms = 0;
   std::ostringstream os;
-  if (query_device(&dev).ok()) {
+  const bool have_device = query_device(&dev).ok();
+  if (have_device) {
     sms = dev.sm_count;
     os << "device " << dev.name << ": " << sms << " SMs\n";
   } else {
     sms = 132;
     os << "no CUDA device: scoring for a 132-SM H100 SXM\n";
   }
+  const fp8::Fp8ClusterCapacity capacity = have_device ? fp8::fp8_cluster_capacity(dev.device) : fp8::Fp8ClusterCapacity{};
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
+  if (have_device) {
+    os << "CTAs resident in clusters of";
+    for (int s = 2; s < 9; ++s)
+      if (capacity.ctas[s] > 0) os << " " << s << ": " << capacity.ctas[s];
+    os << " (split K within a cluster where a pick's clusters fit)\n";
+  }
   os << "FP8 GEMM " << m << "x" << n << "x" << k << ": " << cands.size() << " candidates, best first\n";
-  os << "   bm  bn stages splits promote overlap uneven  units  waves  compute_us  memory_us  stream_us  est_us  bound\n";
-  char line[192];
+  os << "   bm  bn stages splits creduce promote overlap uneven  units  waves  compute_us  memory_us  stream_us  "
+        "est_us  bound\n";
+  char line[200];
   for (size_t i = 0; i < cands.size() && i < 12; ++i) {
     const auto& c = cands[i];
-    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %7d %6d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
+    const bool in_cluster =
+        fp8::fp8_cluster_by_default(c.config, m, n, Fp8EpilogueKind::kPlain, OutType::kBF16, capacity);
+    std::snprintf(line, sizeof(line), "%s %3d %3d %6d %6d %7d %7d %7d %6d %6d %6.2f %11.1f %10.1f %10.1f %7.1f  %s\n",
                   i == 0 ? "*" : " ", c.config.block_m, c.config.block_n, c.config.stages, c.config.splits,
-                  c.config.promote_every, c.config.overlap ? 1 : 0, c.config.uneven ? 1 : 0, c.units, c.waves,
+                  in_cluster ? 1 : 0, c.config.promote_every, c.config.overlap ? 1 : 0, c.config.uneven ? 1 : 0,
+                  c.units, c.waves,
                   c.t_compute_us, c.t_memory_us, c.t_stream_us,
                   c.t_total_us, c.bound);
     os << line;
@@ -477,6 +512,7 @@ size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8Gem
   // past size_t, SIZE_MAX (gemm::split_k_workspace_bytes).
   if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
     return 0;
+  if (config.cluster_reduce == 1) return 0;  // split within a cluster: no workspace
   return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
                                        config.splits, config.block_m, config.block_n);
 }

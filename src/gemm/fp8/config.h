@@ -42,6 +42,29 @@ struct Fp8ScoreOptions {
   int cluster_ctas[9] = {};
 };
 
+// What the last split of a tile adds when the splits reduce within a cluster (one hop of
+// distributed shared memory into rank 0; the workspace's fix-up costs the model 1.5 us). Measured
+// against the workspace on the same tiles and splits: 0.4-0.8 us faster at M <= 128, K = 7168
+// (docs/perf.md block-scaled v6).
+constexpr double kClusterSplitFixupUs = 0.8;
+
+// CTAs resident in clusters of 2 ... 8 for the per-tensor kernels that split within a cluster, on
+// `device` (gemm/fp8/launch.cu; 0s where the runtime cannot say).
+struct Fp8ClusterCapacity {
+  int ctas[9] = {};
+};
+Fp8ClusterCapacity fp8_cluster_capacity(int device);
+
+// Whether a config's splits reduce within a cluster: split, not refused (cluster_reduce = 0), and a
+// kernel for its tile, epilogue and output reduces that many.
+bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType out);
+// The per-tensor chooser's transport for its pick (scored as before, through the workspace): within
+// a cluster where fp8_in_cluster and the clusters fit in one wave with room to spare. Measured on
+// the H100 against the workspace on the same tiles and splits: 0.3-2.2 us faster at M <= 128 where
+// they fit, slower where pairs filled all 132 SMs (docs/perf.md W1 v17).
+bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
+                            const Fp8ClusterCapacity& capacity);
+
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options = {});

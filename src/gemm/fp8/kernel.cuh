@@ -36,6 +36,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
   static_assert((T::kBlockN / 2) % 4 == 0, "split-K stores fragments as float4");
 
+  // Split K reduced within a cluster (gemm/split_k.cuh): the launch's cluster is the tile's splits,
+  // at most a portable cluster; rank 1's partial lands in rank 0's epilogue staging.
+  constexpr int kClusterSplits = gemm::ClusterSplitK<T>::value;
+  constexpr bool kClusterSplit = kClusterSplits > 1;
+  static_assert(kClusterSplits == 0 || (kClusterSplits >= 2 && kClusterSplits <= 8 && !T::kOverlapEpilogue &&
+                                        !T::kFused && T::kClusterM == 1),
+                "split K in a cluster: 2 to 8 splits, split units (no overlap), the plain or staged epilogue");
+  static_assert(!kClusterSplit || 128 * (T::kBlockN / 2) * 4 == T::kEpiSlots * T::kEpiSlotBytes,
+                "a consumer warpgroup's FP32 partial is its epilogue staging");
+
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
 
@@ -65,8 +75,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   using Fused = FusedEpilogue<T>;
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
-  // Split K reduced within a cluster (gemm/split_k.cuh): the launch's cluster is the tile's splits.
-  constexpr bool kClusterSplit = gemm::ClusterSplitK<T>::value > 1;
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);

@@ -130,6 +130,16 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 
 }  // namespace
 
+namespace fp8 {
+Fp8ClusterCapacity fp8_cluster_capacity(int device) {
+  const gemm::ClusterCapacity c = gemm::cluster_capacity(kFp8VariantSpecs, kFp8VariantLaunchers, kNumFp8VariantSpecs,
+                                                         device);
+  Fp8ClusterCapacity out;
+  for (int s = 0; s < 9; ++s) out.ctas[s] = c.ctas[s];
+  return out;
+}
+}  // namespace fp8
+
 Status workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return Status::Ok();
   LOWBIT_RETURN_IF_ERROR(check::ArgCheck("workspace_init").ptr("workspace", workspace, 1).device());
@@ -147,6 +157,13 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   if (forced) {
     cfg = *forced;
     LOWBIT_RETURN_IF_ERROR(validate_config(args, cfg));
+    // Split K within a cluster where compiled (cluster_reduce -1), or as forced.
+    const bool in_cluster = fp8::fp8_in_cluster(cfg, epilogue_kind(args), args.out_type);
+    if (cfg.cluster_reduce == 1 && !in_cluster)
+      return Status::Invalid("fp8_gemm: creduce=1 needs splits > 1 on a kernel compiled to reduce that many within a "
+                             "cluster for this epilogue and output; config " + cfg.to_string() + " (" +
+                             fp8::compiled_variants_text(cfg.block_m, cfg.block_n) + ")");
+    cfg.cluster_reduce = in_cluster ? 1 : 0;
     const size_t need = fp8_gemm_workspace_size(args.m, args.n, args.k, cfg);
     if (need > args.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall,
@@ -158,12 +175,18 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     static ChoiceCache<7, Fp8GemmConfig> chosen;
     const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(epilogue_kind(args)),
                             static_cast<int64_t>(args.out_type), check::extent_of(args.workspace_bytes)}};
+    // The pick says which split-K transport it runs (cluster_reduce 0 or 1).
+    const Fp8EpilogueKind epilogue = epilogue_kind(args);
     LOWBIT_RETURN_IF_ERROR(chosen.pick(
         key, &cfg, [&] { return fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count); },
         [&](Fp8GemmConfig* c) {
-          return fp8_gemm_workspace_size(args.m, args.n, args.k, *c) <= args.workspace_bytes &&
-                 fp8::fp8_usable_config(c, epilogue_kind(args), args.out_type == OutType::kFP32,
-                                        args.out_type == OutType::kFP16);
+          if (!fp8::fp8_usable_config(c, epilogue, args.out_type == OutType::kFP32, args.out_type == OutType::kFP16))
+            return false;
+          c->cluster_reduce = fp8::fp8_cluster_by_default(*c, args.m, args.n, epilogue, args.out_type,
+                                                          fp8::fp8_cluster_capacity(dev.device))
+                                  ? 1
+                                  : 0;
+          return fp8_gemm_workspace_size(args.m, args.n, args.k, *c) <= args.workspace_bytes;
         },
         "fp8_gemm: no usable config for this shape"));
   }
@@ -199,7 +222,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                          fused                    ? fp8::VariantEpilogue::kFused
                                          : staged_epilogue(args) ? fp8::VariantEpilogue::kStaged
                                                                  : fp8::VariantEpilogue::kPlain,
-                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven);
+                                         cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven,
+                                         cfg.cluster_reduce == 1 && cfg.splits > 1 ? cfg.splits : 0);
   if (line < 0) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   const fp8::VariantLauncher& entry = fp8::kFp8VariantLaunchers[line]();
   if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
@@ -275,7 +299,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   p.epi.activation = static_cast<int>(args.activation == Activation::kGelu   ? gemm::EpilogueActivation::kGelu
                                       : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
                                                                              : gemm::EpilogueActivation::kNone);
-  gemm::bind_split_k_workspace(p, args.workspace);
+  if (cfg.cluster_reduce != 1 || cfg.splits == 1) gemm::bind_split_k_workspace(p, args.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
   const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);

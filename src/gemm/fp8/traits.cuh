@@ -9,6 +9,7 @@
 #include "gemm/epilogue_params.h"
 #include "gemm/fp8/operands.cuh"
 #include "gemm/fp8/variants.h"
+#include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 
@@ -93,9 +94,11 @@ struct RegisterSplit {
 // kOutFp16_: 16-bit outputs in FP16 instead of BF16 (the staged epilogue only).
 // kEpiSlots_: epilogue staging slots per consumer warpgroup (EpilogueStaging); a family whose
 // stages carry more (the block-scaled A scales) may trade one for a stage.
+// kClusterSplits_ > 1: split K reduced within clusters of up to that many CTAs
+// (gemm::split_k_cluster_reduce; the landing slots join SharedStorage); 0: through the workspace.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
-          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2>
+          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2, int kClusterSplits_ = 0>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -168,13 +171,15 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   using EpilogueOperands = std::conditional_t<
       kFused, std::conditional_t<(kResidentRows > 0), ResidentOperands, FusedOperands>, StagedOperands>;
 
-  struct alignas(1024) SharedStorage {
+  struct alignas(1024) Storage {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
     uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
     EpilogueOperands ops;
     hopper::StageBarriers<kStages> bars;
   };
+  static constexpr int kClusterSplits = kClusterSplits_;
+  using SharedStorage = gemm::WithClusterLanding<Storage, kBlockN, kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
 };
 

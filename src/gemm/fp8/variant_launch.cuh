@@ -24,15 +24,22 @@ struct VariantOf {
   static_assert(fp8_tile_listed(S.block_m, S.block_n), "a variants.def line names a tile of variants.h");
   static constexpr bool kFused = S.epilogue == VariantEpilogue::kFused;
   static constexpr bool kStaged = S.epilogue != VariantEpilogue::kPlain;
-  using T = Fp8Traits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows), S.out == OutType::kFP32,
-                      kFused, kStaged, S.cluster, S.promote_every, S.block_m, S.resident_rows, S.overlap, S.uneven,
-                      S.out == OutType::kFP16>;
+  // Split within a cluster, the landing slots past the epilogue staging take whole stages.
+  static constexpr int kStageBytes = S.block_m * 128 + S.block_n * 128;
+  static constexpr int kLandingStages =
+      (gemm::cluster_landing_bytes(S.block_m, S.block_n, S.cluster_splits) + kStageBytes - 1) / kStageBytes;
+  using T = Fp8Traits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows) - kLandingStages,
+                      S.out == OutType::kFP32, kFused, kStaged, S.cluster, S.promote_every, S.block_m, S.resident_rows,
+                      S.overlap, S.uneven, S.out == OutType::kFP16, /*epi_slots=*/2, S.cluster_splits>;
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
                             int* launched) {
-    // A forced grid may exceed what is resident only without clusters (peers must co-run).
-    return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, S.cluster,
-                                                        device, stream, launched, a, b, d, bcast, p);
+    // A forced grid may exceed what is resident only without clusters (peers must co-run). Split
+    // within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
+    const int cluster = S.cluster_splits > 1 && p.sched.splits > 1 ? p.sched.splits : S.cluster;
+    return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units / (cluster / S.cluster), T::kThreads,
+                                                        T::kSmemBytes, cluster, device, stream, launched, a, b, d,
+                                                        bcast, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
     return hopper::prepare_persistent<fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
