@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -736,6 +737,203 @@ TEST_F(BlockScaledGpu, MaskedBadCountsReportedAndBadArgumentsRefused) {
 // set again in the context cudaDeviceReset creates, and every later launch failed. ctest runs
 // each test in its own process; the sanitizer filters leave this one out (the reset frees every
 // allocation of the process).
+// The contiguous layout: one A and one D for every group's rows, one after the other at
+// offsets[g], one B slab per group; built from one Problem per group (its reference is what its
+// rows must hold). `extra` rows past the last group belong to none.
+struct ContiguousSet {
+  int groups = 0, n = 0, k = 0;
+  int64_t rows = 0, sfa_ld = 0;
+  OutType out = OutType::kBF16;
+  std::vector<int> offsets;
+  std::vector<std::unique_ptr<Problem>> g;
+  bench::DeviceBuffer a, b, d, sfa, sfb, offs, ws;
+
+  void make(const std::vector<int>& sizes, int extra, int n_, int k_, OutType o, int salt) {
+    groups = static_cast<int>(sizes.size());
+    n = n_;
+    k = k_;
+    out = o;
+    offsets.assign(1, 0);
+    for (int m : sizes) offsets.push_back(offsets.back() + m);
+    rows = offsets.back() + extra;
+    sfa_ld = (rows + 3) / 4 * 4;
+    for (int i = 0; i < groups; ++i) {
+      g.emplace_back(new Problem);
+      g.back()->make(sizes[i], n, k, out, Inputs::kSmallInts, seed_for(salt + i));
+    }
+    const int kb = g[0]->kblocks(), nb = g[0]->nblocks();
+    const size_t sb = static_cast<size_t>(n) * k, ssb = static_cast<size_t>(nb) * kb * 4;
+    const size_t ob = out == OutType::kFP32 ? 4 : 2;
+    ASSERT_TRUE(a.alloc(static_cast<size_t>(rows) * k).ok());
+    ASSERT_TRUE(b.alloc(sb * groups).ok());
+    ASSERT_TRUE(d.alloc(static_cast<size_t>(rows) * n * ob).ok());
+    ASSERT_TRUE(sfa.alloc(static_cast<size_t>(kb) * sfa_ld * 4).ok());
+    ASSERT_TRUE(sfb.alloc(ssb * groups).ok());
+    ASSERT_TRUE(offs.alloc(sizeof(int) * (groups + 1)).ok());
+    ASSERT_TRUE(ws.alloc(fp8_grouped_contiguous_workspace_size(groups)).ok());
+    std::vector<float> hsfa(static_cast<size_t>(kb) * sfa_ld, 1.0f);
+    for (int i = 0; i < groups; ++i) {
+      const Problem& p = *g[i];
+      if (p.m > 0) {
+        CUDA_OK(cudaMemcpy(static_cast<char*>(a.p) + static_cast<size_t>(offsets[i]) * k, p.a.p,
+                           static_cast<size_t>(p.m) * k, cudaMemcpyDeviceToDevice));
+      }
+      CUDA_OK(cudaMemcpy(static_cast<char*>(b.p) + i * sb, p.b.p, sb, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(static_cast<char*>(sfb.p) + i * ssb, p.sfb.p, ssb, cudaMemcpyDeviceToDevice));
+      for (int kbi = 0; kbi < kb; ++kbi)
+        for (int r = 0; r < p.m; ++r) hsfa[static_cast<size_t>(kbi) * sfa_ld + offsets[i] + r] = p.hsfa[kbi * p.sfa_ld + r];
+    }
+    CUDA_OK(cudaMemcpy(sfa.p, hsfa.data(), hsfa.size() * 4, cudaMemcpyHostToDevice));
+    ASSERT_EQ(bench::fill_u16(d.p, static_cast<size_t>(rows) * n * ob / 2, 0xFFFF, nullptr), cudaSuccess);  // NaN
+    set_offsets(offsets, nullptr);
+  }
+  void set_offsets(const std::vector<int>& o, cudaStream_t s) {
+    CUDA_OK(cudaMemcpyAsync(offs.p, o.data(), sizeof(int) * (groups + 1), cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+  }
+  Fp8ContiguousGroupedArgs args() const {
+    Fp8ContiguousGroupedArgs x;
+    x.groups = groups;
+    x.rows = rows;
+    x.n = n;
+    x.k = k;
+    x.a = a.p;
+    x.b = b.p;
+    x.d = d.p;
+    x.sfa = static_cast<const float*>(sfa.p);
+    x.sfa_ld = sfa_ld;
+    x.sfb = static_cast<const float*>(sfb.p);
+    x.offsets = static_cast<const int*>(offs.p);
+    x.out_type = out;
+    x.workspace = ws.p;
+    x.workspace_bytes = fp8_grouped_contiguous_workspace_size(groups);
+    return x;
+  }
+  // D read back whole, as doubles.
+  std::vector<double> read_all() const {
+    Problem whole;
+    whole.m = static_cast<int>(rows);
+    whole.n = n;
+    whole.out = out;
+    return whole.read(d.p);
+  }
+  // Group i's rows (at offsets[i]) equal its reference exactly, or are all still poison (skipped).
+  void expect(const std::vector<double>& got, int i, bool computed, const std::string& what) const {
+    const Problem& p = *g[i];
+    const auto ref = p.reference();
+    int64_t bad = 0;
+    for (size_t e = 0; e < ref.size(); ++e) {
+      const double v = got[static_cast<size_t>(offsets[i]) * n + e];
+      if (computed ? !(v == round_to_out(ref[e], out)) : !std::isnan(v)) {
+        if (bad < 5)
+          ADD_FAILURE() << what << " group " << i << ": element (" << e / n << ", " << e % n << ") = " << v
+                        << (computed ? ", want " + std::to_string(round_to_out(ref[e], out)) : ", want unwritten");
+        ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << " group " << i;
+  }
+  // Rows from `first` on belong to no group: never written.
+  void expect_unwritten_from(const std::vector<double>& got, int64_t first, const std::string& what) const {
+    int64_t written = 0;
+    for (size_t e = static_cast<size_t>(first) * n; e < got.size(); ++e) written += !std::isnan(got[e]);
+    EXPECT_EQ(written, 0) << what << ": rows from " << first << " belong to no group but were written";
+  }
+};
+
+TEST_F(BlockScaledGpu, ContiguousExact) {
+  // Groups of 128, 0, 4, 132, 200 and 77 rows (starts 0, 128, 128, 132, 264, 464: multiples of 4,
+  // sizes not multiples of 128), then 7 rows that belong to no group; N not a multiple of the tile.
+  const std::vector<int> sizes = {128, 0, 4, 132, 200, 77};
+  int salt = 3000;
+  for (const BlockScaledConfig& cfg : tile_configs())
+    for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      ContiguousSet c;
+      c.make(sizes, 7, 272, 384, out, salt += 10);
+      const Status st = fp8_grouped_gemm_contiguous(c.args(), nullptr, &cfg);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const Status cs = fp8_grouped_check_status(c.ws.p, nullptr);
+      EXPECT_TRUE(cs.ok()) << cs.to_string();
+      const std::string what = std::string("contiguous ") + (out == OutType::kFP32 ? "fp32 " : "bf16 ") + cfg.to_string();
+      const auto got = c.read_all();
+      for (int i = 0; i < c.groups; ++i) c.expect(got, i, true, what);
+      c.expect_unwritten_from(got, c.offsets.back(), what);
+    }
+}
+
+// Captured once, replayed after the offsets change on the device (the prefill step's routing).
+TEST_F(BlockScaledGpu, ContiguousGraphReplayNewOffsets) {
+  ContiguousSet c;
+  c.make({64, 0, 36, 100}, 4, 128, 256, OutType::kBF16, 3100);
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_grouped_gemm_contiguous(c.args(), s.s);
+  CUDA_OK(cudaStreamEndCapture(s.s, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  auto got = c.read_all();
+  for (int i = 0; i < 4; ++i) c.expect(got, i, true, "graph replay 1");
+  c.expect_unwritten_from(got, 200, "graph replay 1");
+  // On the replay group 0 keeps its first 8 rows and the others are empty: every later row
+  // belongs to no group and stays poisoned.
+  ASSERT_EQ(bench::fill_u16(c.d.p, static_cast<size_t>(c.rows) * c.n, 0xFFFF, s.s), cudaSuccess);
+  c.set_offsets({0, 8, 8, 8, 8}, s.s);
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  got = c.read_all();
+  const auto ref0 = c.g[0]->reference();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int j = 0; j < c.n; ++j) {
+      const double v = got[static_cast<size_t>(r) * c.n + j];
+      const bool ok = r < 8 ? v == round_to_out(ref0[static_cast<size_t>(r) * c.n + j], c.out) : std::isnan(v);
+      if (!ok && bad++ < 5) ADD_FAILURE() << "graph replay 2: element (" << r << ", " << j << ") = " << v;
+    }
+  EXPECT_EQ(bad, 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Offsets that break the rules on the device: those groups are skipped and named in the status
+// block, the others computed. Bad host arguments are refused before anything is launched.
+TEST_F(BlockScaledGpu, ContiguousBadOffsetsReportedAndBadArgumentsRefused) {
+  ContiguousSet c;
+  c.make({8, 8, 8, 8, 8}, 8, 128, 256, OutType::kBF16, 3200);
+  // Group 0 is valid and group 1 empty; group 2 ends before it starts, group 3 starts on row 6
+  // (not a multiple of 4), group 4 runs past the 48 rows.
+  c.set_offsets({0, 8, 8, 6, 32, 60}, nullptr);
+  ASSERT_TRUE(fp8_grouped_gemm_contiguous(c.args(), nullptr).ok());
+  const Status cs = fp8_grouped_check_status(c.ws.p, nullptr);
+  EXPECT_FALSE(cs.ok());
+  for (const char* named : {"group 2", "group 3", "group 4", "offsets must be"})
+    EXPECT_NE(cs.message().find(named), std::string::npos) << named << ": " << cs.to_string();
+  EXPECT_EQ(cs.message().find("group 1"), std::string::npos) << cs.to_string();
+  const auto got = c.read_all();
+  c.expect(got, 0, true, "valid group beside bad ones");
+  c.expect_unwritten_from(got, 8, "skipped groups");
+
+  auto refused = [&](const char* what, const std::function<void(Fp8ContiguousGroupedArgs&)>& edit, StatusCode code) {
+    Fp8ContiguousGroupedArgs x = c.args();
+    edit(x);
+    const Status st = fp8_grouped_gemm_contiguous(x, nullptr);
+    EXPECT_EQ(st.code(), code) << what << ": " << st.to_string();
+  };
+  refused("rows 0", [](Fp8ContiguousGroupedArgs& x) { x.rows = 0; }, StatusCode::kInvalidArgument);
+  refused("sfa_ld < rows", [](Fp8ContiguousGroupedArgs& x) { x.sfa_ld = 4; }, StatusCode::kInvalidArgument);
+  refused("sfa_ld not a multiple of 4", [](Fp8ContiguousGroupedArgs& x) { x.sfa_ld += 2; }, StatusCode::kInvalidArgument);
+  refused("null offsets", [](Fp8ContiguousGroupedArgs& x) { x.offsets = nullptr; }, StatusCode::kInvalidArgument);
+  refused("n not a multiple of 16", [](Fp8ContiguousGroupedArgs& x) { x.n = 120; }, StatusCode::kInvalidArgument);
+  refused("FP16 out", [](Fp8ContiguousGroupedArgs& x) { x.out_type = OutType::kFP16; }, StatusCode::kInvalidArgument);
+  refused("workspace too small", [](Fp8ContiguousGroupedArgs& x) { x.workspace_bytes -= 1; },
+          StatusCode::kWorkspaceTooSmall);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 TEST_F(BlockScaledGpu, DeviceResetKeepsKernelsLaunchable) {
   for (int round = 0; round < 2; ++round) {
     {

@@ -424,6 +424,60 @@ TEST(BlockScaledValidation, RejectsBadMaskedCalls) {
   EXPECT_EQ(fp8_grouped_masked_workspace_size(4), fp8_grouped_workspace_size(4) + 4 * sizeof(Fp8GroupedProblem));
 }
 
+// The contiguous layout's host checks, on a machine with or without a GPU (nothing launches: every
+// argument here is refused first).
+TEST(BlockScaledValidation, RejectsBadContiguousCalls) {
+  alignas(128) static char ws[1 << 14];
+  auto valid = [] {
+    Fp8ContiguousGroupedArgs a;
+    a.groups = 4;
+    a.rows = 300;
+    a.n = 256;
+    a.k = 512;
+    a.a = reinterpret_cast<const void*>(0x600000000);
+    a.b = reinterpret_cast<const void*>(0x610000000);
+    a.d = reinterpret_cast<void*>(0x620000000);
+    a.sfa = reinterpret_cast<const float*>(0x630000000);
+    a.sfa_ld = 300;
+    a.sfb = reinterpret_cast<const float*>(0x640000000);
+    a.offsets = reinterpret_cast<const int*>(0x650000000);
+    a.workspace = ws;
+    a.workspace_bytes = sizeof(ws);
+    return a;
+  };
+  auto expect = [](const Fp8ContiguousGroupedArgs& a, StatusCode code, const char* text) {
+    const Status st = fp8_grouped_gemm_contiguous(a, nullptr);
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.message();
+  };
+  auto a = valid();
+  a.groups = 0;
+  expect(a, StatusCode::kInvalidArgument, "groups");
+  a = valid();
+  a.rows = 0;
+  expect(a, StatusCode::kInvalidArgument, "rows");
+  a = valid();
+  a.k = 100;
+  expect(a, StatusCode::kInvalidArgument, "k");
+  a = valid();
+  a.sfa_ld = 298;
+  expect(a, StatusCode::kInvalidArgument, "sfa_ld");
+  a = valid();
+  a.sfa_ld = 302;
+  expect(a, StatusCode::kInvalidArgument, "sfa_ld");
+  a = valid();
+  a.offsets = nullptr;
+  expect(a, StatusCode::kInvalidArgument, "offsets");
+  a = valid();
+  a.out_type = OutType::kFP16;
+  expect(a, StatusCode::kInvalidArgument, "out_type");
+  a = valid();
+  a.workspace_bytes = fp8_grouped_workspace_size(4);
+  expect(a, StatusCode::kWorkspaceTooSmall, "workspace");
+  EXPECT_EQ(fp8_grouped_contiguous_workspace_size(4), fp8_grouped_masked_workspace_size(4));
+  EXPECT_EQ(fp8_grouped_contiguous_workspace_size(0), 0u);
+}
+
 TEST(BlockScaledValidation, HostDescriptorRules) {
   std::vector<Fp8GroupedProblem> g(4, valid_group());
   EXPECT_TRUE(fp8_grouped_validate(g.data(), 4).ok());

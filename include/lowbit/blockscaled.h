@@ -158,6 +158,42 @@ size_t fp8_grouped_masked_workspace_size(int groups);
 Status fp8_grouped_gemm_masked(const Fp8MaskedGroupedArgs& args, cudaStream_t stream,
                                const BlockScaledConfig* config = nullptr);
 
+// ---------------------------------------------------------------- grouped, contiguous layout
+// DeepGEMM's contiguous layout (m_grouped_fp8_gemm_nt_contiguous; MoE prefill): the rows of every
+// group one after the other in one A and one D, each group with its own B. Group g owns rows
+// [offsets[g], offsets[g + 1]): any sizes (DeepGEMM pads every group to 128 rows), as long as each
+// non-empty group starts on a multiple of 4 rows (the A scales are copied 16 bytes at a time). The
+// offsets live in device memory, so a captured graph replays with new group sizes.
+struct Fp8ContiguousGroupedArgs {
+  int groups = 0;   // >= 1
+  int64_t rows = 0; // rows of A and D, >= 1
+  int64_t n = 0;    // multiple of 16
+  int64_t k = 0;    // multiple of 16
+  const void* a = nullptr;      // E4M3 [rows, k], 16-byte aligned
+  const void* b = nullptr;      // E4M3 [groups, n, k], 16-byte aligned
+  void* d = nullptr;            // [rows, n] of out_type, 16-byte aligned; rows no group owns are not written
+  const float* sfa = nullptr;   // [kblocks, sfa_ld] over all rows (fp8_blockscaled_gemm's layout), 16-byte aligned
+  int64_t sfa_ld = 0;           // >= rows, multiple of 4
+  const float* sfb = nullptr;   // [groups, nblocks, kblocks], 4-byte aligned
+  // [groups + 1] on the device: non-decreasing, offsets[0] >= 0, offsets[groups] <= rows, and a
+  // multiple of 4 wherever a non-empty group starts. A group that breaks this is skipped and named
+  // in the status block.
+  const int* offsets = nullptr;
+  OutType out_type = OutType::kBF16;  // BF16 or FP32
+  // fp8_grouped_contiguous_workspace_size(groups) bytes, 128-byte aligned; no initialization needed;
+  // calls that may run concurrently need separate workspaces.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+size_t fp8_grouped_contiguous_workspace_size(int groups);
+
+// The contiguous grouped GEMM: the descriptor-array GEMM's two launches (the preparation kernel
+// builds each group's descriptor and tensor maps from the offsets on the device), stream-ordered,
+// no host synchronization, capturable.
+Status fp8_grouped_gemm_contiguous(const Fp8ContiguousGroupedArgs& args, cudaStream_t stream,
+                                   const BlockScaledConfig* config = nullptr);
+
 // Reads the status block the last fp8_grouped_gemm on this workspace left: Ok, or everything it
 // did not compute -- how many groups were invalid, the first 12 of them and why, and a reason that
 // stopped the whole call (2^30 tiles or more). Synchronizes `stream` (a checking aid, not for the hot

@@ -618,6 +618,67 @@ Tensor fp8_grouped_gemm_masked_meta(const Tensor& a, const Tensor& b, const Tens
   return fp8_masked(a, b, sfa, sfb, masked_m, out_dtype, check, false);
 }
 
+// The contiguous layout (DeepGEMM's m_grouped_fp8_gemm_nt_contiguous): a [rows, K], b [G, N, K],
+// sfa [ceil(K/128), ld] over all rows (quantize_fp8_1x128 of a), sfb [G, ceil(N/128), ceil(K/128)],
+// offsets int32 [G + 1] on the device.
+Tensor fp8_contiguous(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb, const Tensor& offsets,
+                      std::optional<at::ScalarType> out_dtype, bool check, bool run) {
+  expect(a, "a", at::kFloat8_e4m3fn, 2);
+  expect(b, "b", at::kFloat8_e4m3fn, 3);
+  expect(sfa, "sfa", at::kFloat, 2);
+  expect(sfb, "sfb", at::kFloat, 3);
+  expect(offsets, "offsets", at::kInt, 1);
+  const int64_t rows = a.size(0), k = a.size(1), groups = b.size(0), n = b.size(1);
+  TORCH_CHECK_VALUE(b.size(2) == k, "lowbit: a is [rows, K] and b [G, N, K]; got a ", a.sizes(), " and b ", b.sizes());
+  const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+  TORCH_CHECK_VALUE(sfa.size(0) == kb && sfa.size(1) >= rows,
+                    "lowbit: sfa must be [ceil(K / 128), ld] with ld >= rows, got ", sfa.sizes());
+  TORCH_CHECK_VALUE(sfb.size(0) == groups && sfb.size(1) == nb && sfb.size(2) == kb,
+                    "lowbit: sfb must be [G, ceil(N / 128), ceil(K / 128)], got ", sfb.sizes());
+  TORCH_CHECK_VALUE(offsets.size(0) == groups + 1, "lowbit: offsets must hold G + 1 row offsets (", groups + 1,
+                    "), got ", offsets.size(0));
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{b, "b"}, {sfa, "sfa"}, {sfb, "sfb"},
+                                {offsets, "offsets"}})
+    expect_cuda(t, name, a);
+  expect_cuda(a, "a", a);
+  TORCH_CHECK_VALUE(groups >= 1 && groups <= INT32_MAX && rows >= 1 && rows <= INT32_MAX,
+                    "lowbit: groups and rows must be in [1, 2^31), got ", groups, " and ", rows);
+  const lowbit::OutType ot = out_type(out_dtype);
+  Tensor out = at::empty({rows, n}, a.options().dtype(scalar_type(ot)));
+  if (!run) return out;
+  const c10::DeviceGuard guard(a.device());
+  const cudaStream_t stream = current_stream(a);
+  lowbit::Fp8ContiguousGroupedArgs x;
+  x.groups = static_cast<int>(groups);
+  x.rows = rows;
+  x.n = n;
+  x.k = k;
+  x.a = a.data_ptr();
+  x.b = b.data_ptr();
+  x.d = out.data_ptr();
+  x.sfa = sfa.data_ptr<float>();
+  x.sfa_ld = sfa.size(1);
+  x.sfb = sfb.data_ptr<float>();
+  x.offsets = offsets.data_ptr<int32_t>();
+  x.out_type = ot;
+  x.workspace_bytes = lowbit::fp8_grouped_contiguous_workspace_size(x.groups);
+  const auto [ws, base] = aligned_scratch(a, x.workspace_bytes, 128);
+  x.workspace = base;
+  raise_if_error(lowbit::fp8_grouped_gemm_contiguous(x, stream));
+  check_grouped_status(check, lowbit::fp8_grouped_check_status, base, stream);
+  return out;
+}
+
+Tensor fp8_grouped_gemm_contiguous(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb,
+                                   const Tensor& offsets, std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_contiguous(a, b, sfa, sfb, offsets, out_dtype, check, true);
+}
+
+Tensor fp8_grouped_gemm_contiguous_meta(const Tensor& a, const Tensor& b, const Tensor& sfa, const Tensor& sfb,
+                                        const Tensor& offsets, std::optional<at::ScalarType> out_dtype, bool check) {
+  return fp8_contiguous(a, b, sfa, sfb, offsets, out_dtype, check, false);
+}
+
 // One global scale per group; none given: 1.
 float group_scale(at::ArrayRef<double> scales, size_t g) { return scales.empty() ? 1.0f : static_cast<float>(scales[g]); }
 
@@ -1113,6 +1174,8 @@ TORCH_LIBRARY(lowbit, m) {
         "bool check=False) -> Tensor[]");
   m.def("fp8_grouped_gemm_masked(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor masked_m, *, "
         "ScalarType? out_dtype=None, bool check=False) -> Tensor");
+  m.def("fp8_grouped_gemm_contiguous(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor offsets, *, "
+        "ScalarType? out_dtype=None, bool check=False) -> Tensor");
   m.def("nvfp4_grouped_gemm(Tensor[] a, Tensor[]? a_scales, Tensor[] b_prepacked, int[] n, *, "
         "float[] a_global_scales=[], float[] b_global_scales=[], bool check=False) -> Tensor[]");
   m.def("fused_moe_workspace(Tensor x, Tensor w, int top_k, *, bool deterministic=False, "
@@ -1142,6 +1205,7 @@ TORCH_LIBRARY_IMPL(lowbit, CUDA, m) {
   m.impl("fused_moe_fp8", &fused_moe_fp8);
   m.impl("fp8_grouped_gemm", &fp8_grouped_gemm);
   m.impl("fp8_grouped_gemm_masked", &fp8_grouped_gemm_masked);
+  m.impl("fp8_grouped_gemm_contiguous", &fp8_grouped_gemm_contiguous);
   m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm);
   m.impl("fused_moe_workspace", &fused_moe_workspace);
   m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage);
@@ -1161,6 +1225,7 @@ TORCH_LIBRARY_IMPL(lowbit, Meta, m) {
   m.impl("fused_moe_fp8", &fused_moe_fp8_meta);
   m.impl("fp8_grouped_gemm", &fp8_grouped_gemm_meta);
   m.impl("fp8_grouped_gemm_masked", &fp8_grouped_gemm_masked_meta);
+  m.impl("fp8_grouped_gemm_contiguous", &fp8_grouped_gemm_contiguous_meta);
   m.impl("nvfp4_grouped_gemm", &nvfp4_grouped_gemm_meta);
   m.impl("fused_moe_workspace", &fused_moe_workspace_meta);
   m.impl("fused_moe_fp8_stage", &fused_moe_fp8_stage_meta);

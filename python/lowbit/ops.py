@@ -103,6 +103,32 @@ def fp8_grouped_gemm_masked(
     return _ops.fp8_grouped_gemm_masked(a, b, sfa, sfb, masked_m, out_dtype=out_dtype, check=check)
 
 
+def fp8_grouped_gemm_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    check: bool = False,
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMMs in DeepGEMM's contiguous layout (MoE prefill): the groups' rows one
+    after the other, ``out[offsets[g]:offsets[g+1]] = a[offsets[g]:offsets[g+1]] @ b[g].T`` with the
+    block scales.
+
+    a: float8_e4m3fn [rows, K] with sfa float32 [ceil(K/128), ld], ld >= rows (``quantize_fp8_1x128``
+    of the whole batch); b: float8_e4m3fn [G, N, K] with sfb float32 [G, ceil(N/128), ceil(K/128)]
+    (N and K multiples of 16). offsets: int32 [G + 1] on the device, non-decreasing within [0, rows],
+    each non-empty group starting on a multiple of 4 rows (sizes need not be multiples of 128); read
+    by the GPU, so a CUDA graph replays with new group sizes. Returns [rows, N] of out_dtype
+    (bfloat16 default, or float32); rows past offsets[G] are not written (uninitialized). A group
+    whose offsets break the rules is skipped; ``check=True`` reads the device's status block after
+    the call (waits for the GPU; skipped while the stream captures) and raises naming it.
+    """
+    return _ops.fp8_grouped_gemm_contiguous(a, b, sfa, sfb, offsets, out_dtype=out_dtype, check=check)
+
+
 def _some_groups(a: Sequence[torch.Tensor], op: str) -> None:
     # The operator cannot dispatch without a tensor to pick the device by.
     if len(a) == 0:

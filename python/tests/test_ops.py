@@ -602,6 +602,44 @@ def test_fp8_grouped_gemm_masked_matches_reference(out_dtype, tol, gen):
 
 
 @gpu
+@pytest.mark.parametrize("out_dtype,tol", [(torch.bfloat16, 1e-2), (torch.float32, 2e-3)])
+def test_fp8_grouped_gemm_contiguous_matches_reference(out_dtype, tol, gen):
+    sizes, n, k = [32, 0, 4, 60, 37], 384, 1024  # starts 0, 32, 32, 36, 96: multiples of 4
+    offsets = [0]
+    for m in sizes:
+        offsets.append(offsets[-1] + m)
+    rows = offsets[-1] + 3  # three rows no group owns
+    qa, sfa = lowbit.quantize_fp8_1x128(torch.randn(rows, k, device="cuda", generator=gen))
+    da = qa.double() * sfa[:, :rows].t().double().repeat_interleave(128, 1)[:, :k]
+    ws = [lowbit.quantize_fp8_128x128(torch.randn(n, k, device="cuda", generator=gen)) for _ in sizes]
+    b, sb = torch.stack([q for q, _ in ws]), torch.stack([s for _, s in ws])
+    db = [q.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k] for q, s in ws]
+    offs = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+    out = lowbit.fp8_grouped_gemm_contiguous(qa, b, sfa, sb, offs, out_dtype=out_dtype, check=True)
+    assert out.shape == (rows, n) and out.dtype == out_dtype
+    for g, m in enumerate(sizes):
+        lo, hi = offsets[g], offsets[g + 1]
+        if m:
+            assert rel_err(out[lo:hi], da[lo:hi] @ db[g].T) < tol, g
+    # Captured once, replayed with new offsets: rows past the last group keep their NaNs.
+    with torch.cuda.graph(graph := torch.cuda.CUDAGraph()):
+        captured = lowbit.fp8_grouped_gemm_contiguous(qa, b, sfa, sb, offs, out_dtype=out_dtype)
+    captured.fill_(float("nan"))
+    offs.copy_(torch.tensor([0, 8, 8, 12, 40, 41], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, (lo, hi) in enumerate(zip([0, 8, 8, 12, 40], [8, 8, 12, 40, 41])):
+        if hi > lo:
+            assert rel_err(captured[lo:hi], da[lo:hi] @ db[g].T) < tol, g
+    assert torch.isnan(captured[41:]).all()
+    bad = torch.tensor([0, 32, 32, 34, 96, 133], dtype=torch.int32, device="cuda")  # group 3 starts on row 34
+    with pytest.raises(ValueError, match="group 3"):
+        lowbit.fp8_grouped_gemm_contiguous(qa, b, sfa, sb, bad, check=True)
+    with pytest.raises(ValueError, match="offsets"):
+        lowbit.fp8_grouped_gemm_contiguous(qa, b, sfa, sb, offs[:5])
+
+
+@gpu
 def test_grouped_gemm_in_cuda_graphs(gen):
     shapes = [(0, 256, 512), (1, 384, 1024), (64, 256, 512)]
     qa, qb, sfa, sfb, _ = (list(t) for t in zip(*(_blockscaled_operands(m, n, k, gen) for m, n, k in shapes)))

@@ -77,6 +77,37 @@ struct MaskedLayout {
   }
 };
 
+// ... or built from the contiguous layout (fp8_grouped_gemm_contiguous): group g's rows from
+// offsets[g] to offsets[g + 1] of the shared A, D and A scales, its own B slab. The host checked the
+// shared pointers, strides and sizes once; only the offsets are checked here.
+struct ContiguousLayout {
+  const int* offsets;
+  int64_t rows;
+  int n, k;
+  const uint8_t* a;
+  const uint8_t* b;
+  uint8_t* d;
+  const float* sfa;
+  const float* sfb;
+  int64_t sfa_ld;
+  int out_bytes;
+  static constexpr bool kWritesDescriptors = true;
+  // A group whose offsets break the rules gets m = -1 (check() names it; nothing reads its
+  // pointers, left at the slabs' starts).
+  __device__ __forceinline__ Fp8GroupedProblem at(int g) const {
+    const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+    const int64_t first = offsets[g], last = offsets[g + 1];
+    const bool ok = first >= 0 && last >= first && last <= rows && (last == first || first % 4 == 0);
+    const int64_t row = ok ? first : 0;
+    return Fp8GroupedProblem{ok ? static_cast<int32_t>(last - first) : -1, n, k, 0, a + row * k,
+                             b + static_cast<int64_t>(g) * n * k, d + row * n * out_bytes, sfa + row,
+                             sfb + g * nb * kb, sfa_ld};
+  }
+  __device__ __forceinline__ int check(const Fp8GroupedProblem& d) const {
+    return d.m < 0 ? kGroupBadOffsets : kGroupOk;
+  }
+};
+
 template <class Source>
 __global__ void __launch_bounds__(kPrepareThreads)
     grouped_prepare_kernel(const Source src, int groups, GroupedWorkspace ws, int out_bytes, int cluster_m,

@@ -23,6 +23,8 @@ enum GroupError : int {
   kGroupTooManyTiles = 6, // all groups together have 2^30 tiles or more: nothing is computed
   kGroupTooLarge = 7,     // m, n or k above 2^30 (tile and K-block counts are ints)
   kGroupBadMaskedM = 8,   // masked layout: masked_m[g] outside [0, max_m]
+  kGroupBadOffsets = 9,   // contiguous layout: offsets[g], offsets[g + 1] out of order, out of [0, rows],
+                          // or a non-empty group's first row not a multiple of 4
 };
 constexpr int kGroupMaxDim = 1 << 30;
 
@@ -37,6 +39,8 @@ inline const char* group_error_text(int code) {
     case kGroupTooManyTiles: return "the groups together have 2^30 tiles or more";
     case kGroupTooLarge: return "m, n and k must be at most 2^30";
     case kGroupBadMaskedM: return "masked_m must be in [0, max_m]";
+    case kGroupBadOffsets:
+      return "offsets must be non-decreasing within [0, rows], a non-empty group starting on a multiple of 4 rows";
   }
   return "unknown";
 }
@@ -46,7 +50,7 @@ struct GroupedWorkspace {
   int* tile_start;   // [groups + 1]
   CUtensorMap* maps; // [groups * 3], 128-byte aligned
   // [groups], after the maps: the descriptors the preparation kernel writes for a layout that has
-  // none of its own (masked); null in a descriptor-array call's workspace.
+  // none of its own (masked, contiguous); null in a descriptor-array call's workspace.
   Fp8GroupedProblem* problems;
 
   static size_t tile_offset_bytes() { return 128; }

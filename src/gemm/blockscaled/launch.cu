@@ -620,6 +620,27 @@ Status fp8_grouped_gemm(const Fp8GroupedProblem* problems, int groups, OutType o
   return launch_grouped(who, blockscaled::DescriptorArray{problems}, problems, groups, out_type, ws, cfg, *devp, stream);
 }
 
+namespace {
+// The layouts' shared tail (masked, contiguous): the workspace (room for the descriptors the
+// preparation kernel builds), the forced config and the device, then the two launches.
+template <class Layout>
+Status launch_layout(const char* who, check::ArgCheck& c, const Layout& layout, int groups, OutType out_type,
+                     void* workspace, size_t workspace_bytes, const BlockScaledConfig& cfg, cudaStream_t stream) {
+  const size_t need = blockscaled::GroupedWorkspace::bytes_with_problems(groups);
+  c.out("workspace", workspace, 128, check::extent_of(workspace_bytes))
+      .rule(workspace_bytes < need, StatusCode::kWorkspaceTooSmall, [&] {
+        return std::to_string(groups) + " groups need " + std::to_string(need) + " bytes of workspace, got " +
+               std::to_string(workspace_bytes);
+      });
+  LOWBIT_RETURN_IF_ERROR(c.status());
+  LOWBIT_RETURN_IF_ERROR(check_grouped_config(who, cfg));
+  const DeviceInfo* devp = nullptr;
+  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+  const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(workspace, groups, true);
+  return launch_grouped(who, layout, ws.problems, groups, out_type, ws, cfg, *devp, stream);
+}
+}  // namespace
+
 size_t fp8_grouped_masked_workspace_size(int groups) {
   return groups > 0 ? blockscaled::GroupedWorkspace::bytes_with_problems(groups) : 0;
 }
@@ -644,16 +665,7 @@ Status fp8_grouped_gemm_masked(const Fp8MaskedGroupedArgs& a, cudaStream_t strea
       .out("D", a.d, 16, extent(g * a.max_m, a.n, ob))
       .ptr("sfa", a.sfa, 16, check::Null::kRefused, extent(g * kb, a.sfa_ld, 4))
       .ptr("sfb", a.sfb, 4, check::Null::kRefused, extent(g * nb, kb, 4))
-      .ptr("masked_m", a.masked_m, 4, check::Null::kRefused, extent(g, 4))
-      .out("workspace", a.workspace, 128, check::extent_of(a.workspace_bytes))
-      .rule(a.workspace_bytes < fp8_grouped_masked_workspace_size(a.groups), StatusCode::kWorkspaceTooSmall, [&] {
-        return std::to_string(a.groups) + " groups need " + std::to_string(fp8_grouped_masked_workspace_size(a.groups)) +
-               " bytes of workspace, got " + std::to_string(a.workspace_bytes);
-      });
-  LOWBIT_RETURN_IF_ERROR(c.status());
-  LOWBIT_RETURN_IF_ERROR(check_grouped_config(who, cfg));
-  const DeviceInfo* devp = nullptr;
-  LOWBIT_RETURN_IF_ERROR(c.device(&devp));
+      .ptr("masked_m", a.masked_m, 4, check::Null::kRefused, extent(g, 4));
   const blockscaled::MaskedLayout layout{a.masked_m,
                                          a.max_m,
                                          static_cast<int>(a.n),
@@ -665,8 +677,47 @@ Status fp8_grouped_gemm_masked(const Fp8MaskedGroupedArgs& a, cudaStream_t strea
                                          a.sfb,
                                          a.sfa_ld,
                                          static_cast<int>(ob)};
-  const blockscaled::GroupedWorkspace ws = blockscaled::GroupedWorkspace::at(a.workspace, a.groups, true);
-  return launch_grouped(who, layout, ws.problems, a.groups, a.out_type, ws, cfg, *devp, stream);
+  return launch_layout(who, c, layout, a.groups, a.out_type, a.workspace, a.workspace_bytes, cfg, stream);
+}
+
+size_t fp8_grouped_contiguous_workspace_size(int groups) {
+  return groups > 0 ? blockscaled::GroupedWorkspace::bytes_with_problems(groups) : 0;
+}
+
+Status fp8_grouped_gemm_contiguous(const Fp8ContiguousGroupedArgs& a, cudaStream_t stream,
+                                   const BlockScaledConfig* forced) {
+  const char* who = "fp8_grouped_gemm_contiguous";
+  const BlockScaledConfig cfg = forced ? *forced : BlockScaledConfig{};
+  const int64_t kb = (a.k + 127) / 128, nb = (a.n + 127) / 128;
+  const int64_t g = a.groups, ob = a.out_type == OutType::kFP32 ? 4 : 2;
+  using check::extent;
+  check::ArgCheck c(who);
+  c.dim("groups", a.groups, 1, gemm::kMaxGroups)
+      .dim("rows", a.rows, 1, blockscaled::kGroupMaxDim)
+      .dim("n", a.n, 16, blockscaled::kGroupMaxDim)
+      .dim("k", a.k, 16, blockscaled::kGroupMaxDim)
+      .rule(a.sfa_ld < a.rows || a.sfa_ld % 4 != 0, [] { return std::string("sfa_ld must be >= rows and a multiple of 4"); })
+      .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32,
+            [] { return std::string("out_type must be BF16 or FP32 (FP16 is fp8_gemm's alone)"); });
+  LOWBIT_RETURN_IF_ERROR(c.status());
+  c.ptr("A", a.a, 16, check::Null::kRefused, extent(a.rows, a.k))
+      .ptr("B", a.b, 16, check::Null::kRefused, extent(g * a.n, a.k))
+      .out("D", a.d, 16, extent(a.rows, a.n, ob))
+      .ptr("sfa", a.sfa, 16, check::Null::kRefused, extent(kb, a.sfa_ld, 4))
+      .ptr("sfb", a.sfb, 4, check::Null::kRefused, extent(g * nb, kb, 4))
+      .ptr("offsets", a.offsets, 4, check::Null::kRefused, extent(g + 1, 4));
+  const blockscaled::ContiguousLayout layout{a.offsets,
+                                             a.rows,
+                                             static_cast<int>(a.n),
+                                             static_cast<int>(a.k),
+                                             static_cast<const uint8_t*>(a.a),
+                                             static_cast<const uint8_t*>(a.b),
+                                             static_cast<uint8_t*>(a.d),
+                                             a.sfa,
+                                             a.sfb,
+                                             a.sfa_ld,
+                                             static_cast<int>(ob)};
+  return launch_layout(who, c, layout, a.groups, a.out_type, a.workspace, a.workspace_bytes, cfg, stream);
 }
 
 Status fp8_grouped_check_status(const void* workspace, cudaStream_t stream) {
