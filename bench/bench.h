@@ -64,6 +64,7 @@ struct Result {
   // Grouped suites: our dense kernel launched once per group.
   double us_loop = 0, x_loop = 0;
   double us_masked = 0;  // block-scaled grouped: the masked layout's call on the same slabs
+  double us_contiguous = 0;  // block-scaled grouped, groups of one size: the contiguous layout's call
   // W3 only: cuSPARSELt on the same sparse A (0: not built or failed), and its sampled error.
   double us_cusparselt = 0, err_cusparselt = 0;
   // W3 E4M3 only: our kernel with fast accumulation (Sparse24GemmArgs::fast_accum), its config,

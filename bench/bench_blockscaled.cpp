@@ -41,6 +41,9 @@ struct InputSet {
   std::vector<GroupData> g;
   std::vector<void*> b, sfb;
   DeviceBuffer a_slab, d_slab, sfa_slab, b_slab, sfb_slab, counts;
+  // Groups of one size only: the A scales again as the contiguous layout's [kblocks, G * max_m]
+  // (the slabs' A and D already are its rows), and its offsets g * max_m.
+  DeviceBuffer sfa_rows, offsets;
   DeviceBuffer problems;  // device descriptors of the grouped call
 };
 
@@ -67,6 +70,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   const uint64_t seed = opt.seed * 1000 + 555;
   std::vector<InputSet> in(sets);
   const int64_t max_m = (*std::max_element(ms.begin(), ms.end()) + 3) / 4 * 4;
+  // The contiguous layout is timed where every group has max_m rows: then the slabs are its rows.
+  const bool contiguous = grouped && std::all_of(ms.begin(), ms.end(), [&](int64_t m) { return m == max_m; });
   for (int i = 0; i < sets; ++i) {
     InputSet& set = in[i];
     set.g.resize(G);
@@ -109,7 +114,20 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     LOWBIT_RETURN_IF_ERROR(set.counts.alloc(sizeof(int) * G));
     LOWBIT_RETURN_IF_ERROR(
         cuda_status(cudaMemcpyAsync(set.counts.p, counts.data(), sizeof(int) * G, cudaMemcpyHostToDevice, s), "counts"));
-    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "setup"));  // desc and counts are host temporaries
+    std::vector<int> offsets(G + 1);
+    if (contiguous) {
+      for (int g = 0; g <= G; ++g) offsets[g] = static_cast<int>(g * max_m);
+      LOWBIT_RETURN_IF_ERROR(set.sfa_rows.alloc(static_cast<size_t>(kblocks * G * max_m) * 4));
+      LOWBIT_RETURN_IF_ERROR(set.offsets.alloc(sizeof(int) * (G + 1)));
+      for (int g = 0; g < G; ++g)
+        LOWBIT_RETURN_IF_ERROR(cuda_status(
+            cudaMemcpy2DAsync(static_cast<float*>(set.sfa_rows.p) + g * max_m, G * max_m * 4, set.g[g].sfa, max_m * 4,
+                              max_m * 4, kblocks, cudaMemcpyDeviceToDevice, s),
+            "contiguous A scales"));
+      LOWBIT_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(set.offsets.p, offsets.data(), sizeof(int) * (G + 1), cudaMemcpyHostToDevice, s), "offsets"));
+    }
+    LOWBIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(s), "setup"));  // host temporaries
   }
   BlockScaledConfig cfg;
   if (!opt.config.empty()) LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.config, &cfg));
@@ -122,7 +140,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     LOWBIT_RETURN_IF_ERROR(parse_blockscaled_config(opt.alt_configs[c], &alts[c]));
   // Grouped: the per-group maps and status; dense: split-K scratch for the chooser's pick, or the
   // forced config's, and each --alt's (zero-filled once, as the API asks).
-  size_t ws_bytes = std::max(fp8_grouped_workspace_size(G), fp8_grouped_masked_workspace_size(G));
+  size_t ws_bytes = std::max({fp8_grouped_workspace_size(G), fp8_grouped_masked_workspace_size(G),
+                              fp8_grouped_contiguous_workspace_size(G)});
   if (!grouped) {
     ws_bytes = fp8_blockscaled_workspace_size(ms[0], n, k, opt.config.empty() ? nullptr : &cfg);
     for (const auto& a : alts) ws_bytes = std::max(ws_bytes, fp8_blockscaled_workspace_size(ms[0], n, k, &a));
@@ -177,6 +196,26 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     x.workspace = ws.p;
     x.workspace_bytes = ws_bytes;
     return fp8_grouped_gemm_masked(x, st, forced);
+  };
+  // The contiguous layout over the same rows (DeepGEMM's m_grouped_fp8_gemm_nt_contiguous).
+  auto ours_contiguous = [&](cudaStream_t st, int i) {
+    const InputSet& set = in[i % sets];
+    Fp8ContiguousGroupedArgs x;
+    x.groups = G;
+    x.rows = G * max_m;
+    x.n = n;
+    x.k = k;
+    x.a = set.a_slab.p;
+    x.b = set.b_slab.p;
+    x.d = set.d_slab.p;
+    x.sfa = static_cast<const float*>(set.sfa_rows.p);
+    x.sfa_ld = G * max_m;
+    x.sfb = static_cast<const float*>(set.sfb_slab.p);
+    x.offsets = static_cast<const int*>(set.offsets.p);
+    x.out_type = out;
+    x.workspace = ws.p;
+    x.workspace_bytes = ws_bytes;
+    return fp8_grouped_gemm_contiguous(x, st, forced);
   };
   auto ours_loop = [&](cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];
@@ -269,6 +308,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(check(ours, false, ""));
   if (grouped && opt.baseline) LOWBIT_RETURN_IF_ERROR(check(ours_loop, true, "per-group loop"));
   if (grouped) LOWBIT_RETURN_IF_ERROR(check(ours_masked, false, "masked layout"));
+  if (contiguous) LOWBIT_RETURN_IF_ERROR(check(ours_contiguous, false, "contiguous layout"));
   for (size_t c = 0; c < alts.size(); ++c)
     LOWBIT_RETURN_IF_ERROR(check([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); }, false,
                                  "alt " + alts[c].to_string()));
@@ -308,6 +348,8 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   if (grouped && opt.baseline) { i_loop = static_cast<int>(launches.size()); launches.push_back(ours_loop); }
   int i_masked = -1;
   if (grouped) { i_masked = static_cast<int>(launches.size()); launches.push_back(ours_masked); }
+  int i_contiguous = -1;
+  if (contiguous) { i_contiguous = static_cast<int>(launches.size()); launches.push_back(ours_contiguous); }
   const size_t i_alt = launches.size();
   for (size_t c = 0; c < alts.size(); ++c)
     launches.push_back([&, c](cudaStream_t st, int i) { return run_config(&alts[c], st, i); });
@@ -316,6 +358,9 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   if (i_masked >= 0)
     std::printf("  masked layout (masked_m = the group sizes): %9.1f us  (%.3f x the descriptor call)\n",
                 t[i_masked].median_us, t[0].median_us / t[i_masked].median_us);
+  if (i_contiguous >= 0)
+    std::printf("  contiguous layout (offsets g * %lld):      %9.1f us  (%.3f x the descriptor call)\n",
+                static_cast<long long>(max_m), t[i_contiguous].median_us, t[0].median_us / t[i_contiguous].median_us);
   for (size_t c = 0; c < alts.size(); ++c) {
     const double us = t[i_alt + c].median_us;
     std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", alts[c].to_string().c_str(), us,
@@ -328,6 +373,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
   r->us_base = i_lt >= 0 ? t[i_lt].median_us : 0.0;
   r->us_loop = i_loop >= 0 ? t[i_loop].median_us : 0.0;
   r->us_masked = i_masked >= 0 ? t[i_masked].median_us : 0.0;
+  r->us_contiguous = i_contiguous >= 0 ? t[i_contiguous].median_us : 0.0;
   r->tflops = flops / (r->us * 1e6);
   r->gbs = bytes / (r->us * 1e3);
   r->floor_us = std::max(flops / (kPeakFp8Tflops * 1e6), bytes / (kCopyTBs * 1e6));

@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
         << ",\"err_cusparselt\":" << r.err_cusparselt << ",\"us_fast_accum\":" << r.us_fast
         << ",\"us_base_fast_accum\":" << r.us_base_fast << ",\"err_base_fast_accum\":" << r.err_base_fast
         << ",\"err_fast_accum\":" << r.err_fast << ",\"config_fast_accum\":\"" << r.config_fast << "\"" << ",\"compute_floor_us\":" << r.compute_floor_us
-        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop << ",\"us_masked\":" << r.us_masked
+        << ",\"groups\":" << (r.shape.group_m.empty() ? 1 : r.shape.group_m.size()) << ",\"us_loop\":" << r.us_loop << ",\"us_masked\":" << r.us_masked << ",\"us_contiguous\":" << r.us_contiguous
         << ",\"x_loop\":" << r.x_loop << ",\"similarity_diff\":" << r.similarity << ",\"experts\":" << r.shape.experts
         << ",\"top_k\":" << r.shape.top_k << ",\"us_det\":" << r.us_det << ",\"us_pdl_first\":" << r.us_pdl_first << ",\"stages\":{";
       for (size_t j = 0; j < r.stages.size(); ++j) f << (j ? "," : "") << "\"" << r.stages[j].first << "\":" << r.stages[j].second;
