@@ -314,6 +314,39 @@ TEST_F(BlockScaledGpu, DenseClusterSplitMatchesWorkspaceBitwise) {
   expect_exact(p, p.read(p.d.p), "dense chosen without a workspace");
 }
 
+// Split within a cluster under stream capture, replayed after the inputs change: exact.
+TEST_F(BlockScaledGpu, DenseClusterSplitCapturedGraphReplays) {
+  Problem p;
+  p.make(100, 320, 2048, OutType::kBF16, Inputs::kSmallInts, seed_for(370));
+  BlockScaledConfig cfg;
+  ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=3,creduce=1", &cfg).ok());
+  bench::OwnedStream s;
+  ASSERT_TRUE(s.create().ok());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_blockscaled_gemm(dense_args(p), s.s, &cfg);
+  CUDA_OK(cudaStreamEndCapture(s.s, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  expect_exact(p, p.read(p.d.p), "captured, replay 1");
+  // New inputs in the same buffers: the second problem's operands copied over the first's.
+  Problem q;
+  q.make(100, 320, 2048, OutType::kBF16, Inputs::kSmallInts, seed_for(371));
+  CUDA_OK(cudaMemcpy(p.a.p, q.a.p, static_cast<size_t>(q.m) * q.k, cudaMemcpyDeviceToDevice));
+  CUDA_OK(cudaMemcpy(p.b.p, q.b.p, static_cast<size_t>(q.n) * q.k, cudaMemcpyDeviceToDevice));
+  CUDA_OK(cudaMemcpy(p.sfa.p, q.sfa.p, static_cast<size_t>(q.kblocks()) * q.sfa_ld * 4, cudaMemcpyDeviceToDevice));
+  CUDA_OK(cudaMemcpy(p.sfb.p, q.sfb.p, static_cast<size_t>(q.nblocks()) * q.kblocks() * 4, cudaMemcpyDeviceToDevice));
+  p.poison();
+  CUDA_OK(cudaGraphLaunch(exec, s.s));
+  CUDA_OK(cudaStreamSynchronize(s.s));
+  expect_exact(q, p.read(p.d.p), "captured, replay 2");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // Within a cluster where no kernel reduces that way is refused, not run through the workspace.
 TEST_F(BlockScaledGpu, DenseRefusesClusterSplitWhereNotCompiled) {
   Problem p;

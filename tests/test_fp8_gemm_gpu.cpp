@@ -773,6 +773,56 @@ TEST_F(Fp8GemmGpu, CapturedGraphReplaysWithNewInputs) {
   cudaStreamDestroy(s);
 }
 
+// Split within a cluster under stream capture (the cluster launch and its first capacity queries
+// happen while the stream captures), replayed with new inputs: exact each time.
+TEST_F(Fp8GemmGpu, ClusterSplitCapturedGraphReplays) {
+  const int64_t m = 64, n = 448, k = 2048;
+  Buf A(m * k), B(n * k), D(m * n * 2);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  Fp8GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  Fp8GemmConfig cfg;
+  ASSERT_TRUE(parse_fp8_config("bm=64,bn=64,splits=3,creduce=1", &cfg).ok());
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const Status st = fp8_gemm(a, s, &cfg);
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    const uint64_t seed = lowbit_test::seed() + 300 + rep;
+    ASSERT_EQ(bench::fill_e4m3_int(A.p, m * k, 2, seed, s), cudaSuccess);
+    ASSERT_EQ(bench::fill_e4m3_int(B.p, n * k, 2, seed + 1, s), cudaSuccess);
+    ASSERT_EQ(bench::fill_u16(D.p, m * n, 0xFFFF, s), cudaSuccess);
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<uint8_t> ha(m * k), hb(n * k);
+    std::vector<uint16_t> hd(m * n);
+    CUDA_OK(cudaMemcpy(ha.data(), A.p, ha.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hb.data(), B.p, hb.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(hd.data(), D.p, hd.size() * 2, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double r = 0;
+        for (int64_t q = 0; q < k; ++q) r += formats::e4m3_to_float(ha[i * k + q]) * formats::e4m3_to_float(hb[j * k + q]);
+        const float want = formats::bf16_to_float(formats::float_to_bf16(static_cast<float>(r)));
+        if (!(formats::bf16_to_float(hd[i * n + j]) == want)) ++bad;
+      }
+    EXPECT_EQ(bad, 0) << "replay " << rep;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
 TEST_F(Fp8GemmGpu, EpilogueOptionsAloneAndCombined) {
   const OutType outs[] = {OutType::kBF16, OutType::kFP32};
   for (OutType out : outs) {
