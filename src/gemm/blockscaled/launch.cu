@@ -171,10 +171,13 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
 }
 
 // Whether a dense config reduces its splits within a cluster: split, not refused by `mode`
-// (BlockScaledConfig::cluster_reduce), and compiled for its tile, output and split count.
-bool reduces_in_cluster(const Fp8GemmConfig& c, OutType out, int mode = -1) {
+// (BlockScaledConfig::cluster_reduce), compiled for its tile, output and split count, and -- where
+// the device was asked (`capacity`) -- clusters of that size fit on it at all (otherwise the
+// workspace transport runs; a forced creduce=1 is still tried).
+bool reduces_in_cluster(const Fp8GemmConfig& c, OutType out, int mode = -1, const ClusterCapacity* capacity = nullptr) {
   return c.splits > 1 && mode != 0 && !c.overlap &&
-         blockscaled::find_bs_variant(c.block_m, c.block_n, out, false, c.splits) >= 0;
+         blockscaled::find_bs_variant(c.block_m, c.block_n, out, false, c.splits) >= 0 &&
+         (mode == 1 || !capacity || (c.splits < 9 && capacity->ctas[c.splits] > 0));
 }
 // The workspace a dense config needs: none when its splits reduce within a cluster.
 size_t dense_workspace(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, OutType out, int mode = -1) {
@@ -389,7 +392,8 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
   if (m < 1 || n < 16 || k < 16) return "dense: needs M >= 1 and N, K >= 16";
   Fp8GemmConfig c;
   int device = 0;
-  const ClusterCapacity capacity = cudaGetDevice(&device) == cudaSuccess ? cluster_capacity(device) : ClusterCapacity{};
+  const bool have_device = cudaGetDevice(&device) == cudaSuccess;
+  const ClusterCapacity capacity = have_device ? cluster_capacity(device) : ClusterCapacity{};
   cudaGetLastError();
   const Status st = pick_dense(m, n, k, OutType::kBF16, sm_count > 0 ? sm_count : 1, capacity,
                                [](const Fp8GemmConfig&) { return true; }, &c, &why);
@@ -400,7 +404,8 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
     apply_forced(config, OutType::kBF16, &c);
     why = " (forced)";
   }
-  return dense_text(c, reduces_in_cluster(c, OutType::kBF16, config.cluster_reduce)) + why;
+  return dense_text(c, reduces_in_cluster(c, OutType::kBF16, config.cluster_reduce, have_device ? &capacity : nullptr)) +
+         why;
 }
 
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out) {
@@ -432,12 +437,22 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
                     Fp8GemmConfig* out) {
   static ChoiceCache<6, Fp8GemmConfig> chosen;
   const ChoiceKey<6> key{{dev.device, x.m, x.n, x.k, static_cast<int64_t>(x.out_type), check::extent_of(x.workspace_bytes)}};
+  // The chooser's pick says which split-K transport it runs (cluster_reduce 0 or 1). The device
+  // is asked for its cluster capacity on a miss only (and for a forced config).
   Fp8GemmConfig c;
+  ClusterCapacity capacity;
+  bool have_capacity = false;
+  auto device_capacity = [&]() -> const ClusterCapacity& {
+    if (!have_capacity) capacity = cluster_capacity(dev.device);
+    have_capacity = true;
+    return capacity;
+  };
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
-      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count, x.out_type, cluster_capacity(dev.device)); },
+      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count, x.out_type, device_capacity()); },
       [&](Fp8GemmConfig* cand) {
-        return as_blockscaled(cand, x.out_type) &&
-               dense_workspace(x.m, x.n, x.k, *cand, x.out_type) <= x.workspace_bytes;
+        if (!as_blockscaled(cand, x.out_type)) return false;
+        cand->cluster_reduce = reduces_in_cluster(*cand, x.out_type, -1, &device_capacity()) ? 1 : 0;
+        return dense_workspace(x.m, x.n, x.k, *cand, x.out_type, cand->cluster_reduce) <= x.workspace_bytes;
       },
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
@@ -455,10 +470,11 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
     if (c.overlap && (c.splits != 1 || blockscaled::find_bs_variant(c.block_m, c.block_n, x.out_type, true) < 0))
       return Status::Invalid("fp8_blockscaled_gemm: overlap=1 needs splits=1 and a tile compiled with it (" +
                              dense_text(c) + "; compiled:" + overlap_tiles() + ")");
-    if (forced->cluster_reduce == 1 && !reduces_in_cluster(c, x.out_type))
+    if (forced->cluster_reduce == 1 && !reduces_in_cluster(c, x.out_type, 1))
       return Status::Invalid("fp8_blockscaled_gemm: creduce=1 needs splits > 1 on a tile compiled to reduce that many "
                              "within a cluster (" + dense_text(c) + "; compiled:" + cluster_tiles() + ")");
-    const size_t need = dense_workspace(x.m, x.n, x.k, c, x.out_type, forced->cluster_reduce);
+    c.cluster_reduce = reduces_in_cluster(c, x.out_type, forced->cluster_reduce, &device_capacity()) ? 1 : 0;
+    const size_t need = dense_workspace(x.m, x.n, x.k, c, x.out_type, c.cluster_reduce);
     if (need > x.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "fp8_blockscaled_gemm: " + dense_text(c) + " needs " +
                                                                std::to_string(need) + " bytes of workspace, got " +
@@ -529,7 +545,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   Fp8GemmConfig cfg;
   LOWBIT_RETURN_IF_ERROR(dense_config(x, forced, dev, &cfg));
   const bool f32 = x.out_type == OutType::kFP32;
-  const bool in_cluster = reduces_in_cluster(cfg, x.out_type, forced ? forced->cluster_reduce : -1);
+  const bool in_cluster = cfg.splits > 1 && cfg.cluster_reduce == 1;
   const int line = blockscaled::find_bs_variant(cfg.block_m, cfg.block_n, x.out_type, cfg.overlap,
                                                 in_cluster ? cfg.splits : 0);
   if (line < 0) return Status::Invalid(std::string(who) + ": no kernel for " + dense_text(cfg, in_cluster));

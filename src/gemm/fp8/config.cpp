@@ -209,11 +209,12 @@ bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType ou
 bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
                             const Fp8ClusterCapacity& capacity) {
   if (!fp8_in_cluster(c, epilogue, out)) return false;
-  // Strictly fewer CTAs than the clusters the GPCs hold: with pairs on all 132 SMs of an H100
+  // Strictly fewer CTAs than the clusters the GPCs hold (and none where the device could not say,
+  // or holds no such clusters: the workspace transport runs there): with pairs on all 132 SMs of an H100
   // (128 x 2112 x 7168, 64 x 64 split in two) the cluster ran 10.7-11.1 us against the workspace's
   // 10.2 (docs/perf.md W1 v17).
   const int ctas = capacity.ctas[c.splits < 9 ? c.splits : 0];
-  return ctas == 0 || fp8_tiles(m, n, c.block_m, c.block_n) * c.splits < ctas;
+  return ctas > 0 && fp8_tiles(m, n, c.block_m, c.block_n) * c.splits < ctas;
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
