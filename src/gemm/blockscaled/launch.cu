@@ -166,7 +166,7 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
   o.num_tiles = tiles.n;
   o.cluster_splits = tiles.cluster_splits;
   o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
-  for (int s = 0; s < 9; ++s) o.cluster_ctas[s] = capacity.ctas[s];
+  o.capacity = capacity;
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }
 

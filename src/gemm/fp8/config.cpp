@@ -207,7 +207,7 @@ bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType ou
 }
 
 bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
-                            const Fp8ClusterCapacity& capacity) {
+                            const gemm::ClusterCapacity& capacity) {
   if (!fp8_in_cluster(c, epilogue, out)) return false;
   // Strictly fewer CTAs than the clusters the GPCs hold (and none where the device could not say,
   // or holds no such clusters: the workspace transport runs there): with pairs on all 132 SMs of an H100
@@ -256,7 +256,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
       const bool in_cluster = splits > 1 && splits <= cluster_splits && promote == 1;
       const int wave_ctas = !in_cluster                         ? sm_count
-                            : options.cluster_ctas[splits] > 0 ? options.cluster_ctas[splits]
+                            : options.capacity.ctas[splits] > 0 ? options.capacity.ctas[splits]
                                                                : std::max(splits, sm_count / splits * splits);
       c.waves = static_cast<double>(units) / wave_ctas;
       const double rounds = std::ceil(c.waves);
@@ -481,7 +481,7 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
     sms = 132;
     os << "no CUDA device: scoring for a 132-SM H100 SXM\n";
   }
-  const fp8::Fp8ClusterCapacity capacity = have_device ? fp8::fp8_cluster_capacity(dev.device) : fp8::Fp8ClusterCapacity{};
+  const gemm::ClusterCapacity capacity = have_device ? fp8::fp8_cluster_capacity(dev.device) : gemm::ClusterCapacity{};
   const auto cands = fp8::score_fp8_candidates(m, n, k, sms);
   if (have_device) {
     os << "CTAs resident in clusters of";

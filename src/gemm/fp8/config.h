@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gemm/fp8/variants.h"
+#include "gemm/launch_common.h"
 #include "gemm/tile_scheduler.cuh"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
@@ -36,10 +37,10 @@ struct Fp8ScoreOptions {
   // Per tile of `tiles` (null: none): the most splits its kernels reduce within a cluster
   // (gemm::split_k_cluster_reduce) instead of through the workspace. Such a split costs
   // `cluster_fixup_us` instead of the workspace's fix-up, moves no partials through DRAM, and its
-  // clusters fill `cluster_ctas[splits]` CTAs a wave (0: the SMs, rounded down to whole clusters).
+  // clusters fill `capacity.ctas[splits]` CTAs a wave (0: the SMs, rounded down to whole clusters).
   const int* cluster_splits = nullptr;
   double cluster_fixup_us = 0.0;
-  int cluster_ctas[9] = {};
+  gemm::ClusterCapacity capacity;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
@@ -50,10 +51,7 @@ constexpr double kClusterSplitFixupUs = 0.8;
 
 // CTAs resident in clusters of 2 ... 8 for the per-tensor kernels that split within a cluster, on
 // `device` (gemm/fp8/launch.cu; 0s where the runtime cannot say).
-struct Fp8ClusterCapacity {
-  int ctas[9] = {};
-};
-Fp8ClusterCapacity fp8_cluster_capacity(int device);
+gemm::ClusterCapacity fp8_cluster_capacity(int device);
 
 // Whether a config's splits reduce within a cluster: split, not refused (cluster_reduce = 0), and a
 // kernel for its tile, epilogue and output reduces that many.
@@ -63,7 +61,7 @@ bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType ou
 // the H100 against the workspace on the same tiles and splits: 0.3-2.2 us faster at M <= 128 where
 // they fit, slower where pairs filled all 132 SMs (docs/perf.md W1 v17).
 bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
-                            const Fp8ClusterCapacity& capacity);
+                            const gemm::ClusterCapacity& capacity);
 
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,

@@ -131,12 +131,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
 }  // namespace
 
 namespace fp8 {
-Fp8ClusterCapacity fp8_cluster_capacity(int device) {
-  const gemm::ClusterCapacity c = gemm::cluster_capacity(kFp8VariantSpecs, kFp8VariantLaunchers, kNumFp8VariantSpecs,
-                                                         device);
-  Fp8ClusterCapacity out;
-  for (int s = 0; s < 9; ++s) out.ctas[s] = c.ctas[s];
-  return out;
+gemm::ClusterCapacity fp8_cluster_capacity(int device) {
+  return gemm::cluster_capacity(kFp8VariantSpecs, kFp8VariantLaunchers, kNumFp8VariantSpecs, device);
 }
 }  // namespace fp8
 
