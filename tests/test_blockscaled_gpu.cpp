@@ -212,14 +212,14 @@ std::vector<BlockScaledConfig> dense_configs() {
   return out;
 }
 
-// Every grouped tile: 128 x 128 and 128 x 256, each as single CTAs and as CTA pairs multicasting
-// B (with a phantom tile when tile rows are odd).
+// Every grouped kernel: 128 x 128 and 128 x 256 (with the overlapped epilogue for BF16 out), on
+// every CTA that fits, and on 3 and 2 CTAs, so that each CTA walks many units across group
+// boundaries and stores one group's tile while the next group's first MMAs run.
 std::vector<BlockScaledConfig> tile_configs() {
   std::vector<BlockScaledConfig> out;
-  for (int v = 0; v < 4; ++v) {
+  for (const char* text : {"bn=128", "bn=256", "bn=256,grid=3", "bn=128,grid=2,group=1"}) {
     BlockScaledConfig c;
-    c.cluster = v % 2 == 1 ? 2 : 1;
-    c.block_n = v >= 2 ? 256 : 128;
+    EXPECT_TRUE(parse_blockscaled_config(text, &c).ok()) << text;
     out.push_back(c);
   }
   return out;

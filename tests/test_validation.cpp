@@ -262,10 +262,10 @@ TEST(BlockScaledValidation, RejectsBadDenseArguments) {
 
 TEST(BlockScaledValidation, ParsesConfig) {
   BlockScaledConfig c;
-  ASSERT_TRUE(parse_blockscaled_config("grid=66,group=4,cluster=2", &c).ok());
+  ASSERT_TRUE(parse_blockscaled_config("grid=66,group=4,cluster=1", &c).ok());
   EXPECT_EQ(c.grid, 66);
   EXPECT_EQ(c.raster_group, 4);
-  EXPECT_EQ(c.cluster, 2);
+  EXPECT_EQ(c.cluster, 1);
   EXPECT_EQ(c.block_n, 0);  // auto
   ASSERT_TRUE(parse_blockscaled_config("bn=256", &c).ok());
   EXPECT_EQ(c.block_n, 256);
@@ -288,11 +288,10 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_GE(fp8_blockscaled_workspace_size(1000, 384, 4096, &open_tile),
             fp8_blockscaled_workspace_size(1000, 384, 4096, &wide));
   EXPECT_GT(fp8_blockscaled_workspace_size(1000, 384, 4096, &wide), 0u);
-  // Multicast pairs are compiled for both tile widths.
-  ASSERT_TRUE(parse_blockscaled_config("bn=256,cluster=2", &c).ok());
-  EXPECT_EQ(c.block_n, 256);
-  EXPECT_EQ(c.cluster, 2);
-  ASSERT_TRUE(parse_blockscaled_config("bn=128,cluster=2", &c).ok());
+  // The block-scaled kernels run single CTAs (multicast pairs did not move to the core).
+  const Status pairs = parse_blockscaled_config("bn=256,cluster=2", &c);
+  EXPECT_FALSE(pairs.ok());
+  EXPECT_NE(pairs.message().find("single CTAs"), std::string::npos) << pairs.message();
   EXPECT_FALSE(parse_blockscaled_config("cluster=4", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("grid=x", &c).ok());
   EXPECT_FALSE(parse_blockscaled_config("turns=1", &c).ok());  // MMA turn-taking was removed (docs/perf.md W1)
@@ -327,16 +326,21 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(via_workspace.cluster_reduce, 1);
   EXPECT_EQ(BlockScaledConfig{}.cluster_reduce, -1);
   EXPECT_FALSE(parse_blockscaled_config("creduce=-2", &via_workspace).ok());
-  EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,cluster=1 (grouped", 0), 0u);
-  BlockScaledConfig pair;
-  pair.cluster = 2;
-  EXPECT_EQ(explain_blockscaled_choice(pair, true, 0, 0, 132).rfind("bn=256,cluster=2 (grouped", 0), 0u);
+  // Grouped: the wide tile with the overlapped epilogue (BF16 out) unless forced.
+  EXPECT_EQ(explain_blockscaled_choice(def, true, 0, 0, 132).rfind("bn=256,overlap=1 (grouped", 0), 0u)
+      << explain_blockscaled_choice(def, true, 0, 0, 132);
   BlockScaledConfig forced;
   forced.block_n = 128;
   const std::string f = explain_blockscaled_choice(forced, false, 4096, 7168, 132, 7168);
   EXPECT_NE(f.find("bn=128"), std::string::npos) << f;
   EXPECT_NE(f.find("(forced)"), std::string::npos) << f;
-  EXPECT_EQ(explain_blockscaled_choice(forced, true, 0, 0, 132), "bn=128,cluster=1 (forced)");
+  EXPECT_EQ(explain_blockscaled_choice(forced, true, 0, 0, 132), "bn=128,overlap=1 (forced)");
+  // A grouped kernel that is not compiled is named as such, with the ones that are.
+  BlockScaledConfig plain_bf16;
+  plain_bf16.overlap = 0;
+  const std::string none = explain_blockscaled_choice(plain_bf16, true, 0, 0, 132);
+  EXPECT_NE(none.find("no grouped kernel"), std::string::npos) << none;
+  EXPECT_NE(none.find("compiled:"), std::string::npos) << none;
   // The wide tile runs its epilogue under the next unit's MMAs unless told not to; a split tile
   // cannot (its fix-up waits per lane).
   EXPECT_NE(big.find(",overlap=1"), std::string::npos) << big;

@@ -18,7 +18,6 @@
 #include "gemm/blockscaled/core_traits.cuh"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
-#include "gemm/blockscaled/kernel.cuh"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
@@ -31,84 +30,14 @@
 namespace lowbit {
 namespace {
 
-using blockscaled::BlockScaledParams;
-
-template <bool kOutFp32, int kClusterM = 1, int kBlockN = 128>
-using Traits = blockscaled::BlockScaledTraits<
-    blockscaled::blockscaled_stages(kBlockN, blockscaled::blockscaled_epi_slots(kBlockN)), kOutFp32, kClusterM, kBlockN,
-    blockscaled::blockscaled_epi_slots(kBlockN)>;
-
-// Multicast pairs (cluster = 2) cut L2 traffic by a fifth. Since the relay thread took the remote
-// arrivals off the consumers' path they run as fast as single CTAs on the grouped sets and 8%
-// slower dense (docs/perf.md block-scaled: pairs level with single CTAs on the grouped sets), so
-// single CTAs stay the default.
-constexpr int kDefaultCluster = 1;
-
-// The compiled tiles: (block_n, cluster) = (128, 1), (128, 2), (256, 1) and (256, 2).
-struct Variant {
-  int block_n, cluster;
-};
-
-// One compiled variant: output type x problem layout x tile. The grid is a multiple of the
-// cluster size and no larger than the clusters the device can hold at once, so every persistent
-// CTA is resident.
-template <bool kOutFp32, int kClusterM, int kBlockN>
-struct Launcher {
-  using T = Traits<kOutFp32, kClusterM, kBlockN>;
-  static constexpr auto kernel = blockscaled::blockscaled_gemm_kernel<T>;
-
-  // `grid` <= 0: as many CTAs as fit; otherwise rounded down to a multiple of the cluster size.
-  static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const BlockScaledParams& p, int device) {
-    int max_ctas = 0;
-    cudaError_t e = hopper::prepare_persistent<kernel>(T::kThreads, T::kSmemBytes, kClusterM, device, &max_ctas);
-    if (e != cudaSuccess) return e;
-    const int ctas = hopper::persistent_grid(grid, max_ctas, max_units, kClusterM, /*oversubscribe=*/false);
-    static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-    if (log_launches)
-      std::fprintf(stderr, "[lowbit] blockscaled grouped: bn=%d, %d stages, %d CTAs in clusters of %d (at most %d resident)\n",
-                   kBlockN, T::kStages, ctas, kClusterM, max_ctas);
-    return hopper::launch_clustered(kernel, ctas, T::kThreads, T::kSmemBytes, kClusterM, stream, a, b, d, p);
-  }
-};
-
-template <bool kOutFp32>
-cudaError_t launch_variant(Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
-                           const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  if (v.block_n == 256)
-    return v.cluster == 2 ? Launcher<kOutFp32, 2, 256>::launch(grid, max_units, s, a, b, d, p, device)
-                          : Launcher<kOutFp32, 1, 256>::launch(grid, max_units, s, a, b, d, p, device);
-  if (v.cluster == 2) return Launcher<kOutFp32, 2, 128>::launch(grid, max_units, s, a, b, d, p, device);
-  return Launcher<kOutFp32, 1, 128>::launch(grid, max_units, s, a, b, d, p, device);
-}
-
-cudaError_t launch_for(OutType out, Variant v, int grid, int max_units, cudaStream_t s, const CUtensorMap& a,
-                       const CUtensorMap& b, const CUtensorMap& d, const BlockScaledParams& p, int device) {
-  return out == OutType::kFP32 ? launch_variant<true>(v, grid, max_units, s, a, b, d, p, device)
-                               : launch_variant<false>(v, grid, max_units, s, a, b, d, p, device);
-}
-
-template <bool kOutFp32>
-int smem_bytes(Variant v) {
-  if (v.block_n == 256) return v.cluster == 2 ? Traits<kOutFp32, 2, 256>::kSmemBytes : Traits<kOutFp32, 1, 256>::kSmemBytes;
-  return v.cluster == 2 ? Traits<kOutFp32, 2>::kSmemBytes : Traits<kOutFp32, 1>::kSmemBytes;
-}
-
-Status check_smem(const DeviceInfo& dev, OutType out, Variant v) {
-  const int need = out == OutType::kFP32 ? smem_bytes<true>(v) : smem_bytes<false>(v);
-  if (static_cast<size_t>(need) > dev.smem_per_block_optin)
-    return Status::Error(StatusCode::kUnsupportedDevice,
-                         "block-scaled GEMM needs " + std::to_string(need) +
-                             " bytes of shared memory per block; the device allows " +
-                             std::to_string(dev.smem_per_block_optin));
-  return Status::Ok();
-}
-
 Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.grid < 0) return Status::Invalid(std::string(who) + ": grid must be >= 0 (0 = SM count)");
   if (c.raster_group < 1 || c.raster_group > gemm::kMaxRasterGroup)
     return Status::Invalid(std::string(who) + ": raster_group must be in [1, " + std::to_string(gemm::kMaxRasterGroup) + "]");
-  if (c.cluster < 0 || c.cluster > 2) return Status::Invalid(std::string(who) + ": cluster must be 0 (auto), 1 or 2");
+  // CTA pairs (B multicast) ran level with single CTAs on the grouped sets and 8% slower dense
+  // (docs/perf.md block-scaled, session 20); the core runs the block-scaled kernels single.
+  if (c.cluster < 0 || c.cluster > 1)
+    return Status::Invalid(std::string(who) + ": cluster must be 0 (auto) or 1: the block-scaled kernels run single CTAs");
   if (c.block_n != 0 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
     return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 64 (dense), 128 or 256 (got " +
                            std::to_string(c.block_n) + ")");
@@ -139,6 +68,7 @@ struct DenseTiles {
   int n = 0;
   explicit DenseTiles(OutType out) {
     for (const auto& s : blockscaled::kBsVariantSpecs) {
+      if (s.grouped) continue;
       bool seen = false;
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
@@ -188,7 +118,7 @@ size_t dense_workspace(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, 
 std::string dense_tiles_text() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
-    if (v.out == OutType::kBF16 && !v.overlap) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
+    if (v.out == OutType::kBF16 && !v.overlap && !v.grouped) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
   return s;
 }
 
@@ -206,7 +136,7 @@ std::string cluster_tiles() {
 std::string overlap_tiles() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
-    if (v.overlap)
+    if (v.overlap && !v.grouped)
       s += " bm=" + std::to_string(v.block_m) + ",bn=" + std::to_string(v.block_n) +
            (v.out == OutType::kFP32 ? " FP32 out" : " BF16 out");
   return s;
@@ -269,67 +199,74 @@ std::string dense_text(const Fp8GemmConfig& c, bool in_cluster = false) {
          (c.overlap ? ",overlap=1" : "") + (in_cluster ? ",creduce=1" : "");
 }
 
-// The grouped tile: the group sizes live on the device, so the host cannot count tiles; the
-// 128 x 256 tile is the default (the grouped GEMM exists for large groups; tiny ones can force
-// bn=128). The dense GEMM's choice is the FP8 core's (pick_dense).
-Variant choose_variant(const BlockScaledConfig& c, std::string* why = nullptr) {
-  const Variant v{c.block_n != 0 ? c.block_n : 256, c.cluster > 0 ? c.cluster : kDefaultCluster};
-  // The reason is built only when asked for (a call asks nothing: no string work per call).
-  if (why)
-    *why = "bn=" + std::to_string(v.block_n) + ",cluster=" + std::to_string(v.cluster) + " (" +
-           (c.block_n == 0 ? "grouped: group sizes are on the device; the wide tile by default" : "forced") + ")";
-  return v;
-}
+// ---- grouped: the FP8 core walking the groups' tiles (GroupedProblems) -------------------------
 
-// The three maps of one problem. Boxes: A 128 x 128 bytes and B block_n x 128 bytes (one K
-// block of one tile), D 64 rows x 128 bytes (the epilogue's store chunk).
-struct MapShapes {
-  hopper::TensorMap2dSpec a, b, d;
+// The grouped kernel of a call: the group sizes live on the device, so the host cannot count tiles;
+// the 128 x 256 tile is the default (the grouped GEMM exists for large groups; small ones can force
+// bn=128), with the overlapped epilogue wherever it is compiled for the output (variants.def).
+struct GroupedChoice {
+  int line = -1;
+  int block_n = 0;
+  bool overlap = false;
 };
 
-// With a cluster of c CTAs, each loads block_n / c rows of the B tile (and multicasts them).
-MapShapes map_shapes(const void* a, const void* b, void* d, uint64_t m, uint64_t n, uint64_t k, OutType out,
-                     Variant v) {
-  MapShapes s;
-  s.a.base = a;
-  s.a.rows = m;
-  s.a.cols = k;
-  s.a.row_stride_bytes = k;
-  s.a.box_rows = 128;
-  s.a.box_cols = 128;
-  s.b = s.a;
-  s.b.base = b;
-  s.b.rows = n;
-  s.b.box_rows = static_cast<uint32_t>(v.block_n / v.cluster);
-  const bool f32 = out == OutType::kFP32;
-  s.d.base = d;
-  s.d.dtype = f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  s.d.elem_bytes = f32 ? 4 : 2;
-  s.d.rows = m;
-  s.d.cols = n;
-  s.d.row_stride_bytes = n * s.d.elem_bytes;
-  s.d.box_rows = 64;
-  s.d.box_cols = 128 / s.d.elem_bytes;
-  s.d.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+// The compiled grouped kernels, for error messages.
+std::string grouped_tiles_text() {
+  std::string s;
+  for (const auto& v : blockscaled::kBsVariantSpecs)
+    if (v.grouped)
+      s += " bn=" + std::to_string(v.block_n) + (v.out == OutType::kFP32 ? " FP32" : " BF16") +
+           (v.overlap ? " overlap=1" : " overlap=0");
   return s;
 }
 
-// Templates for the grouped maps: box, swizzle, data type and L2 policy set once per output
-// type; the device patches base, sizes and pitch per group. Encoded once per process (the
-// base address is a placeholder the device always replaces); a failed encoding is not kept.
+Status choose_grouped(const char* who, const BlockScaledConfig& c, OutType out, GroupedChoice* g,
+                      std::string* why = nullptr) {
+  g->block_n = c.block_n != 0 ? c.block_n : 256;
+  const int with = blockscaled::find_bs_variant(128, g->block_n, out, true, 0, true);
+  const int without = blockscaled::find_bs_variant(128, g->block_n, out, false, 0, true);
+  g->overlap = c.overlap == 1 || (c.overlap == -1 && with >= 0);
+  g->line = g->overlap ? with : without;
+  if (g->line < 0)
+    return Status::Invalid(std::string(who) + ": no grouped kernel bn=" + std::to_string(g->block_n) +
+                           (out == OutType::kFP32 ? " FP32" : " BF16") + " overlap=" + (g->overlap ? "1" : "0") +
+                           " (compiled:" + grouped_tiles_text() + ")");
+  // The reason is built only when asked for (a call asks nothing: no string work per call).
+  if (why)
+    *why = "bn=" + std::to_string(g->block_n) + (g->overlap ? ",overlap=1" : "") + " (" +
+           (c.block_n == 0 ? "grouped: group sizes are on the device; the wide tile by default" : "forced") + ")";
+  return Status::Ok();
+}
+
+// Templates for the grouped maps, as the core's dense maps (A in boxes of 128 rows, B of the
+// tile's columns, D in the epilogue's 64-row chunks of 128 bytes), with the box, swizzle, data type
+// and L2 policy set once per output type and tile; the device patches base, sizes and pitch per
+// group. Encoded once per process (the base address is a placeholder the device always replaces);
+// a failed encoding is not kept.
 struct GroupedMaps {
   CUtensorMap a, b, d;
 };
-Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
-  static OkOnce<GroupedMaps> cache[8];
-  const int i = (out == OutType::kFP32 ? 1 : 0) + 2 * ((v.block_n == 256 ? 2 : 0) + v.cluster - 1);
+Status grouped_templates(OutType out, int block_n, const GroupedMaps** maps) {
+  static OkOnce<GroupedMaps> cache[4];
+  const int i = (out == OutType::kFP32 ? 1 : 0) + (block_n == 256 ? 2 : 0);
   return cache[i].get(
-      [out, v](GroupedMaps* m) {
-        void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
-        const MapShapes s = map_shapes(placeholder, placeholder, placeholder, 128, 128, 128, out, v);
-        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.a, &m->a));
-        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(s.b, &m->b));
-        return hopper::make_tensor_map_2d(s.d, &m->d);
+      [out, block_n](GroupedMaps* m) {
+        const void* placeholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
+        const bool f32 = out == OutType::kFP32;
+        const int ob = f32 ? 4 : 2;
+        const hopper::TensorMap2dSpec sa = hopper::dense_2d(placeholder, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, 128, 128, 128, 128);
+        const hopper::TensorMap2dSpec sb = hopper::dense_2d(placeholder, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, 256, 128,
+                                                            static_cast<uint32_t>(block_n), 128);
+        hopper::TensorMap2dSpec sd = hopper::dense_2d(placeholder, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                                      ob, 128, 128, 64, static_cast<uint32_t>(128 / ob));
+        sd.swizzle = hopper::TmaSwizzle::k128B;
+        sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+        static_assert(fp8::fp8_epi_chunk_bytes(128, 2) == 128 && fp8::fp8_epi_chunk_bytes(128, 4) == 128,
+                      "the grouped tiles store 128-byte chunks");
+        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &m->a));
+        LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &m->b));
+        return hopper::make_tensor_map_2d(sd, &m->d);
       },
       maps);
 }
@@ -337,39 +274,51 @@ Status grouped_templates(OutType out, Variant v, const GroupedMaps** maps) {
 // What a forced config may set for the grouped GEMM.
 Status check_grouped_config(const char* who, const BlockScaledConfig& cfg) {
   LOWBIT_RETURN_IF_ERROR(check_config(who, cfg));
-  if ((cfg.block_n != 0 && cfg.block_n < 128) || cfg.block_m != 0 || cfg.splits != 0 || cfg.overlap == 1)
+  if ((cfg.block_n != 0 && cfg.block_n < 128) || cfg.block_m != 0 || cfg.splits != 0 || cfg.cluster_reduce == 1)
     return Status::Invalid(std::string(who) + ": the grouped GEMM runs 128-row tiles of 128 or 256 columns, unsplit "
-                                              "(bn below 128, bm, splits and overlap are the dense GEMM's)");
+                                              "(bn below 128, bm, splits and creduce are the dense GEMM's)");
   return Status::Ok();
 }
 
 // The grouped GEMM's two launches on `stream`: the preparation kernel over the groups of
-// `source` (descriptors read or built), then the persistent GEMM over their tiles, reading the
-// descriptors at `problems` (the caller's array, or the ones the preparation kernel wrote).
+// `source` (descriptors read or built), then the core's persistent kernel over their tiles,
+// reading the descriptors at `problems` (the caller's array, or the ones the preparation kernel
+// wrote).
 template <class Source>
 Status launch_grouped(const char* who, const Source& source, const Fp8GroupedProblem* problems, int groups,
                       OutType out_type, const blockscaled::GroupedWorkspace& ws, const BlockScaledConfig& cfg,
                       const DeviceInfo& dev, cudaStream_t stream) {
-  const Variant v = choose_variant(cfg);
-  LOWBIT_RETURN_IF_ERROR(check_smem(dev, out_type, v));
+  GroupedChoice g;
+  LOWBIT_RETURN_IF_ERROR(choose_grouped(who, cfg, out_type, &g));
+  const blockscaled::VariantLauncher& entry = blockscaled::kBsVariantLaunchers[g.line]();
+  if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
+    return Status::Error(StatusCode::kUnsupportedDevice, std::string(who) + ": kernel needs " +
+                                                             std::to_string(entry.smem_bytes) +
+                                                             " bytes of shared memory per block; the device allows " +
+                                                             std::to_string(dev.smem_per_block_optin));
   const GroupedMaps* tmpl = nullptr;
-  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, v, &tmpl));
+  LOWBIT_RETURN_IF_ERROR(grouped_templates(out_type, g.block_n, &tmpl));
   const int out_bytes = out_type == OutType::kFP32 ? 4 : 2;
   cudaError_t e = hopper::launch_kernel(blockscaled::grouped_prepare_kernel<Source>, dim3(1),
                                         dim3(blockscaled::kPrepareThreads), 0, stream, /*pdl=*/false, source, groups, ws,
-                                        out_bytes, v.cluster, v.block_n, tmpl->a, tmpl->b, tmpl->d);
+                                        out_bytes, /*cluster_m=*/1, g.block_n, tmpl->a, tmpl->b, tmpl->d);
   if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " prepare launch", e);
 
-  BlockScaledParams p{};
-  p.cluster_m = v.cluster;
-  p.group_m = cfg.raster_group;
-  p.problems = problems;
-  p.groups = groups;
-  p.tile_start = ws.tile_start;
-  p.maps = ws.maps;
+  fp8::Fp8KernelParams p{};
+  p.sched.splits = 1;
+  p.sched.group_m = cfg.raster_group;
+  // No one problem: the store clips to each group's rows (GroupedProblems), never to these.
+  p.set_problem(INT32_MAX, INT32_MAX, 0, 128, 1.0f, nullptr, nullptr);
+  p.epi.row_period = 1;
+  p.groups = {problems, groups, ws.tile_start, ws.maps};
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
-  e = launch_for(out_type, v, cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device);
+  int launched = 0;
+  e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device, &launched);
   if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " launch", e);
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] blockscaled grouped: bn=%d%s, %d CTAs\n", g.block_n, g.overlap ? ", overlap" : "",
+                 launched);
   return Status::Ok();
 }
 
@@ -386,8 +335,9 @@ std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool gro
                                       int sm_count, int64_t k) {
   std::string why;
   if (grouped) {
-    choose_variant(config, &why);
-    return why;
+    GroupedChoice g;
+    const Status st = choose_grouped("grouped", config, OutType::kBF16, &g, &why);
+    return st.ok() ? why : st.message();
   }
   if (m < 1 || n < 16 || k < 16) return "dense: needs M >= 1 and N, K >= 16";
   Fp8GemmConfig c;
@@ -457,8 +407,6 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
     apply_forced(*forced, x.out_type, &c);
-    if (forced->cluster > 1)
-      return Status::Invalid("fp8_blockscaled_gemm: the dense GEMM runs single CTAs (cluster=2 is the grouped GEMM's)");
     if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
       return Status::Invalid("fp8_blockscaled_gemm: no dense tile bm=" + std::to_string(c.block_m) + ", bn=" +
                              std::to_string(c.block_n) + " (compiled:" + dense_tiles_text() + ")");
@@ -495,6 +443,7 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
     // chooser's where the config leaves it open), so the answer never under-reports.
     size_t most = 0;
     for (const auto& v : blockscaled::kBsVariantSpecs) {
+      if (v.grouped) continue;
       if ((config->block_m && v.block_m != config->block_m) || (config->block_n && v.block_n != config->block_n))
         continue;
       c.block_m = v.block_m;

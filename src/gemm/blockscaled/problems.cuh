@@ -1,6 +1,9 @@
-// Where a grouped block-scaled unit's operands come from: G problems described in device memory,
-// tensor maps patched per group on the device, tiles of all groups walked as one sequence
-// (gemm::GroupedTileSchedule): for unit u, which tile, of which operands, with which scales.
+// The grouped block-scaled layouts on the FP8 core (the core's problems policy, T::Problems:
+// gemm/fp8/problems.cuh): G problems described in device memory, tensor maps patched per group on
+// the device by the preparation kernel (gemm/blockscaled/grouped_prepare.cuh), tiles of all groups
+// walked as one sequence (tile_start[g]: the first tile of group g, as gemm::GroupedTileSchedule
+// lays them out). For unit u: which tile, of which operands,
+// with which scales.
 #pragma once
 
 #include <cuda.h>
@@ -8,89 +11,121 @@
 #include <cstdint>
 
 #include "gemm/blockscaled/mainloop.cuh"
+#include "gemm/fp8/traits.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
 
 namespace lowbit::blockscaled {
 
-struct BlockScaledParams {
-  int cluster_m;  // CTAs per cluster along M (= the kernel's T::kClusterM); units count cluster tiles
-  int group_m;  // raster band height
-  const Fp8GroupedProblem* problems;
-  int groups;
-  const int* tile_start;    // [groups + 1] in the workspace
-  const CUtensorMap* maps;  // [groups][3] (A, B, D) in the workspace
-};
+// Groups whose tile offsets are copied to shared memory for the per-unit group lookup; beyond
+// this the lookup reads the offsets from global memory (L2).
+constexpr int kSmemGroupTable = 1024;
 
-struct UnitView {
-  gemm::WorkUnit w;
-  const CUtensorMap* tm_a;
-  const CUtensorMap* tm_b;
-  const CUtensorMap* tm_d;
-  int m, n, k_blocks;
-  const float* sfa;  // the tile's first row
+__device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
+
+// A grouped unit: the tile (its K range is the whole of its group's K), and what its group adds:
+// the group (whose maps are A, B, D at p.groups.maps + 3 * group), its size, and the scales of the
+// tile's rows and columns (read by the producer only; unused, the consumers never load them).
+struct GroupedUnit : gemm::WorkUnit {
+  int group;
+  int m, n;
+  const float* sfa;  // the A scales of the tile's first row
   int64_t sfa_ld;
   const float* sfb;     // the B scales of the tile's first 128 columns (a row of sfb)
   int sfb_part_stride;  // to the row of its next 128 columns; 0 when those lie past N
 };
 
-__device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
-
-// Each role keeps its own cursor: the group's descriptor is re-read only when the walk enters
-// a new group, and each thread that uses a group's tensor maps acquires them first (they were
-// written by the preparation kernel through the generic proxy).
-template <int kBlockN>
+// Each role keeps its own cursor: the group's size is re-read only when the walk enters a new
+// group, and a thread that loads or stores through a group's tensor maps acquires them first (the
+// preparation kernel wrote them through the generic proxy). The core places the next unit while
+// no MMA is in flight, so the group change's branch and loads cost the tensor cores nothing. The
+// walk holds no pointer: the tile offsets are read from shared memory (or, past
+// kSmemGroupTable groups, global memory) through the kernel's own references at each lookup, and
+// the maps are found from the group: with a 64-bit table pointer and map pointer kept live, the
+// 128 x 256 consumers and the 40-register producer spilled.
+template <class T>
 struct GroupedProblems {
-  const BlockScaledParams& p;
-  gemm::GroupedTileSchedule sched;  // tile_start in shared memory when it fits; counts cluster units
-  bool acquire_maps;                // this thread issues TMA through the maps
-  int rank;                         // in the cluster
+  using Unit = GroupedUnit;
+  using SharedStorage = typename T::SharedStorage;
+  bool acquire_maps;
   int group = -1;
-  // What the walk needs of the current group's descriptor (its operand pointers live in the
-  // tensor maps); kept small, it stays in registers across the consumers' mainloop.
-  struct Cached {
-    int m, n, k;
-    const float* sfa;
-    int64_t sfa_ld;
-    const float* sfb;
-  } prob{};
+  int group_m = 0, group_n = 0, k_blocks = 0;  // the current group's size
 
-  __device__ __forceinline__ int num_units() const { return sched.num_units(); }
-  __device__ __forceinline__ UnitView resolve(int u) {
-    const int g = sched.group_of(u);
-    const CUtensorMap* maps = p.maps + 3 * g;
+  __device__ __forceinline__ static bool table_in_smem(const fp8::Fp8KernelParams& p) {
+    return p.groups.count <= kSmemGroupTable;
+  }
+  __device__ __forceinline__ static int tile_start(const SharedStorage& ss, const fp8::Fp8KernelParams& p, int g) {
+    return table_in_smem(p) ? ss.tile_start[g] : __ldg(p.groups.tile_start + g);
+  }
+  // Every thread of the CTA copies part of the tile offsets, before the barrier-init sync.
+  __device__ __forceinline__ static void init(SharedStorage& ss, const fp8::Fp8KernelParams& p) {
+    if (table_in_smem(p))
+      for (int i = threadIdx.x; i <= p.groups.count; i += blockDim.x) ss.tile_start[i] = p.groups.tile_start[i];
+  }
+  // The unit count is the device's (the preparation kernel's tile_start[groups]): the grid is
+  // every CTA that fits, and those past the last unit exit.
+  __device__ __forceinline__ static int num_units(const SharedStorage& ss, const fp8::Fp8KernelParams& p) {
+    return tile_start(ss, p, p.groups.count);
+  }
+  __device__ __forceinline__ static GroupedProblems make(SharedStorage&, const fp8::Fp8KernelParams&, bool issues_tma) {
+    return GroupedProblems{issues_tma};
+  }
+
+  // Unit u (u never decreases along a role's walk): the last group g with tile_start[g] <= u, by
+  // binary search from the current group (empty groups share their start with the next group and
+  // are never returned).
+  __device__ __forceinline__ Unit unit(int u, const SharedStorage& ss, const fp8::Fp8KernelParams& p) {
+    int lo = group < 0 ? 0 : group, hi = p.groups.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (tile_start(ss, p, mid) <= u) lo = mid;
+      else hi = mid - 1;
+    }
+    const int g = lo;
+    const Fp8GroupedProblem& d = static_cast<const Fp8GroupedProblem*>(p.groups.descriptors)[g];
     if (g != group) {
       group = g;
-      const Fp8GroupedProblem& d = p.problems[g];
-      prob = Cached{d.m, d.n, d.k, d.sfa, d.sfa_ld, d.sfb};
+      group_m = d.m;
+      group_n = d.n;
+      k_blocks = blocks_of(d.k, T::kBlockK);
       if (acquire_maps) {
+        const CUtensorMap* maps = p.groups.maps + 3 * g;
         hopper::tensor_map_acquire(maps + 0);
         hopper::tensor_map_acquire(maps + 1);
         hopper::tensor_map_acquire(maps + 2);
       }
     }
-    UnitView v;
-    v.w.tile = u;
-    v.w.split = 0;
-    v.k_blocks = blocks_of(prob.k, 128);
-    v.w.kb_begin = 0;
-    v.w.kb_end = v.k_blocks;
-    gemm::raster_tile(u - sched.tile_start[g], blocks_of(prob.m, 128 * p.cluster_m), blocks_of(prob.n, kBlockN),
-                      p.group_m, &v.w.m_block, &v.w.n_block);
-    v.w.m_block = v.w.m_block * p.cluster_m + rank;
-    v.tm_a = maps + 0;
-    v.tm_b = maps + 1;
-    v.tm_d = maps + 2;
-    v.m = prob.m;
-    v.n = prob.n;
-    v.sfa = prob.sfa + v.w.m_block * 128;
-    v.sfa_ld = prob.sfa_ld;
-    const BScaleRows b = tile_b_scale_rows<kBlockN>(prob.sfb, v.k_blocks, v.n, v.w.n_block);
+    Unit v;
+    v.tile = u;
+    v.split = 0;
+    v.kb_begin = 0;
+    v.kb_end = k_blocks;
+    gemm::raster_tile(u - tile_start(ss, p, g), blocks_of(group_m, T::kBlockM), blocks_of(group_n, T::kBlockN),
+                      p.sched.group_m,
+                      &v.m_block, &v.n_block);
+    v.group = g;
+    v.m = group_m;
+    v.n = group_n;
+    v.sfa = d.sfa + static_cast<int64_t>(v.m_block) * T::kBlockM;
+    v.sfa_ld = d.sfa_ld;
+    const BScaleRows b = tile_b_scale_rows<T::kBlockN>(d.sfb, k_blocks, group_n, v.n_block);
     v.sfb = b.first;
     v.sfb_part_stride = b.part_stride;
     return v;
   }
+  // The group's maps and size (the kernel's own maps are templates, never used).
+  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+    return p.groups.maps + 3 * w.group + 0;
+  }
+  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+    return p.groups.maps + 3 * w.group + 1;
+  }
+  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+    return p.groups.maps + 3 * w.group + 2;
+  }
+  __device__ __forceinline__ static int m(const Unit& w, const fp8::Fp8KernelParams&) { return w.m; }
+  __device__ __forceinline__ static int n(const Unit& w, const fp8::Fp8KernelParams&) { return w.n; }
 };
 
 }  // namespace lowbit::blockscaled

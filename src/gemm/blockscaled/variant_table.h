@@ -10,28 +10,31 @@ struct BsVariantSpec {
   OutType out;
   bool overlap;
   int cluster_splits;  // > 1: split K reduced within a cluster of up to this many CTAs; 0: the workspace
+  bool grouped;        // the grouped layouts (GroupedProblems), or one dense problem
   const char* reason;
 };
 
 namespace variant_def {
 constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
+constexpr bool DENSE = false, GROUPED = true;
 }  // namespace variant_def
 
 inline constexpr BsVariantSpec kBsVariantSpecs[] = {
-#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, csplit, reason) \
-  BsVariantSpec{bm, bn, variant_def::out, overlap != 0, csplit, reason},
+#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, csplit, problems, reason) \
+  BsVariantSpec{bm, bn, variant_def::out, overlap != 0, csplit, variant_def::problems, reason},
 #include "gemm/blockscaled/variants.def"
 #undef LOWBIT_BS_VARIANT
 };
 inline constexpr int kNumBsVariantSpecs = static_cast<int>(sizeof(kBsVariantSpecs) / sizeof(kBsVariantSpecs[0]));
 
-// The line of the kernel for this tile, output and epilogue, or -1: split K through the
-// workspace (cluster_splits = 0), or the first line that reduces at least `cluster_splits` splits
-// within a cluster.
-constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false, int cluster_splits = 0) {
+// The line of the dense (or, with `grouped`, the grouped) kernel for this tile, output and
+// epilogue, or -1: split K through the workspace (cluster_splits = 0), or the first line that
+// reduces at least `cluster_splits` splits within a cluster.
+constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false, int cluster_splits = 0,
+                              bool grouped = false) {
   for (int i = 0; i < kNumBsVariantSpecs; ++i)
-    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n &&
-        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap &&
+    if (kBsVariantSpecs[i].grouped == grouped && kBsVariantSpecs[i].block_m == block_m &&
+        kBsVariantSpecs[i].block_n == block_n && kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap &&
         (cluster_splits == 0 ? kBsVariantSpecs[i].cluster_splits == 0
                              : kBsVariantSpecs[i].cluster_splits >= cluster_splits))
       return i;

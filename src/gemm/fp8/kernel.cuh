@@ -14,6 +14,7 @@
 #include "gemm/fp8/epilogue.cuh"
 #include "gemm/fp8/epilogue_fused.cuh"
 #include "gemm/fp8/mainloop.cuh"
+#include "gemm/fp8/problems.cuh"
 #include "gemm/fp8/traits.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
@@ -46,6 +47,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kClusterSplit || 128 * (T::kBlockN / 2) * 4 == T::kEpiSlots * T::kEpiSlotBytes,
                 "a consumer warpgroup's FP32 partial is its epilogue staging");
 
+  // Several problems (T::Problems): each unit's maps and sizes are its group's, so nothing that
+  // reads the kernel parameters' one problem per unit (split-K, a bias, the fused steps, clusters).
+  using Problems = typename ProblemsOf<T>::type;
+  static_assert(!kWalksGroups<T> || (T::kBlockM == 128 && !T::kFused && !T::kStaged && T::kClusterM == 1 &&
+                                     !kClusterSplit && !gemm::UnevenColumns<T>::value),
+                "grouped problems: 128-row tiles, plain epilogue, single CTAs, unsplit");
+
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
 
@@ -76,6 +84,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
+  Problems::init(ss, p);
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
     if constexpr (kClusterSplit) ss.csplit.init(consumer_wgs);
@@ -93,18 +102,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   else __syncthreads();
 
   // A cluster walks units (a column of kClusterM vertically adjacent tiles of one B tile); rank r
-  // takes the r-th tile. A tile below the matrix (odd tile rows) still loads and multicasts its
-  // share of B; its A is all zero fill and its store is skipped.
-  const int num_units = p.sched.num_units();
+  // takes the r-th tile (DenseProblems::unit). A tile below the matrix (odd tile rows) still loads
+  // and multicasts its share of B; its A is all zero fill and its store is skipped.
+  // Each role makes its own walk after setmaxnreg (values kept live across it were spilled); a
+  // grouped walk's cursor is the role's own, and `issues_tma` says whether the role's thread
+  // loads or stores through the groups' maps (then it acquires them).
+  auto problems_for = [&](bool issues_tma) { return Problems::make(ss, p, issues_tma); };
+  const int num_units = Problems::num_units(ss, p);
   const int first_unit = static_cast<int>(blockIdx.x) / T::kClusterM;
   const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
-  auto unit_at = [&p](int u) {
-    gemm::WorkUnit w;
-    if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
-    else w = p.walk.unit(p.sched, u);
-    if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
-    return w;
-  };
+  // The relay and the staged-operand loaders walk one problem only (static checks above).
+  auto unit_at = [&p, &ss](int u) { return DenseProblems<T>::unit(u, ss, p); };
   // Without a bias or per-channel scales the staged slices are the zeros and ones init wrote:
   // no loads, no per-unit handshake.
   const bool staged = T::kStaged && !T::kFused && StagedOps::any(p);
@@ -116,13 +124,24 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // relays released stages to the peers; the rest of the warpgroup idles on few registers.
     if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
+      auto problems = problems_for(true);
+      // The unit's operand maps: the kernel's own, or its group's.
+      auto a_map = [&tm_a, &p](const auto& w) {
+        if constexpr (kWalksGroups<T>) return Problems::a_map(w, p);
+        else return &tm_a;
+      };
+      auto b_map = [&tm_b, &p](const auto& w) {
+        if constexpr (kWalksGroups<T>) return Problems::b_map(w, p);
+        else return &tm_b;
+      };
       hopper::RingPosition<T::kStages> pos;
       for (int u = first_unit; u < num_units; u += unit_step) {
-        const gemm::WorkUnit w = unit_at(u);
+        const auto w = problems.unit(u, ss, p);
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         // Uneven columns: tm_bcast is B's map for trimmed tiles (a kTrim rows shorter box).
-        produce_unit<T, decltype(extra), Operands>(ss, &tm_a, &tm_b, w, T::stage_tx_bytes(p.a_box_rows) + extra.tx_bytes(),
-                                                   pos, extra, &tm_bcast);
+        produce_unit<T, decltype(extra), Operands>(ss, a_map(w), b_map(w), w,
+                                                   T::stage_tx_bytes(p.a_box_rows) + extra.tx_bytes(), pos, extra,
+                                                   &tm_bcast);
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).
@@ -149,6 +168,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     const float alpha =
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
+    // The unit's output map: the kernel's own, or its group's.
+    auto d_map = [&tm_d, &p](const auto& w) {
+      if constexpr (kWalksGroups<T>) return Problems::d_map(w, p);
+      else return &tm_d;
+    };
+    auto problems = problems_for(threadIdx.x % 128 == 0);  // thread 0 of each warpgroup issues its stores
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     using Promotion = typename T::Promotion;  // plain, or block-scaled (T's family)
@@ -165,7 +190,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if constexpr (T::kFused) Fused::wait_resident(ss);
       if (first_unit < num_units) {
         int u = first_unit;
-        gemm::WorkUnit w = unit_at(u);
+        auto w = problems.unit(u, ss, p);
         consumer.promotion.start_unit(p, w);
         consumer.start(w);
         while (true) {
@@ -180,15 +205,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           const int next = u + unit_step;
           if (next >= num_units) {
             apply();
-            epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+            epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
             break;
           }
-          const gemm::WorkUnit w_next = unit_at(next);
+          // The next unit is placed here, with no MMA in flight: a grouped walk that enters a new
+          // group branches and loads its descriptor.
+          const auto w_next = problems.unit(next, ss, p);
           consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
           apply();
           // Epilogue, under the next unit's first MMAs.
-          epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+          epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
           u = next;
           w = w_next;
         }
@@ -196,7 +223,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else {
       uint32_t parity = 0;
       for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
-        const gemm::WorkUnit w = unit_at(u);
+        const auto w = problems.unit(u, ss, p);
         float2 rows = make_float2(alpha, alpha);
         if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
         // Mainloop.
@@ -223,7 +250,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }
-        if (finish) epilogue.store(ss, consumer_wg, &tm_d, p.m, p.n, w, acc);
+        if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
         if constexpr (kClusterSplit)
           if (finish && p.sched.splits > 1 && u + unit_step < num_units)
             gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);

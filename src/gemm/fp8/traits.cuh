@@ -1,6 +1,7 @@
 // Compile-time shape of one FP8 GEMM kernel variant and its shared-memory layout.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -216,8 +217,18 @@ struct Fp8KernelParams {
   } bs;
   // sched's walk (gemm::TileWalk::of).
   gemm::TileWalk walk;
-  // Uneven columns (T::kUneven only; last, so the other kernels keep their parameter layout).
+  // Uneven columns (T::kUneven only; after the fields every kernel reads, so those keep their
+  // parameter layout).
   gemm::UnevenColumnLayout uneven;
+  // Grouped problems (a family's grouped layout, T::Problems: gemm/blockscaled/problems.cuh): the
+  // descriptors, their count, and the tile offsets [groups + 1] and tensor maps [groups][A, B, D]
+  // the preparation kernel wrote. Last, for the same reason.
+  struct Groups {
+    const void* descriptors;
+    int count;
+    const int* tile_start;
+    const CUtensorMap* maps;
+  } groups;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
