@@ -41,21 +41,23 @@ struct Fp8BlockScaledArgs {
 };
 
 // Launch knobs of the block-scaled kernels, printable and forceable from lowbit-bench.
-// The dense GEMM runs on the FP8 GEMM core (its tiles, split-K and cost model); the grouped one
-// on its own kernel. A forced dense config overrides what it sets (non-zero fields; group as given).
+// Both run on the FP8 GEMM core: the dense GEMM with its tiles, split-K and cost model, the grouped
+// one walking the groups' tiles. A forced dense config overrides what it sets (non-zero fields;
+// group as given).
 struct BlockScaledConfig {
   int grid = 0;          // persistent CTAs; 0 = auto (dense: the chooser's; grouped: the SM count)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
-  // Grouped: CTAs per cluster along M that share (multicast) each B tile: 1 or 2; 0 = auto (1:
-  // the multicast pairs measured no faster so far, docs/perf.md). Dense: 0 or 1.
+  // CTAs per cluster along M: 0 (auto) or 1. The block-scaled kernels run single CTAs (multicast
+  // pairs ran no faster, docs/perf.md block-scaled session 20); 2 is refused.
   int cluster = 0;
   // Tile columns: dense 64, 128 or 256, grouped 128 or 256; 0 = auto (dense: the cost model;
   // grouped: 256, since the host does not see the group sizes).
   int block_n = 0;
   int block_m = 0;  // dense tile rows: 128, or 64 (with block_n = 64); 0 = auto
   int splits = 0;   // dense split-K factor (needs the workspace); 0 = auto
-  // Dense: 1 runs each unit's epilogue under the next unit's first MMAs, 0 not; -1 = auto. Needs
-  // splits = 1 and a tile it is compiled for (128 x 256, BF16 out).
+  // 1 runs each unit's epilogue under the next unit's first MMAs, 0 not; -1 = auto (wherever
+  // compiled). Dense: needs splits = 1 and a tile it is compiled for (BF16 out). Grouped: compiled
+  // for BF16 out (with it only), FP32 runs without.
   int overlap = -1;
   // Dense split K: 1 reduces a tile's splits within a cluster of that many CTAs, through
   // distributed shared memory (no workspace; compiled for some tiles with BF16 out, up to a split
@@ -64,13 +66,13 @@ struct BlockScaledConfig {
   int cluster_reduce = -1;
   std::string to_string() const;
 };
-// Parses "grid=132,group=8,cluster=2,bn=256,bm=64,splits=4,overlap=1,creduce=1" (any subset);
+// Parses "grid=132,group=8,cluster=1,bn=256,bm=64,splits=4,overlap=1,creduce=1" (any subset);
 // unknown keys are an error.
 Status parse_blockscaled_config(const std::string& text, BlockScaledConfig* out);
 
 // What a call with `config` runs and why (dense: M x N x K on `sm_count` SMs with as much
 // workspace as it wants, e.g. "bm=128,bn=64,splits=4,group=8,grid=132 (cost model ...)";
-// grouped: M, N and K unused, e.g. "bn=256,cluster=1 (grouped ...)"). lowbit-bench prints it.
+// grouped: M, N and K unused, e.g. "bn=256,overlap=1 (grouped ...)"). lowbit-bench prints it.
 std::string explain_blockscaled_choice(const BlockScaledConfig& config, bool grouped, int64_t m, int64_t n,
                                       int sm_count, int64_t k = 0);
 
