@@ -225,6 +225,10 @@ std::vector<BlockScaledConfig> tile_configs() {
   return out;
 }
 
+// Whether a grouped kernel runs this tile for this output: FP32 out has the 128-wide tile only
+// (variants.def).
+bool grouped_compiled(const BlockScaledConfig& c, OutType out) { return out == OutType::kBF16 || c.block_n != 256; }
+
 uint64_t seed_for(int salt) { return lowbit_test::seed() * 6271 + static_cast<uint64_t>(salt) * 101; }
 
 TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
@@ -437,6 +441,7 @@ TEST_F(BlockScaledGpu, GroupedEdgeGroupsExact) {
   int salt = 200;
   for (const BlockScaledConfig& cfg : tile_configs())
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      if (!grouped_compiled(cfg, out)) continue;  // refused (GroupedRefusesWhatIsNotCompiled)
       std::vector<std::unique_ptr<Problem>> probs;
       for (const auto& s : shapes) {
         probs.emplace_back(new Problem);
@@ -541,6 +546,36 @@ TEST_F(BlockScaledGpu, GroupedBadDescriptorReported) {
   int64_t written = 0;
   for (double v : skipped) written += std::isnan(v) ? 0 : 1;
   EXPECT_EQ(written, 0) << "the invalid group's output was written";
+}
+
+// A grouped kernel that is not compiled (variants.def) is refused with the compiled ones named,
+// not run as another one; the default for each output is one that is.
+TEST_F(BlockScaledGpu, GroupedRefusesWhatIsNotCompiled) {
+  for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+    Problem p;
+    p.make(64, 128, 256, out, Inputs::kSmallInts, seed_for(1700 + static_cast<int>(out)));
+    const std::vector<Fp8GroupedProblem> host(1, p.descriptor());
+    const size_t wsb = fp8_grouped_workspace_size(1);
+    bench::DeviceBuffer dp, ws;
+    ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem)).ok());
+    ASSERT_TRUE(ws.alloc(wsb).ok());
+    CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem), cudaMemcpyHostToDevice));
+    const char* bad = out == OutType::kFP32 ? "bn=256" : "overlap=0";
+    BlockScaledConfig c;
+    ASSERT_TRUE(parse_blockscaled_config(bad, &c).ok());
+    Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr, &c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
+    EXPECT_NE(st.message().find("compiled:"), std::string::npos) << st.message();
+    if (out == OutType::kFP32) {
+      ASSERT_TRUE(parse_blockscaled_config("overlap=1", &c).ok());
+      st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr, &c);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    }
+    st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    expect_exact(p, p.read(p.d.p), "the default grouped kernel after the refused calls");
+  }
 }
 
 // Host memory where the device copy belongs (fp8_grouped_validate takes the host array, so the
@@ -684,6 +719,7 @@ TEST_F(BlockScaledGpu, MaskedExact) {
   int salt = 2000;
   for (const BlockScaledConfig& cfg : tile_configs())
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      if (!grouped_compiled(cfg, out)) continue;  // refused (GroupedRefusesWhatIsNotCompiled)
       MaskedSet m;
       m.make(5, 200, 272, 384, out, masked, salt += 10);
       const Status st = fp8_grouped_gemm_masked(m.args(), nullptr, &cfg);
@@ -881,6 +917,7 @@ TEST_F(BlockScaledGpu, ContiguousExact) {
   int salt = 3000;
   for (const BlockScaledConfig& cfg : tile_configs())
     for (OutType out : {OutType::kBF16, OutType::kFP32}) {
+      if (!grouped_compiled(cfg, out)) continue;  // refused (GroupedRefusesWhatIsNotCompiled)
       ContiguousSet c;
       c.make(sizes, 7, 272, 384, out, salt += 10);
       const Status st = fp8_grouped_gemm_contiguous(c.args(), nullptr, &cfg);

@@ -49,12 +49,11 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
 
 // Stages that fill 227 KiB: the core's epilogue staging (8 KiB per slot per consumer
 // warpgroup), its staged-operand slot (bias and channel scales, unused here: 6 bytes a column),
-// the split-K landing slots, the grouped walk's table of tile offsets, 3 KiB of barriers and
-// alignment slack, and per stage the A and B tiles and the A and B scales.
-constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits = 0, bool grouped = false) {
+// the split-K landing slots, 3 KiB of barriers and alignment slack, and per stage the A and B
+// tiles and the A and B scales.
+constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits = 0) {
   return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
-          gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - (grouped ? 4 * (kSmemGroupTable + 1) : 0) -
-          2048 - 1024) /
+          gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
          (block_m * 128 + block_n * 128 + block_m * 4 + 16);
 }
 // The 128 x 256 tile gives up one staging slot for a fourth stage (as the first grouped kernel did,
@@ -67,19 +66,16 @@ constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 &
 // shared memory into rank 0 (gemm::split_k_cluster_reduce), for up to that many splits: the other
 // the first other rank's partial lands in rank 0's epilogue staging, each further one in a slot
 // that costs stages. 0: through the workspace.
-// kGrouped: the grouped layouts (GroupedProblems): unsplit 128-row tiles, the tile offsets' table
-// in shared memory.
+// kGrouped: the grouped layouts (GroupedProblems): unsplit 128-row tiles.
 template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0, bool kGrouped = false>
 struct CoreTraits
-    : fp8::Fp8Traits<kBlockN,
-                     core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_, kGrouped),
+    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
                      kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
                      /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
                      core_epi_slots(kBlockM, kBlockN)> {
-  using Base =
-      fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_, kGrouped),
-                     kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
-                     core_epi_slots(kBlockM, kBlockN)>;
+  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
+                              kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
+                              core_epi_slots(kBlockM, kBlockN)>;
   static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
                 "a tile covers whole B scale blocks or lies inside one: 64, 128 or 256 columns");
   static constexpr bool kBlockScaled = true;
@@ -96,15 +92,10 @@ struct CoreTraits
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
     alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
   };
-  struct alignas(1024) GroupedStorage : ScaledStorage {
-    int tile_start[kSmemGroupTable + 1];  // the first tile of each group (GroupedProblems)
-  };
   static_assert(!kGrouped || (kBlockM == 128 && kClusterSplits_ == 0), "grouped: unsplit 128-row tiles");
   using Problems = std::conditional_t<kGrouped, GroupedProblems<CoreTraits>, fp8::DenseProblems<CoreTraits>>;
   static constexpr int kClusterSplits = kClusterSplits_;
-  using SharedStorage =
-      gemm::WithClusterLanding<std::conditional_t<kGrouped, GroupedStorage, ScaledStorage>, kBlockN,
-                               Base::kConsumerWarpgroups, kClusterSplits_>;
+  using SharedStorage = gemm::WithClusterLanding<ScaledStorage, kBlockN, Base::kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
   static_assert(Base::kStages >= 4, "a ring of at least four stages");
 };

@@ -202,8 +202,8 @@ std::string dense_text(const Fp8GemmConfig& c, bool in_cluster = false) {
 // ---- grouped: the FP8 core walking the groups' tiles (GroupedProblems) -------------------------
 
 // The grouped kernel of a call: the group sizes live on the device, so the host cannot count tiles;
-// the 128 x 256 tile is the default (the grouped GEMM exists for large groups; small ones can force
-// bn=128), with the overlapped epilogue wherever it is compiled for the output (variants.def).
+// the widest tile compiled for the output is the default (the grouped GEMM exists for large groups;
+// small ones can force bn=128), with the overlapped epilogue wherever it is compiled (variants.def).
 struct GroupedChoice {
   int line = -1;
   int block_n = 0;
@@ -222,7 +222,10 @@ std::string grouped_tiles_text() {
 
 Status choose_grouped(const char* who, const BlockScaledConfig& c, OutType out, GroupedChoice* g,
                       std::string* why = nullptr) {
-  g->block_n = c.block_n != 0 ? c.block_n : 256;
+  g->block_n = c.block_n;
+  if (g->block_n == 0)
+    for (const auto& v : blockscaled::kBsVariantSpecs)
+      if (v.grouped && v.out == out && v.block_n > g->block_n) g->block_n = v.block_n;
   const int with = blockscaled::find_bs_variant(128, g->block_n, out, true, 0, true);
   const int without = blockscaled::find_bs_variant(128, g->block_n, out, false, 0, true);
   g->overlap = c.overlap == 1 || (c.overlap == -1 && with >= 0);
@@ -234,7 +237,7 @@ Status choose_grouped(const char* who, const BlockScaledConfig& c, OutType out, 
   // The reason is built only when asked for (a call asks nothing: no string work per call).
   if (why)
     *why = "bn=" + std::to_string(g->block_n) + (g->overlap ? ",overlap=1" : "") + " (" +
-           (c.block_n == 0 ? "grouped: group sizes are on the device; the wide tile by default" : "forced") + ")";
+           (c.block_n == 0 ? "grouped: group sizes are on the device; the widest tile by default" : "forced") + ")";
   return Status::Ok();
 }
 

@@ -18,10 +18,6 @@
 
 namespace lowbit::blockscaled {
 
-// Groups whose tile offsets are copied to shared memory for the per-unit group lookup; beyond
-// this the lookup reads the offsets from global memory (L2).
-constexpr int kSmemGroupTable = 1024;
-
 __device__ __forceinline__ int blocks_of(int x, int block) { return (x + block - 1) / block; }
 
 // A grouped unit: the tile (its K range is the whole of its group's K), and what its group adds:
@@ -40,46 +36,40 @@ struct GroupedUnit : gemm::WorkUnit {
 // group, and a thread that loads or stores through a group's tensor maps acquires them first (the
 // preparation kernel wrote them through the generic proxy). The core places the next unit while
 // no MMA is in flight, so the group change's branch and loads cost the tensor cores nothing. The
-// walk holds no pointer: the tile offsets are read from shared memory (or, past
-// kSmemGroupTable groups, global memory) through the kernel's own references at each lookup, and
-// the maps are found from the group: with a 64-bit table pointer and map pointer kept live, the
-// 128 x 256 consumers and the 40-register producer spilled.
+// walk holds no pointer: the tile offsets are read through the kernel's parameters at each lookup
+// (from global memory, cached in L1; the search starts at the current group), and the maps are
+// found from the group: with a 64-bit table pointer and map pointer kept live, the 128 x 256
+// consumers and the 40-register producer spilled. The offsets are not copied to shared memory:
+// read through the kernel's shared storage, the consumers' K loop left the uniform datapath (its
+// stage and descriptor arithmetic in per-thread registers, twice the R2UR) and the grouped kernel
+// ran 9-13% behind the dense one on the same problem (block-scaled "Grouped on the core").
 template <class T>
 struct GroupedProblems {
   using Unit = GroupedUnit;
-  using SharedStorage = typename T::SharedStorage;
   bool acquire_maps;
   int group = -1;
   int group_m = 0, group_n = 0, k_blocks = 0;  // the current group's size
 
-  __device__ __forceinline__ static bool table_in_smem(const fp8::Fp8KernelParams& p) {
-    return p.groups.count <= kSmemGroupTable;
-  }
-  __device__ __forceinline__ static int tile_start(const SharedStorage& ss, const fp8::Fp8KernelParams& p, int g) {
-    return table_in_smem(p) ? ss.tile_start[g] : __ldg(p.groups.tile_start + g);
-  }
-  // Every thread of the CTA copies part of the tile offsets, before the barrier-init sync.
-  __device__ __forceinline__ static void init(SharedStorage& ss, const fp8::Fp8KernelParams& p) {
-    if (table_in_smem(p))
-      for (int i = threadIdx.x; i <= p.groups.count; i += blockDim.x) ss.tile_start[i] = p.groups.tile_start[i];
+  __device__ __forceinline__ static int tile_start(const fp8::Fp8KernelParams& p, int g) {
+    return __ldg(p.groups.tile_start + g);
   }
   // The unit count is the device's (the preparation kernel's tile_start[groups]): the grid is
   // every CTA that fits, and those past the last unit exit.
-  __device__ __forceinline__ static int num_units(const SharedStorage& ss, const fp8::Fp8KernelParams& p) {
-    return tile_start(ss, p, p.groups.count);
+  __device__ __forceinline__ static int num_units(const fp8::Fp8KernelParams& p) {
+    return tile_start(p, p.groups.count);
   }
-  __device__ __forceinline__ static GroupedProblems make(SharedStorage&, const fp8::Fp8KernelParams&, bool issues_tma) {
+  __device__ __forceinline__ static GroupedProblems make(bool issues_tma) {
     return GroupedProblems{issues_tma};
   }
 
   // Unit u (u never decreases along a role's walk): the last group g with tile_start[g] <= u, by
   // binary search from the current group (empty groups share their start with the next group and
   // are never returned).
-  __device__ __forceinline__ Unit unit(int u, const SharedStorage& ss, const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ Unit unit(int u, const fp8::Fp8KernelParams& p) {
     int lo = group < 0 ? 0 : group, hi = p.groups.count - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (tile_start(ss, p, mid) <= u) lo = mid;
+      if (tile_start(p, mid) <= u) lo = mid;
       else hi = mid - 1;
     }
     const int g = lo;
@@ -101,7 +91,7 @@ struct GroupedProblems {
     v.split = 0;
     v.kb_begin = 0;
     v.kb_end = k_blocks;
-    gemm::raster_tile(u - tile_start(ss, p, g), blocks_of(group_m, T::kBlockM), blocks_of(group_n, T::kBlockN),
+    gemm::raster_tile(u - tile_start(p, g), blocks_of(group_m, T::kBlockM), blocks_of(group_n, T::kBlockN),
                       p.sched.group_m,
                       &v.m_block, &v.n_block);
     v.group = g;
@@ -112,6 +102,22 @@ struct GroupedProblems {
     const BScaleRows b = tile_b_scale_rows<T::kBlockN>(d.sfb, k_blocks, group_n, v.n_block);
     v.sfb = b.first;
     v.sfb_part_stride = b.part_stride;
+    return v;
+  }
+  // The unit as lane 0 of the warp holds it, for consumers (whole warps). It is read from memory,
+  // which the compiler cannot prove warp-uniform: taken as it is, the consumers' K loop (its trip
+  // count) and stage arithmetic left the uniform datapath (twice the R2UR per K block pair) and the
+  // grouped kernel ran 9-13% behind the dense one on the same problem (block-scaled "Grouped on
+  // the core").
+  __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
+    Unit v = w;
+    v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);
+    v.n_block = __shfl_sync(0xffffffffu, w.n_block, 0);
+    v.tile = __shfl_sync(0xffffffffu, w.tile, 0);
+    v.kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
+    v.group = __shfl_sync(0xffffffffu, w.group, 0);
+    v.m = __shfl_sync(0xffffffffu, w.m, 0);
+    v.n = __shfl_sync(0xffffffffu, w.n, 0);
     return v;
   }
   // The group's maps and size (the kernel's own maps are templates, never used).

@@ -84,7 +84,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
-  Problems::init(ss, p);
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
     if constexpr (kClusterSplit) ss.csplit.init(consumer_wgs);
@@ -107,12 +106,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Each role makes its own walk after setmaxnreg (values kept live across it were spilled); a
   // grouped walk's cursor is the role's own, and `issues_tma` says whether the role's thread
   // loads or stores through the groups' maps (then it acquires them).
-  auto problems_for = [&](bool issues_tma) { return Problems::make(ss, p, issues_tma); };
-  const int num_units = Problems::num_units(ss, p);
-  const int first_unit = static_cast<int>(blockIdx.x) / T::kClusterM;
+  auto problems_for = [](bool issues_tma) { return Problems::make(issues_tma); };
+  // A grouped walk's roles read its unit count (in memory) and their first unit after setmaxnreg:
+  // read before it, they were held across it and spilled (the FP32-out 128 x 256 kernel).
+  const int num_units = kWalksGroups<T> ? 0 : Problems::num_units(p);
+  const int first_unit = kWalksGroups<T> ? 0 : static_cast<int>(blockIdx.x) / T::kClusterM;
   const int unit_step = static_cast<int>(gridDim.x) / T::kClusterM;
   // The relay and the staged-operand loaders walk one problem only (static checks above).
-  auto unit_at = [&p, &ss](int u) { return DenseProblems<T>::unit(u, ss, p); };
+  auto unit_at = [&p](int u) { return DenseProblems<T>::unit(u, p); };
   // Without a bias or per-channel scales the staged slices are the zeros and ones init wrote:
   // no loads, no per-unit handshake.
   const bool staged = T::kStaged && !T::kFused && StagedOps::any(p);
@@ -125,6 +126,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       auto problems = problems_for(true);
+      int units = num_units, first = first_unit;
+      if constexpr (kWalksGroups<T>) units = Problems::num_units(p), first = static_cast<int>(blockIdx.x);
       // The unit's operand maps: the kernel's own, or its group's.
       auto a_map = [&tm_a, &p](const auto& w) {
         if constexpr (kWalksGroups<T>) return Problems::a_map(w, p);
@@ -135,8 +138,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         else return &tm_b;
       };
       hopper::RingPosition<T::kStages> pos;
-      for (int u = first_unit; u < num_units; u += unit_step) {
-        const auto w = problems.unit(u, ss, p);
+      for (int u = first; u < units; u += unit_step) {
+        const auto w = problems.unit(u, p);
         auto extra = Operands::template stage_extra<T>(ss, p, w);
         // Uneven columns: tm_bcast is B's map for trimmed tiles (a kTrim rows shorter box).
         produce_unit<T, decltype(extra), Operands>(ss, a_map(w), b_map(w), w,
@@ -174,6 +177,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       else return &tm_d;
     };
     auto problems = problems_for(threadIdx.x % 128 == 0);  // thread 0 of each warpgroup issues its stores
+    int units = num_units, first = first_unit;
+    if constexpr (kWalksGroups<T>) units = Problems::num_units(p), first = static_cast<int>(blockIdx.x);
     hopper::RingPosition<T::kStages> pos;
     Fp8Epilogue<T> epilogue;
     using Promotion = typename T::Promotion;  // plain, or block-scaled (T's family)
@@ -188,9 +193,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
       // and the last unit's epilogue runs with nothing in flight.
       if constexpr (T::kFused) Fused::wait_resident(ss);
-      if (first_unit < num_units) {
-        int u = first_unit;
-        auto w = problems.unit(u, ss, p);
+      if (first < units) {
+        int u = first;
+        auto w = problems.unit(u, p);
+        if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         consumer.promotion.start_unit(p, w);
         consumer.start(w);
         while (true) {
@@ -203,14 +209,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, make_float2(alpha, alpha), acc);
           };
           const int next = u + unit_step;
-          if (next >= num_units) {
+          if (next >= units) {
             apply();
             epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
             break;
           }
           // The next unit is placed here, with no MMA in flight: a grouped walk that enters a new
           // group branches and loads its descriptor.
-          const auto w_next = problems.unit(next, ss, p);
+          auto w_next = problems.unit(next, p);
+          if constexpr (kWalksGroups<T>) w_next = Problems::warp_uniform(w_next);
           consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
           apply();
@@ -222,8 +229,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     } else {
       uint32_t parity = 0;
-      for (int u = first_unit; u < num_units; u += unit_step, parity ^= 1u) {
-        const auto w = problems.unit(u, ss, p);
+      for (int u = first; u < units; u += unit_step, parity ^= 1u) {
+        auto w = problems.unit(u, p);
+        if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         float2 rows = make_float2(alpha, alpha);
         if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
         // Mainloop.
@@ -252,7 +260,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
         if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
         if constexpr (kClusterSplit)
-          if (finish && p.sched.splits > 1 && u + unit_step < num_units)
+          if (finish && p.sched.splits > 1 && u + unit_step < units)
             gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);
       }
     }

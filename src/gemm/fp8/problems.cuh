@@ -23,19 +23,16 @@ template <class T>
 struct DenseProblems {
   using Unit = gemm::WorkUnit;
 
-  // Nothing to set up before the role split.
-  __device__ __forceinline__ static void init(typename T::SharedStorage&, const Fp8KernelParams&) {}
-  __device__ __forceinline__ static DenseProblems make(typename T::SharedStorage&, const Fp8KernelParams&,
-                                                       bool /*issues_tma*/) {
+  __device__ __forceinline__ static DenseProblems make(bool /*issues_tma*/) {
     return DenseProblems{};
   }
   // Units of the whole walk (read once, before the role split).
-  __device__ __forceinline__ static int num_units(const typename T::SharedStorage&, const Fp8KernelParams& p) {
+  __device__ __forceinline__ static int num_units(const Fp8KernelParams& p) {
     return p.sched.num_units();
   }
   // The kernel's parameters come with each call (a walk holds no pointer: block-scaled
   // "Grouped on the core").
-  __device__ __forceinline__ static Unit unit(int u, const typename T::SharedStorage&, const Fp8KernelParams& p) {
+  __device__ __forceinline__ static Unit unit(int u, const Fp8KernelParams& p) {
     gemm::WorkUnit w;
     if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
     else w = p.walk.unit(p.sched, u);
