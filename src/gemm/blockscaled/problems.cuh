@@ -42,7 +42,7 @@ struct GroupedUnit : gemm::WorkUnit {
 // consumers and the 40-register producer spilled. The offsets are not copied to shared memory:
 // read through the kernel's shared storage, the consumers' K loop left the uniform datapath (its
 // stage and descriptor arithmetic in per-thread registers, twice the R2UR) and the grouped kernel
-// ran 9-13% behind the dense one on the same problem (block-scaled "Grouped on the core").
+// ran 9-13% behind the dense one on the same problem (docs/perf.md block-scaled "Grouped v2").
 template <class T>
 struct GroupedProblems {
   using Unit = GroupedUnit;
@@ -106,9 +106,8 @@ struct GroupedProblems {
   }
   // The unit as lane 0 of the warp holds it, for consumers (whole warps). It is read from memory,
   // which the compiler cannot prove warp-uniform: taken as it is, the consumers' K loop (its trip
-  // count) and stage arithmetic left the uniform datapath (twice the R2UR per K block pair) and the
-  // grouped kernel ran 9-13% behind the dense one on the same problem (block-scaled "Grouped on
-  // the core").
+  // count) and stage arithmetic left the uniform datapath (twice the R2UR per K block pair; docs/
+  // perf.md block-scaled "Grouped v2").
   __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
     Unit v = w;
     v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);

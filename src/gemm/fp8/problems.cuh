@@ -30,8 +30,8 @@ struct DenseProblems {
   __device__ __forceinline__ static int num_units(const Fp8KernelParams& p) {
     return p.sched.num_units();
   }
-  // The kernel's parameters come with each call (a walk holds no pointer: block-scaled
-  // "Grouped on the core").
+  // The kernel's parameters come with each call (a walk holds no pointer: docs/perf.md
+  // block-scaled "Grouped on the core" and "Grouped v2").
   __device__ __forceinline__ static Unit unit(int u, const Fp8KernelParams& p) {
     gemm::WorkUnit w;
     if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
