@@ -53,6 +53,9 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     v.push_back({"BS-grouped", 8192, 4096, 7168, 0, {8192, 8192, 8192, 8192}});
     v.push_back({"BS-grouped", 4096, 7168, 2048, 0, {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}});
     v.push_back({"BS-grouped", 256, 7168, 2048, 0, {256, 256, 256, 256}});
+    // DeepGEMM's other two contiguous cases, MoE-sized: 256 and 64 experts of 256 rows each.
+    v.push_back({"BS-grouped", 256, 512, 2048, 0, std::vector<int64_t>(256, 256)});
+    v.push_back({"BS-grouped", 256, 2048, 7168, 0, std::vector<int64_t>(64, 256)});
     // DeepGEMM's decode table: 256 experts with 4 tokens each.
     v.push_back({"BS-grouped", 4, 512, 2048, 0, std::vector<int64_t>(256, 4)});
   }
