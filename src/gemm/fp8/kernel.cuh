@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       auto problems = problems_for(true);
       int units = num_units, first = first_unit;
       if constexpr (kWalksGroups<T>) units = Problems::num_units(p), first = static_cast<int>(blockIdx.x);
-      // The unit's operand maps: the kernel's own, or its group's.
+      // The unit's operand maps: the kernel's own, or its group's. (Named here: passed through a
+      // function of the walk, the kernel's own maps changed the dense kernels' code.)
       auto a_map = [&tm_a, &p](const auto& w) {
         if constexpr (kWalksGroups<T>) return Problems::a_map(w, p);
         else return &tm_a;
