@@ -548,30 +548,42 @@ TEST_F(BlockScaledGpu, GroupedBadDescriptorReported) {
   EXPECT_EQ(written, 0) << "the invalid group's output was written";
 }
 
+// One group's descriptor in device memory and a workspace for it.
+struct OneGroupOnDevice {
+  bench::DeviceBuffer problem, ws;
+  size_t ws_bytes = fp8_grouped_workspace_size(1);
+  Status upload(const Fp8GroupedProblem& d) {
+    LOWBIT_RETURN_IF_ERROR(problem.alloc(sizeof(Fp8GroupedProblem)));
+    LOWBIT_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+    const cudaError_t e = cudaMemcpy(problem.p, &d, sizeof(Fp8GroupedProblem), cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? Status::Ok() : Status::Invalid(cudaGetErrorString(e));
+  }
+  Fp8GroupedProblem* problems() const { return static_cast<Fp8GroupedProblem*>(problem.p); }
+  Status run(OutType out, const BlockScaledConfig* cfg = nullptr) const {
+    return fp8_grouped_gemm(problems(), 1, out, ws.p, ws_bytes, nullptr, cfg);
+  }
+};
+
 // A grouped kernel that is not compiled (variants.def) is refused with the compiled ones named,
 // not run as another one; the default for each output is one that is.
 TEST_F(BlockScaledGpu, GroupedRefusesWhatIsNotCompiled) {
   for (OutType out : {OutType::kBF16, OutType::kFP32}) {
     Problem p;
     p.make(64, 128, 256, out, Inputs::kSmallInts, seed_for(1700 + static_cast<int>(out)));
-    const std::vector<Fp8GroupedProblem> host(1, p.descriptor());
-    const size_t wsb = fp8_grouped_workspace_size(1);
-    bench::DeviceBuffer dp, ws;
-    ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem)).ok());
-    ASSERT_TRUE(ws.alloc(wsb).ok());
-    CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem), cudaMemcpyHostToDevice));
+    OneGroupOnDevice g;
+    ASSERT_TRUE(g.upload(p.descriptor()).ok());
     const char* bad = out == OutType::kFP32 ? "bn=256" : "overlap=0";
     BlockScaledConfig c;
     ASSERT_TRUE(parse_blockscaled_config(bad, &c).ok());
-    Status st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr, &c);
+    Status st = g.run(out, &c);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.to_string();
     EXPECT_NE(st.message().find("compiled:"), std::string::npos) << st.message();
     if (out == OutType::kFP32) {
       ASSERT_TRUE(parse_blockscaled_config("overlap=1", &c).ok());
-      st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr, &c);
+      st = g.run(out, &c);
       EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
     }
-    st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, out, ws.p, wsb, nullptr);
+    st = g.run(out);
     ASSERT_TRUE(st.ok()) << st.to_string();
     CUDA_OK(cudaDeviceSynchronize());
     expect_exact(p, p.read(p.d.p), "the default grouped kernel after the refused calls");
@@ -591,23 +603,21 @@ TEST_F(BlockScaledGpu, GroupedRefusesPageableHostMemory) {
   p.make(64, 128, 256, OutType::kBF16, Inputs::kSmallInts, seed_for(1800));
   std::vector<Fp8GroupedProblem> host(1, p.descriptor());
   ASSERT_TRUE(fp8_grouped_validate(host.data(), 1).ok());
-  const size_t wsb = fp8_grouped_workspace_size(1);
-  bench::DeviceBuffer dp, ws;
-  ASSERT_TRUE(dp.alloc(sizeof(Fp8GroupedProblem)).ok());
-  ASSERT_TRUE(ws.alloc(wsb).ok());
-  CUDA_OK(cudaMemcpy(dp.p, host.data(), sizeof(Fp8GroupedProblem), cudaMemcpyHostToDevice));
+  OneGroupOnDevice g;
+  ASSERT_TRUE(g.upload(host[0]).ok());
+  const size_t wsb = g.ws_bytes;
   std::vector<uint8_t> host_ws(wsb + 128);
   void* host_ws_aligned = host_ws.data() + (128 - reinterpret_cast<uintptr_t>(host_ws.data()) % 128) % 128;
-  Status st = fp8_grouped_gemm(host.data(), 1, OutType::kBF16, ws.p, wsb, nullptr);
+  Status st = fp8_grouped_gemm(host.data(), 1, OutType::kBF16, g.ws.p, wsb, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("problem array"), std::string::npos) << st.message();
-  st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, OutType::kBF16, host_ws_aligned, wsb, nullptr);
+  st = fp8_grouped_gemm(g.problems(), 1, OutType::kBF16, host_ws_aligned, wsb, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaGetLastError());
   // The context is intact: the device copies run.
-  st = fp8_grouped_gemm(static_cast<Fp8GroupedProblem*>(dp.p), 1, OutType::kBF16, ws.p, wsb, nullptr);
+  st = g.run(OutType::kBF16);
   ASSERT_TRUE(st.ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
   expect_exact(p, p.read(p.d.p), "after the refused calls");

@@ -48,7 +48,8 @@ struct BlockScaledConfig {
   int grid = 0;          // persistent CTAs; 0 = auto (dense: the chooser's; grouped: the SM count)
   int raster_group = 8;  // tiles walked in bands of this many M-blocks for L2 reuse
   // CTAs per cluster along M: 0 (auto) or 1. The block-scaled kernels run single CTAs (multicast
-  // pairs ran no faster, docs/perf.md block-scaled session 20); 2 is refused.
+  // pairs ran no faster, docs/perf.md block-scaled "pairs level with single CTAs on the grouped
+  // sets"); 2 is refused.
   int cluster = 0;
   // Tile columns: dense 64, 128 or 256, grouped 128 or 256; 0 = auto (dense: the cost model;
   // grouped: 256, since the host does not see the group sizes).

@@ -35,7 +35,8 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   if (c.raster_group < 1 || c.raster_group > gemm::kMaxRasterGroup)
     return Status::Invalid(std::string(who) + ": raster_group must be in [1, " + std::to_string(gemm::kMaxRasterGroup) + "]");
   // CTA pairs (B multicast) ran level with single CTAs on the grouped sets and 8% slower dense
-  // (docs/perf.md block-scaled, session 20); the core runs the block-scaled kernels single.
+  // (docs/perf.md block-scaled, "pairs level with single CTAs on the grouped sets"); the core runs
+  // the block-scaled kernels single.
   if (c.cluster < 0 || c.cluster > 1)
     return Status::Invalid(std::string(who) + ": cluster must be 0 (auto) or 1: the block-scaled kernels run single CTAs");
   if (c.block_n != 0 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
