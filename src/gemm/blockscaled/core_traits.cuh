@@ -17,6 +17,7 @@
 
 #include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/blockscaled/problems.cuh"
+#include "gemm/blockscaled/variant_table.h"
 #include "gemm/fp8/problems.cuh"
 #include "gemm/fp8/traits.cuh"
 #include "gemm/split_k.cuh"
@@ -66,8 +67,11 @@ constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 &
 // shared memory into rank 0 (gemm::split_k_cluster_reduce), for up to that many splits: the other
 // the first other rank's partial lands in rank 0's epilogue staging, each further one in a slot
 // that costs stages. 0: through the workspace.
-// kGrouped: the grouped layouts (GroupedProblems): unsplit 128-row tiles.
-template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0, bool kGrouped = false>
+// kProblems: one dense problem (fp8::DenseProblems), the grouped layouts (GroupedProblems) or
+// stacked problems with the row scatter (StackedProblems, fp8::RowScatterEpilogue; FP32 sums):
+// the last two unsplit 128-row tiles.
+template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0,
+          BsProblems kProblems = BsProblems::kDense>
 struct CoreTraits
     : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
                      kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
@@ -92,8 +96,12 @@ struct CoreTraits
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
     alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
   };
-  static_assert(!kGrouped || (kBlockM == 128 && kClusterSplits_ == 0), "grouped: unsplit 128-row tiles");
-  using Problems = std::conditional_t<kGrouped, GroupedProblems<CoreTraits>, fp8::DenseProblems<CoreTraits>>;
+  static_assert(kProblems == BsProblems::kDense || (kBlockM == 128 && kClusterSplits_ == 0),
+                "grouped and stacked: unsplit 128-row tiles");
+  using Problems = std::conditional_t<
+      kProblems == BsProblems::kGrouped, GroupedProblems<CoreTraits>,
+      std::conditional_t<kProblems == BsProblems::kStacked, StackedProblems<CoreTraits>, fp8::DenseProblems<CoreTraits>>>;
+  static constexpr bool kScatterRows = kProblems == BsProblems::kStacked;
   static constexpr int kClusterSplits = kClusterSplits_;
   using SharedStorage = gemm::WithClusterLanding<ScaledStorage, kBlockN, Base::kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack

@@ -69,7 +69,7 @@ struct DenseTiles {
   int n = 0;
   explicit DenseTiles(OutType out) {
     for (const auto& s : blockscaled::kBsVariantSpecs) {
-      if (s.grouped) continue;
+      if (s.problems != blockscaled::BsProblems::kDense) continue;
       bool seen = false;
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
@@ -119,7 +119,7 @@ size_t dense_workspace(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, 
 std::string dense_tiles_text() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
-    if (v.out == OutType::kBF16 && !v.overlap && !v.grouped) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
+    if (v.out == OutType::kBF16 && !v.overlap && v.problems == blockscaled::BsProblems::kDense) s += " " + std::to_string(v.block_m) + " x " + std::to_string(v.block_n);
   return s;
 }
 
@@ -137,7 +137,7 @@ std::string cluster_tiles() {
 std::string overlap_tiles() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
-    if (v.overlap && !v.grouped)
+    if (v.overlap && v.problems == blockscaled::BsProblems::kDense)
       s += " bm=" + std::to_string(v.block_m) + ",bn=" + std::to_string(v.block_n) +
            (v.out == OutType::kFP32 ? " FP32 out" : " BF16 out");
   return s;
@@ -215,7 +215,7 @@ struct GroupedChoice {
 std::string grouped_tiles_text() {
   std::string s;
   for (const auto& v : blockscaled::kBsVariantSpecs)
-    if (v.grouped)
+    if (v.problems == blockscaled::BsProblems::kGrouped)
       s += " bn=" + std::to_string(v.block_n) + (v.out == OutType::kFP32 ? " FP32" : " BF16") +
            (v.overlap ? " overlap=1" : " overlap=0");
   return s;
@@ -226,9 +226,9 @@ Status choose_grouped(const char* who, const BlockScaledConfig& c, OutType out, 
   g->block_n = c.block_n;
   if (g->block_n == 0)
     for (const auto& v : blockscaled::kBsVariantSpecs)
-      if (v.grouped && v.out == out && v.block_n > g->block_n) g->block_n = v.block_n;
-  const int with = blockscaled::find_bs_variant(128, g->block_n, out, true, 0, true);
-  const int without = blockscaled::find_bs_variant(128, g->block_n, out, false, 0, true);
+      if (v.problems == blockscaled::BsProblems::kGrouped && v.out == out && v.block_n > g->block_n) g->block_n = v.block_n;
+  const int with = blockscaled::find_bs_variant(128, g->block_n, out, true, 0, blockscaled::BsProblems::kGrouped);
+  const int without = blockscaled::find_bs_variant(128, g->block_n, out, false, 0, blockscaled::BsProblems::kGrouped);
   g->overlap = c.overlap == 1 || (c.overlap == -1 && with >= 0);
   g->line = g->overlap ? with : without;
   if (g->line < 0)
@@ -447,7 +447,7 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
     // chooser's where the config leaves it open), so the answer never under-reports.
     size_t most = 0;
     for (const auto& v : blockscaled::kBsVariantSpecs) {
-      if (v.grouped) continue;
+      if (v.problems != blockscaled::BsProblems::kDense) continue;
       if ((config->block_m && v.block_m != config->block_m) || (config->block_n && v.block_n != config->block_n))
         continue;
       c.block_m = v.block_m;

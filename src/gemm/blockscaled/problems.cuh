@@ -43,6 +43,19 @@ struct GroupedUnit : gemm::WorkUnit {
 // read through the kernel's shared storage, the consumers' K loop left the uniform datapath (its
 // stage and descriptor arithmetic in per-thread registers, twice the R2UR) and the grouped kernel
 // ran 9-13% behind the dense one on the same problem (docs/perf.md block-scaled "Grouped v2").
+// The group of unit u: the last group g with tile_start[g] <= u, by binary search from group
+// `from` (a role's current group; units never decrease along its walk). Empty groups share their
+// start with the next group and are never returned.
+__device__ __forceinline__ int group_of_unit(int u, const fp8::Fp8KernelParams& p, int from) {
+  int lo = from < 0 ? 0 : from, hi = p.groups.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (__ldg(p.groups.tile_start + mid) <= u) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 template <class T>
 struct GroupedProblems {
   using Unit = GroupedUnit;
@@ -62,17 +75,9 @@ struct GroupedProblems {
     return GroupedProblems{issues_tma};
   }
 
-  // Unit u (u never decreases along a role's walk): the last group g with tile_start[g] <= u, by
-  // binary search from the current group (empty groups share their start with the next group and
-  // are never returned).
+  // Unit u (u never decreases along a role's walk).
   __device__ __forceinline__ Unit unit(int u, const fp8::Fp8KernelParams& p) {
-    int lo = group < 0 ? 0 : group, hi = p.groups.count - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start(p, mid) <= u) lo = mid;
-      else hi = mid - 1;
-    }
-    const int g = lo;
+    const int g = group_of_unit(u, p, group);
     const Fp8GroupedProblem& d = static_cast<const Fp8GroupedProblem*>(p.groups.descriptors)[g];
     if (g != group) {
       group = g;
@@ -119,15 +124,99 @@ struct GroupedProblems {
     v.n = __shfl_sync(0xffffffffu, w.n, 0);
     return v;
   }
-  // The group's maps and size (the kernel's own maps are templates, never used).
-  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+  // The group's maps and size (the kernel's own maps, the third argument, are templates, never used).
+  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const fp8::Fp8KernelParams& p,
+                                                             const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 0;
   }
-  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit& w, const fp8::Fp8KernelParams& p,
+                                                             const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 1;
   }
-  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit& w, const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit& w, const fp8::Fp8KernelParams& p,
+                                                             const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 2;
+  }
+  __device__ __forceinline__ static int m(const Unit& w, const fp8::Fp8KernelParams&) { return w.m; }
+  __device__ __forceinline__ static int n(const Unit& w, const fp8::Fp8KernelParams&) { return w.n; }
+};
+
+// A stacked unit: a grouped unit whose operand rows are its group's rows of the one A and the one
+// B (fp8::unit_a_row / unit_b_row read them).
+struct StackedUnit : GroupedUnit {
+  int a_row0;  // the tile's first row of A (and of its rows in the row scatter)
+  int b_row0;  // its first row of B: group * n + the tile's first column
+};
+
+// Stacked problems: the groups' rows one after the other in one A (group g owns p.stacked.rows[g]
+// rows from p.stacked.row0[g]) and their B matrices stacked in one B ([count * n, k]), all groups of
+// one N and K; the scales as the dense GEMM's over those two tensors. Loaded through the kernel's
+// own maps (no per-group maps, nothing to prepare): a tile's rows past its group are the next
+// group's, loaded and computed but never stored, since each output row is scattered
+// (gemm/fp8/epilogue_scatter.cuh) and only the group's own rows are. The fused MoE's expert GEMM
+// over the expert-sorted activations (moe/launch.cu).
+template <class T>
+struct StackedProblems {
+  using Unit = StackedUnit;
+  int group = -1;
+  int group_m = 0, group_row0 = 0;
+
+  __device__ __forceinline__ static int num_units(const fp8::Fp8KernelParams& p) {
+    return __ldg(p.groups.tile_start + p.groups.count);
+  }
+  __device__ __forceinline__ static StackedProblems make(bool) { return StackedProblems{}; }
+
+  __device__ __forceinline__ Unit unit(int u, const fp8::Fp8KernelParams& p) {
+    const int g = group_of_unit(u, p, group);
+    if (g != group) {
+      group = g;
+      group_m = __ldg(p.stacked.rows + g);
+      group_row0 = __ldg(p.stacked.row0 + g);
+    }
+    Unit v;
+    v.tile = u;
+    v.split = 0;
+    v.kb_begin = 0;
+    v.kb_end = p.bs.k_blocks;
+    gemm::raster_tile(u - __ldg(p.groups.tile_start + g), blocks_of(group_m, T::kBlockM), blocks_of(p.n, T::kBlockN),
+                      p.sched.group_m, &v.m_block, &v.n_block);
+    v.group = g;
+    v.m = group_m;
+    v.n = p.n;
+    v.a_row0 = group_row0 + v.m_block * T::kBlockM;
+    v.b_row0 = g * p.n + v.n_block * T::kBlockN;
+    v.sfa = p.bs.sfa + v.a_row0;
+    v.sfa_ld = p.bs.sfa_ld;
+    const float* sfb = p.bs.sfb + static_cast<int64_t>(g) * blocks_of(p.n, 128) * p.bs.k_blocks;
+    const BScaleRows b = tile_b_scale_rows<T::kBlockN>(sfb, p.bs.k_blocks, p.n, v.n_block);
+    v.sfb = b.first;
+    v.sfb_part_stride = b.part_stride;
+    return v;
+  }
+  // As GroupedProblems::warp_uniform, with the tile's first A row (the row scatter's).
+  __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
+    Unit v = w;
+    v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);
+    v.n_block = __shfl_sync(0xffffffffu, w.n_block, 0);
+    v.tile = __shfl_sync(0xffffffffu, w.tile, 0);
+    v.kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
+    v.m = __shfl_sync(0xffffffffu, w.m, 0);
+    v.n = __shfl_sync(0xffffffffu, w.n, 0);
+    v.a_row0 = __shfl_sync(0xffffffffu, w.a_row0, 0);
+    return v;
+  }
+  // The kernel's own maps: A over every group's rows, B over every group's B.
+  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit&, const fp8::Fp8KernelParams&,
+                                                             const CUtensorMap* own) {
+    return own;
+  }
+  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit&, const fp8::Fp8KernelParams&,
+                                                             const CUtensorMap* own) {
+    return own;
+  }
+  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit&, const fp8::Fp8KernelParams&,
+                                                             const CUtensorMap* own) {
+    return own;
   }
   __device__ __forceinline__ static int m(const Unit& w, const fp8::Fp8KernelParams&) { return w.m; }
   __device__ __forceinline__ static int n(const Unit& w, const fp8::Fp8KernelParams&) { return w.n; }

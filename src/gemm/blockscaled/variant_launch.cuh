@@ -16,7 +16,7 @@ namespace lowbit::blockscaled {
 template <int kLine>
 struct VariantOf {
   static constexpr BsVariantSpec S = kBsVariantSpecs[kLine];
-  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap, S.cluster_splits, S.grouped>;
+  using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap, S.cluster_splits, S.problems>;
   // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
   // Split within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
   static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,

@@ -5,18 +5,23 @@
 
 namespace lowbit::blockscaled {
 
+// What a kernel walks: one dense problem, the grouped layouts (GroupedProblems: descriptor array,
+// masked, contiguous), or stacked problems with the row scatter (StackedProblems: the fused MoE's
+// expert GEMM).
+enum class BsProblems { kDense, kGrouped, kStacked };
+
 struct BsVariantSpec {
   int block_m, block_n;
   OutType out;
   bool overlap;
   int cluster_splits;  // > 1: split K reduced within a cluster of up to this many CTAs; 0: the workspace
-  bool grouped;        // the grouped layouts (GroupedProblems), or one dense problem
+  BsProblems problems;
   const char* reason;
 };
 
 namespace variant_def {
 constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
-constexpr bool DENSE = false, GROUPED = true;
+constexpr BsProblems DENSE = BsProblems::kDense, GROUPED = BsProblems::kGrouped, STACKED = BsProblems::kStacked;
 }  // namespace variant_def
 
 inline constexpr BsVariantSpec kBsVariantSpecs[] = {
@@ -27,13 +32,13 @@ inline constexpr BsVariantSpec kBsVariantSpecs[] = {
 };
 inline constexpr int kNumBsVariantSpecs = static_cast<int>(sizeof(kBsVariantSpecs) / sizeof(kBsVariantSpecs[0]));
 
-// The line of the dense (or, with `grouped`, the grouped) kernel for this tile, output and
-// epilogue, or -1: split K through the workspace (cluster_splits = 0), or the first line that
-// reduces at least `cluster_splits` splits within a cluster.
+// The line of the kernel for these problems, tile, output and epilogue, or -1: split K through the
+// workspace (cluster_splits = 0), or the first line that reduces at least `cluster_splits` splits
+// within a cluster.
 constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overlap = false, int cluster_splits = 0,
-                              bool grouped = false) {
+                              BsProblems problems = BsProblems::kDense) {
   for (int i = 0; i < kNumBsVariantSpecs; ++i)
-    if (kBsVariantSpecs[i].grouped == grouped && kBsVariantSpecs[i].block_m == block_m &&
+    if (kBsVariantSpecs[i].problems == problems && kBsVariantSpecs[i].block_m == block_m &&
         kBsVariantSpecs[i].block_n == block_n && kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].overlap == overlap &&
         (cluster_splits == 0 ? kBsVariantSpecs[i].cluster_splits == 0
                              : kBsVariantSpecs[i].cluster_splits >= cluster_splits))
@@ -44,8 +49,9 @@ constexpr int find_bs_variant(int block_m, int block_n, OutType out, bool overla
 constexpr int bs_cluster_splits(int block_m, int block_n, OutType out) {
   int most = 0;
   for (int i = 0; i < kNumBsVariantSpecs; ++i)
-    if (kBsVariantSpecs[i].block_m == block_m && kBsVariantSpecs[i].block_n == block_n &&
-        kBsVariantSpecs[i].out == out && kBsVariantSpecs[i].cluster_splits > most)
+    if (kBsVariantSpecs[i].problems == BsProblems::kDense && kBsVariantSpecs[i].block_m == block_m &&
+        kBsVariantSpecs[i].block_n == block_n && kBsVariantSpecs[i].out == out &&
+        kBsVariantSpecs[i].cluster_splits > most)
       most = kBsVariantSpecs[i].cluster_splits;
   return most;
 }

@@ -13,6 +13,7 @@
 
 #include "gemm/fp8/epilogue.cuh"
 #include "gemm/fp8/epilogue_fused.cuh"
+#include "gemm/fp8/epilogue_scatter.cuh"
 #include "gemm/fp8/mainloop.cuh"
 #include "gemm/fp8/problems.cuh"
 #include "gemm/fp8/traits.cuh"
@@ -53,6 +54,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kWalksGroups<T> || (T::kBlockM == 128 && !T::kFused && !T::kStaged && T::kClusterM == 1 &&
                                      !kClusterSplit && !gemm::UnevenColumns<T>::value),
                 "grouped problems: 128-row tiles, plain epilogue, single CTAs, unsplit");
+
+  // The row scatter (stacked problems) writes each fragment pair from registers: no alpha, no staging.
+  constexpr bool kScatter = ScattersRows<T>::value;
+  static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32), "the row scatter: stacked problems, FP32 sums");
 
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
@@ -131,11 +136,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // The unit's operand maps: the kernel's own, or its group's. (Named here: passed through a
       // function of the walk, the kernel's own maps changed the dense kernels' code.)
       auto a_map = [&tm_a, &p](const auto& w) {
-        if constexpr (kWalksGroups<T>) return Problems::a_map(w, p);
+        if constexpr (kWalksGroups<T>) return Problems::a_map(w, p, &tm_a);
         else return &tm_a;
       };
       auto b_map = [&tm_b, &p](const auto& w) {
-        if constexpr (kWalksGroups<T>) return Problems::b_map(w, p);
+        if constexpr (kWalksGroups<T>) return Problems::b_map(w, p, &tm_b);
         else return &tm_b;
       };
       hopper::RingPosition<T::kStages> pos;
@@ -174,7 +179,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         p.epi.alpha * (p.epi.a_scale ? *p.epi.a_scale : 1.0f) * (p.epi.b_scale ? *p.epi.b_scale : 1.0f);
     // The unit's output map: the kernel's own, or its group's.
     auto d_map = [&tm_d, &p](const auto& w) {
-      if constexpr (kWalksGroups<T>) return Problems::d_map(w, p);
+      if constexpr (kWalksGroups<T>) return Problems::d_map(w, p, &tm_d);
       else return &tm_d;
     };
     auto problems = problems_for(threadIdx.x % 128 == 0);  // thread 0 of each warpgroup issues its stores
@@ -200,6 +205,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         consumer.promotion.start_unit(p, w);
         consumer.start(w);
+        if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w, consumer_wg);
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
@@ -207,12 +213,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // cores have work while both warpgroups scale their fragments (W1 v14).
           auto apply = [&] {
             if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
-            else Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, make_float2(alpha, alpha), acc);
+            else if constexpr (!kScatter) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, make_float2(alpha, alpha), acc);
           };
           const int next = u + unit_step;
           if (next >= units) {
             apply();
-            epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
+            if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
+            else epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
             break;
           }
           // The next unit is placed here, with no MMA in flight: a grouped walk that enters a new
@@ -221,9 +228,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           if constexpr (kWalksGroups<T>) w_next = Problems::warp_uniform(w_next);
           consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
+          if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w_next, consumer_wg);
           apply();
           // Epilogue, under the next unit's first MMAs.
-          epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
+          if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
+          else epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
           u = next;
           w = w_next;
         }
@@ -235,6 +244,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         float2 rows = make_float2(alpha, alpha);
         if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
+        if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w, consumer_wg);
         // Mainloop.
         consumer.promotion.start_unit(p, w);
         consumer.run(w, acc);
@@ -255,11 +265,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           if constexpr (T::kStaged)
             if (staged) StagedOps::wait(ss, parity);
-          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
+          if constexpr (!kScatter)
+            if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }
-        if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
+        if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
+        else if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
         if constexpr (kClusterSplit)
           if (finish && p.sched.splits > 1 && u + unit_step < units)
             gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);

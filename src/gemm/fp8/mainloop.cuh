@@ -57,12 +57,30 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
   }
 }
 
+// The unit's first A row and first B row in the maps it loads through: its tile's, or the rows
+// that a unit type carries itself (StackedUnit: every group's rows in one A and one B,
+// gemm/blockscaled/problems.cuh).
+template <class Unit, class = void>
+struct CarriesRows : std::false_type {};
+template <class Unit>
+struct CarriesRows<Unit, std::void_t<decltype(Unit::a_row0), decltype(Unit::b_row0)>> : std::true_type {};
+template <class T, class Unit>
+__device__ __forceinline__ int unit_a_row(const Unit& w) {
+  if constexpr (CarriesRows<Unit>::value) return w.a_row0;
+  else return w.m_block * T::kBlockM;
+}
+template <class T, class Unit>
+__device__ __forceinline__ int unit_b_row(const Unit& w) {
+  if constexpr (CarriesRows<Unit>::value) return w.b_row0;
+  else return gemm::tile_col0<T>(w);
+}
+
 // The tile of a work unit of the M x N tile grid.
 // Uneven columns: a trimmed tile loads its B rows through `tm_b_trimmed`, whose box is
 // kTrim rows shorter (so no box reaches past N, and no B row is loaded that no MMA reads).
-template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
+template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands, class Unit = gemm::WorkUnit>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
-                                             const CUtensorMap* tm_b, const gemm::WorkUnit& w,
+                                             const CUtensorMap* tm_b, const Unit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{},
                                              const CUtensorMap* tm_b_trimmed = nullptr) {
@@ -73,7 +91,7 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
       stage_bytes -= static_cast<uint32_t>(w.trim * T::kBlockK);
     }
   }
-  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, w.m_block * T::kBlockM, gemm::tile_col0<T>(w),
+  produce_rows<T, StageExtra, Operands>(ss, tm_a, tm_b, unit_a_row<T>(w), unit_b_row<T>(w),
                                         w.kb_begin * kGroup, w.kb_end * kGroup, stage_bytes, pos, extra);
 }
 

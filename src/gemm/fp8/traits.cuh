@@ -229,6 +229,23 @@ struct Fp8KernelParams {
     const int* tile_start;
     const CUtensorMap* maps;
   } groups;
+  // Stacked problems (gemm/blockscaled/problems.cuh StackedProblems: every group's rows in one A,
+  // its B rows in one B of `count` blocks of n rows): group g owns `rows[g]` rows of A from
+  // `row0[g]`, and its tiles' output rows are scattered (the row scatter, gemm/fp8/epilogue_scatter.cuh).
+  struct Stacked {
+    const int* rows;
+    const int* row0;
+  } stacked;
+  // The row scatter: A row r's output row goes, times weight[r], to row target[r] / target_div of
+  // `out` ([targets, ld] FP32), added (red.add: rows that share a target sum in any order) or stored.
+  struct RowScatter {
+    const int* target;
+    const float* weight;
+    float* out;
+    int64_t ld;
+    int target_div;
+    bool add;
+  } scatter;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
