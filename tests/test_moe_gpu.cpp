@@ -480,11 +480,13 @@ TEST_F(MoeGpu, LayoutAndGatherExact) {
   check_layout_and_gather(d);
 }
 
-// Tokens as the MMA's rows (128-token tiles), K split `splits` ways, on `grid` CTAs (0: all SMs).
-static MoeConfig rows_config(int splits, int grid = 0) {
+// Tokens as the MMA's rows (128-token tiles) on the block-scaled core, `block_n` weight rows per
+// tile (0: auto), on `grid` CTAs (0: all SMs; a few CTAs walk across experts, with the next
+// expert's first MMAs in flight while a tile's rows are scattered).
+static MoeConfig rows_config(int block_n = 0, int grid = 0) {
   MoeConfig c;
   c.token_rows = 1;
-  c.splits = splits;
+  c.block_n = block_n;
   c.grid = grid;
   c.pdl = 0;
   return c;
@@ -498,8 +500,8 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   // it would apply: m = 1 and 3 with tile 16).
   const std::vector<MoeConfig> cfgs = {{16, 1, 0},         {32, 2, 0},          {64, 4, 0},         {128, 1, 0},
                                        {16, 1, 5},         {32, 1, 0, -1, -1, 0, 0}, {16, 2, 0, -1, -1, 1, 0},
-                                       {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}, rows_config(1), rows_config(2),
-                                       rows_config(1, 5)};
+                                       {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}, rows_config(), rows_config(128),
+                                       rows_config(256, 5), rows_config(128, 3)};
   for (int m : {1, 3, 127, 129}) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
@@ -615,7 +617,7 @@ TEST_F(MoeGpu, AllTokensToOneExpertAndEmptyExperts) {
   make_routing(d, seed + 1, /*fixed=*/5);  // top-1: every token to expert 5, the other 31 empty
   upload_all(d);
   const std::vector<double> ref = reference_y(d);
-  for (const MoeConfig& c : std::vector<MoeConfig>{{0, 0, 0}, {16, 2, 0}, {128, 1, 0}, rows_config(1)}) {
+  for (const MoeConfig& c : std::vector<MoeConfig>{{0, 0, 0}, {16, 2, 0}, {128, 1, 0}, rows_config(), rows_config(128, 2)}) {
     poison_y(d);
     run_fused(d, &c);
     expect_exact(d, ref, read_y(d), "one expert " + c.to_string());
@@ -636,10 +638,33 @@ TEST_F(MoeGpu, SeedShapesMatchReference) {
       const std::vector<double> ref = reference_y(d);  // after the run: it uses the GPU's routing
       expect_close(d, ref, read_y(d), what);
       // And with the tokens as the MMA's rows (its per-row X scales on random data).
-      const MoeConfig rows = rows_config(1);
+      const MoeConfig rows = rows_config();
       poison_y(d);
       run_fused(d, &rows);
       expect_close(d, ref, read_y(d), what + " rows=1");
+    }
+  }
+}
+
+// Many tokens per expert (the token-rows path the chooser picks from 64 per expert): several
+// 128-token tiles per expert, ragged last tiles whose rows run into the next expert's segment,
+// N not a multiple of the column tile; random inputs, both reduce modes and column tiles.
+TEST_F(MoeGpu, TokenRowsOnTheCoreMatchReference) {
+  const uint64_t seed = lowbit_test::seed();
+  const MoeShape s{1024, 400, 1024, 24, 4};  // ~171 tokens per expert
+  for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
+    for (OutType y : {OutType::kFP32, OutType::kBF16}) {
+      MoeData d = make_case(s, y, red, Fill::kRandom, seed + static_cast<int>(red) * 2 + (y == OutType::kBF16), false);
+      upload_all(d);
+      std::vector<double> ref;
+      for (const MoeConfig& c : {rows_config(), rows_config(128), rows_config(256, 7)}) {
+        poison_y(d);
+        run_fused(d, &c);
+        if (ref.empty()) ref = reference_y(d);  // the GPU's routing
+        expect_close(d, ref, read_y(d),
+                     std::string(red == MoeReduce::kAtomic ? "atomic " : "deterministic ") +
+                         (y == OutType::kFP32 ? "fp32 " : "bf16 ") + c.to_string());
+      }
     }
   }
 }

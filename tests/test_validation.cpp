@@ -613,6 +613,13 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_FALSE(parse_moe_config("rows=1,tile=64", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=1,tiny=1", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=2", &c).ok());
+  // The token-rows path runs the block-scaled core: unsplit, 128- or 256-wide weight tiles.
+  EXPECT_FALSE(parse_moe_config("rows=1,splits=2", &c).ok());
+  EXPECT_TRUE(parse_moe_config("rows=1,splits=1,bn=128", &c).ok());
+  EXPECT_EQ(c.block_n, 128);
+  EXPECT_NE(c.to_string().find("bn=128"), std::string::npos);
+  EXPECT_FALSE(parse_moe_config("rows=1,bn=64", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=0,bn=128", &c).ok());
   {
     MoeConfig rows;
     rows.token_rows = 1;
@@ -623,6 +630,11 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
     const MoeConfig big = moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr);
     EXPECT_EQ(big.token_rows, 1);  // 64 tokens per expert on average
     EXPECT_EQ(big.token_tile, 128);
+    EXPECT_EQ(big.block_n, 256);
+    EXPECT_EQ(big.splits, 1);
+    MoeConfig split2;
+    split2.splits = 2;  // a forced split keeps swap-AB
+    EXPECT_EQ(moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &split2).token_rows, 0);
     MoeConfig tile64;
     tile64.token_tile = 64;  // a forced swap-AB tile keeps swap-AB
     EXPECT_EQ(moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &tile64).token_rows, 0);

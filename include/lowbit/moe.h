@@ -94,13 +94,18 @@ struct MoeConfig {
   // layer allow. -1 = auto: 1 on the tiny path (M = 1: 12.1 -> 11.2 us), 0 on the split path
   // (its route kernel launched early made M = 128 5% slower; docs/perf.md W6 v3).
   int pdl_first = -1;
-  // 1: the tokens are the MMA's M side (128-token tiles, per-row X scales as in the block-scaled
-  // GEMM) and 128 weight rows its N side -- for many tokens per expert; 0: swap-AB (weights as
-  // M, tokens as N: any token tile). -1 = auto (1 from 64 tokens per expert on average).
+  // 1: the tokens are the MMA's M side (128-token tiles, per-row X scales) and the weight rows its
+  // N side, on the block-scaled GEMM core (stacked problems and the row scatter) -- for many tokens
+  // per expert, unsplit; 0: swap-AB (weights as M, tokens as N: any token tile). -1 = auto (1 from
+  // 64 tokens per expert on average, unless splits > 1 is forced).
   int token_rows = -1;
+  // With token_rows = 1: the weight rows per tile of the block-scaled GEMM core that runs it
+  // (128 or 256); 0 = auto (256: each token tile's X is read from L2 half as often).
+  int block_n = 0;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0" (any subset); unknown keys are an error.
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0,bn=256" (any subset);
+// unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
 // Refuses (InvalidArgument) a shape fused_moe_fp8 refuses, sm_count < 1, a forced field out of

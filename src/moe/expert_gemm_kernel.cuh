@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Static checks.
   static_assert(T::kBlockM == 128 && T::kBlockK == 128, "one W scale (128 x 128) per tile per K block");
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 128, "token tile of 16..128");
-  static_assert(T::kBlockM * T::kBlockK == T::kSmemA && T::kTokens * T::kBlockK == (T::kTokenRows ? T::kSmemA : T::kSmemB),
+  static_assert(T::kBlockM * T::kBlockK == T::kSmemA && T::kTokens * T::kBlockK == T::kSmemB,
                 "the X box (token_tile rows) fills the tokens' side of the stage");
   static_assert(T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
 
@@ -77,10 +77,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
         const blockscaled::ScaleStageLoad<T> scales{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes};
         const uint32_t stage_bytes = static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes;
-        if constexpr (T::kTokenRows)  // tokens are the A (M) side, weights the B (N) side
-          fp8::produce_rows<T>(ss, &tm_x, &tm_w, v.x_row0, v.w_row0, v.kb_begin, v.kb_end, stage_bytes, pos, scales);
-        else
-          fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, stage_bytes, pos, scales);
+        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, stage_bytes, pos, scales);
       }
     }
   } else {

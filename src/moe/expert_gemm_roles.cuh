@@ -36,15 +36,9 @@ __device__ __forceinline__ void consume_units(typename T::SharedStorage& ss, int
                                               const Tiles& tiles, int num_units, const RowSource& rows) {
   hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
   hopper::RingPosition<T::kStages> pos;
-  // Swap-AB: a token's X scale per accumulator column; tokens as rows: per row, as in the
-  // block-scaled GEMM (the thread's first fragment row in the tile).
-  using Promotion = std::conditional_t<T::kTokenRows, blockscaled::BlockScalePromotion<T>, TokenScalePromotion<T>>;
-  Promotion promotion{};
-  if constexpr (T::kTokenRows)
-    promotion = Promotion{&ss, nullptr, 0, consumer_wg * 64 + static_cast<int>(threadIdx.x % 128) / 32 * 16 +
-                                               static_cast<int>(threadIdx.x % 32) / 4};
-  else
-    promotion = Promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)};
+  // Swap-AB: a token's X scale per accumulator column.
+  using Promotion = TokenScalePromotion<T>;
+  Promotion promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)};
   fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, promotion};
   const ScatterEpilogue<T> epilogue;
   float acc[T::kBlockN / 2];

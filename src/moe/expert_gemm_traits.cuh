@@ -18,18 +18,14 @@ namespace lowbit::moe {
 // land in 32 distinct banks).
 constexpr int kOutPitch = 128 + 4;
 
-// kTokenRows_: the orientation for many tokens per expert. The tokens are the WGMMA's M side
-// (128 per tile, 64 per consumer warpgroup) and 128 weight rows its N side, so each thread's
-// X scale is per accumulator row (the block-scaled GEMM's promotion, two scales per thread)
-// instead of per column (N / 4 scales per thread and K block with swap-AB).
-template <int kTokenTile_, int kStages_, bool kTokenRows_ = false>
+// Many tokens per expert run the other orientation, tokens as the MMA's rows, on the block-scaled
+// core (moe/launch.cu, run_core_gemm).
+template <int kTokenTile_, int kStages_>
 struct ExpertGemmTraits : fp8::RegisterSplit {
-  static constexpr bool kTokenRows = kTokenRows_;
-  static_assert(!kTokenRows || kTokenTile_ == 128, "tokens as rows: 128-token tiles");
-  static constexpr int kBlockM = 128;  // weight rows (swap-AB) or tokens, two consumer warpgroups x 64
-  static constexpr int kBlockN = kTokenTile_;  // tokens (swap-AB) or 128 weight rows
-  static constexpr int kTokens = kTokenTile_;  // tokens per tile, either way
-  static constexpr int kScaleBlocksN = 1;      // one W scale per tile and K block (blockscaled::BlockScalePromotion)
+  static constexpr int kBlockM = 128;  // weight rows, two consumer warpgroups x 64
+  static constexpr int kBlockN = kTokenTile_;  // tokens
+  static constexpr int kTokens = kTokenTile_;
+  static constexpr int kScaleBlocksN = 1;      // one W scale per tile and K block
   static constexpr bool kStagedBScales = false;  // fetched by the consumers from L2, a block ahead
   static constexpr int kBlockK = 128;  // = the scale block along K, one 128-byte swizzle row
   static constexpr int kStages = kStages_;

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "common/key_value.h"
+#include "gemm/blockscaled/blockscaled_variants_gen.h"
+#include "gemm/blockscaled/variant_table.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
@@ -67,13 +69,18 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.token_rows == 1 && c.token_tile != 0 && c.token_tile != 128)
     return Status::Invalid(w + ": token_rows = 1 runs 128-token tiles (token_tile 0 or 128)");
   if (c.token_rows == 1 && c.tiny == 1) return Status::Invalid(w + ": token_rows = 1 is not the tiny path (tiny = 1)");
+  if (c.token_rows == 1 && c.splits > 1)
+    return Status::Invalid(w + ": token_rows = 1 runs the block-scaled core unsplit (splits 0 or 1)");
+  if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
+    return Status::Invalid(w + ": block_n must be 0 (auto), 128 or 256");
+  if (c.block_n != 0 && c.token_rows == 0) return Status::Invalid(w + ": block_n is the token_rows = 1 path's");
   return Status::Ok();
 }
 
-// The GEMM variants: one per token tile, and the 128-token tile with tokens as rows.
-template <int kTokenTile, bool kTokenRows = false>
+// The swap-AB GEMM variants: one per token tile.
+template <int kTokenTile>
 struct GemmLauncher {
-  using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile), kTokenRows>;
+  using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile)>;
   static constexpr auto kernel = moe::expert_gemm_kernel<T>;
 
   static cudaError_t opt_in() { return hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes); }
@@ -83,12 +90,17 @@ struct GemmLauncher {
     if (attr_status != cudaSuccess) return attr_status;
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
-      std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d%s, %d stages, splits %d, %d CTAs, %d bytes smem\n",
-                   kTokenTile, kTokenRows ? " (tokens as rows)" : "", T::kStages, p.splits, ctas, T::kSmemBytes);
+      std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
+                   kTokenTile, T::kStages, p.splits, ctas, T::kSmemBytes);
     return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, p);
   }
   static int smem_bytes() { return T::kSmemBytes; }
 };
+
+// The token-rows GEMM: the block-scaled core's stacked kernel for this column tile (variants.def).
+int core_line(int block_n) {
+  return blockscaled::find_bs_variant(128, block_n, OutType::kFP32, /*overlap=*/true, 0, blockscaled::BsProblems::kStacked);
+}
 
 // The tiny-batch GEMM (moe/expert_gemm_tiny.cuh): token tile 16, routing in the kernel.
 using TinyTraits = moe::ExpertGemmTraits<moe::kTinyTokenTile, moe::expert_gemm_stages(moe::kTinyTokenTile)>;
@@ -113,12 +125,13 @@ bool tiny_applies(const MoeShape& s, MoeReduce reduce) {
          static_cast<int64_t>(s.m) * s.top_k <= moe::kTinyMaxPairs && s.experts <= 32 * moe::kTinyRouteLanes;
 }
 
-int gemm_smem_bytes(int token_tile, bool token_rows) {
+int gemm_smem_bytes(int token_tile, bool token_rows, int block_n) {
+  if (token_rows) return blockscaled::kBsVariantLaunchers[core_line(block_n)]().smem_bytes;
   switch (token_tile) {
     case 16: return GemmLauncher<16>::smem_bytes();
     case 32: return GemmLauncher<32>::smem_bytes();
     case 64: return GemmLauncher<64>::smem_bytes();
-    default: return token_rows ? GemmLauncher<128, true>::smem_bytes() : GemmLauncher<128>::smem_bytes();
+    default: return GemmLauncher<128>::smem_bytes();
   }
 }
 
@@ -133,6 +146,7 @@ struct Prepared {
   MoeParams p;
   const DeviceInfo* dev = nullptr;  // lowbit's cached description (common/device_cache.h)
   CUtensorMap tm_w, tm_x;  // the expert GEMM's operands (m > 0)
+  int core_line = -1;      // token_rows = 1: the core's variant
 };
 
 Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x);
@@ -140,13 +154,17 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
 // The expert GEMM's shared-memory opt-in, before the call's first launch: every step that can
 // fail runs before anything touches the caller's buffers or the workspace.
 cudaError_t gemm_opt_in(const Prepared& r, const FusedMoeArgs& a) {
+  if (r.cfg.token_rows == 1) {
+    int ctas = 0;
+    return blockscaled::kBsVariantLaunchers[r.core_line]().resident(1, r.dev->device, &ctas);
+  }
   if (r.cfg.tiny == 1)
     return a.topk_ids || a.logits_type == OutType::kFP32 ? tiny_opt_in<float>() : tiny_opt_in<__nv_bfloat16>();
   switch (r.cfg.token_tile) {
     case 16: return GemmLauncher<16>::opt_in();
     case 32: return GemmLauncher<32>::opt_in();
     case 64: return GemmLauncher<64>::opt_in();
-    default: return r.cfg.token_rows == 1 ? GemmLauncher<128, true>::opt_in() : GemmLauncher<128>::opt_in();
+    default: return GemmLauncher<128>::opt_in();
   }
 }
 
@@ -199,7 +217,8 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
     return Status::Invalid(w + ": the tiny-batch path needs atomic mode, m <= " + std::to_string(moe::kTinyMaxTokens) +
                            ", m * top_k <= " + std::to_string(moe::kTinyMaxPairs) + ", experts <= " +
                            std::to_string(32 * moe::kTinyRouteLanes) + " and token tile 16");
-  const int need_smem = gemm_smem_bytes(r.cfg.token_tile, r.cfg.token_rows == 1);
+  if (r.cfg.token_rows == 1) r.core_line = core_line(r.cfg.block_n);
+  const int need_smem = gemm_smem_bytes(r.cfg.token_tile, r.cfg.token_rows == 1, r.cfg.block_n);
   if (static_cast<size_t>(need_smem) > r.dev->smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, w + ": the expert GEMM needs " + std::to_string(need_smem) +
                                                              " bytes of shared memory per block; the device allows " +
@@ -215,6 +234,7 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   p.top_k = a.shape.top_k;
   p.kblocks = a.shape.k / 128;
   p.nblocks = (a.shape.n + 127) / 128;
+  p.unit_nblocks = r.cfg.token_rows == 1 ? (a.shape.n + r.cfg.block_n - 1) / r.cfg.block_n : p.nblocks;
   p.token_tile = r.cfg.token_tile;
   p.splits = r.cfg.splits;
   p.rows = r.layout.rows;
@@ -285,7 +305,8 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
   return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe route launch", e);
 }
 
-// The weights [experts * n, k] in 128 x 128 boxes; the sorted activations in token-tile boxes.
+// The weights [experts * n, k] in boxes of 128 rows (block_n on the core) x 128; the sorted
+// activations in token-tile boxes.
 Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x) {
   const MoeShape& s = r.s;
   hopper::TensorMap2dSpec wspec;
@@ -293,17 +314,46 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
   wspec.rows = static_cast<uint64_t>(s.experts) * s.n;
   wspec.cols = static_cast<uint64_t>(s.k);
   wspec.row_stride_bytes = static_cast<uint64_t>(s.k);
-  wspec.box_rows = 128;
+  wspec.box_rows = r.cfg.token_rows == 1 ? static_cast<uint32_t>(r.cfg.block_n) : 128u;
   wspec.box_cols = 128;
   hopper::TensorMap2dSpec xspec = wspec;
   xspec.base = r.p.xq;
   xspec.rows = static_cast<uint64_t>(r.layout.rows);
+  xspec.box_cols = 128;
   xspec.box_rows = static_cast<uint32_t>(r.cfg.token_tile);
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(wspec, tm_w));
   return hopper::make_tensor_map_2d(xspec, tm_x);
 }
 
+// The token-rows GEMM on the block-scaled core: stacked problems over the expert-sorted activations
+// (expert e owns counts[e] rows from offsets[e], its weights rows [e * n, (e + 1) * n) of W) and the
+// row scatter: sorted row r adds row_weight[r] times its result into token row_pair[r] / top_k of
+// the FP32 sums (atomic mode), or stores it as pair row_pair[r] (deterministic mode). Its units are
+// the layout stage's tile_start (128-token tiles x unit_nblocks column tiles per expert).
+Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
+  const MoeParams& m = r.p;
+  fp8::Fp8KernelParams p{};
+  p.sched.splits = 1;
+  p.sched.group_m = 8;
+  p.set_problem(m.rows, m.n, m.k, 128, 1.0f, nullptr, nullptr);
+  p.epi.row_period = 1;
+  p.bs = {m.x_scales, m.rows, m.w_scales, m.kblocks};
+  p.groups = {nullptr, m.experts, m.tile_start, nullptr};
+  p.stacked = {m.counts, m.offsets};
+  float* sums = m.deterministic || !m.y_fp32 ? m.sums : static_cast<float*>(m.y);
+  p.scatter = {m.row_pair, m.row_weight, sums, m.n, m.deterministic ? 1 : m.top_k, !m.deterministic};
+  int launched = 0;
+  const cudaError_t e = blockscaled::kBsVariantLaunchers[r.core_line]().launch(
+      r.cfg.grid, 0, stream, r.tm_x, r.tm_w, r.tm_x, p, r.dev->device, &launched);
+  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
+  if (log_launches)
+    std::fprintf(stderr, "[lowbit] moe expert gemm: block-scaled core, stacked, bn=%d, %d CTAs\n", r.cfg.block_n,
+                 launched);
+  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
+}
+
 Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
+  if (r.cfg.token_rows == 1) return run_core_gemm(r, stream);
   const MoeShape& s = r.s;
   const CUtensorMap& tm_w = r.tm_w;
   const CUtensorMap& tm_x = r.tm_x;
@@ -317,10 +367,7 @@ Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
     case 16: e = GemmLauncher<16>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
     case 32: e = GemmLauncher<32>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
     case 64: e = GemmLauncher<64>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
-    default:
-      e = r.cfg.token_rows == 1 ? GemmLauncher<128, true>::launch(ctas, stream, pdl, tm_w, tm_x, r.p)
-                                : GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p);
-      break;
+    default: e = GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
   }
   return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
 }
@@ -394,7 +441,7 @@ std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
          ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny) + ",pdlfirst=" + std::to_string(pdl_first) +
-         ",rows=" + std::to_string(token_rows);
+         ",rows=" + std::to_string(token_rows) + ",bn=" + std::to_string(block_n);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -410,8 +457,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "tiny") c.tiny = value;
     else if (key == "pdlfirst") c.pdl_first = value;
     else if (key == "rows") c.token_rows = value;
+    else if (key == "bn") c.block_n = value;
     else return Status::Invalid("unknown MoE config key '" + key +
-                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows)");
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows, bn)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -432,14 +480,18 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
   // average: 1.6-4.4% faster than swap-AB at 64-256 (docs/perf.md W6 v5). Not the tiny path, and
   // not where a forced token tile says otherwise.
   if (c.token_rows < 0) {
-    c.token_rows = avg >= 64 && c.tiny != 1 && (c.token_tile == 0 || c.token_tile == 128) ? 1 : 0;
-    if (c.token_rows == 1) why += "rows=1: >= 64 tokens per expert on average, the tokens as the MMA's rows; ";
+    c.token_rows = avg >= 64 && c.tiny != 1 && (c.token_tile == 0 || c.token_tile == 128) && c.splits <= 1 ? 1 : 0;
+    if (c.token_rows == 1) why += "rows=1: >= 64 tokens per expert on average, the tokens as the MMA's rows (the core); ";
   } else if (c.token_rows == 1) {
-    why += "rows=1 forced: the tokens as the MMA's rows; ";
+    why += "rows=1 forced: the tokens as the MMA's rows (the core); ";
   }
   if (c.token_rows == 1) {
     c.token_tile = 128;
     c.tiny = 0;
+    if (c.block_n == 0) {
+      c.block_n = 256;
+      why += "bn=256: the widest core tile; ";
+    }
   }
   if (c.token_tile == 0) {
     c.token_tile = avg <= 16 ? 16 : avg <= 32 ? 32 : avg <= 64 ? 64 : 128;
@@ -448,7 +500,10 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
   } else {
     why += "tile forced; ";
   }
-  if (c.splits == 0) {
+  if (c.token_rows == 1) {
+    c.splits = 1;
+    why += "splits=1: the core runs unsplit";
+  } else if (c.splits == 0) {
     const int kblocks = s.k / 128;
     const double active = std::min<double>(s.experts, pairs);
     const double units = active * std::max(1.0, std::ceil(avg / c.token_tile)) * ((s.n + 127) / 128);
@@ -533,6 +588,7 @@ MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_coun
     out.tiny = 0;
     out.pdl_first = 0;
     out.token_rows = 0;
+    out.block_n = 0;
     why = "defaults";
   }
   if (reason) *reason = st.message() + "; " + (shape_ok ? "the automatic choice instead: " : "") + why;
@@ -545,8 +601,9 @@ std::string moe_config_table() {
          "  token tile 32  | avg <= 32  |\n"
          "  token tile 64  | avg <= 64  |\n"
          "  token tile 128 | avg > 64   | fewest re-reads of each weight tile from L2\n"
-         "  rows 1         | avg >= 64  | tokens as the MMA's rows (128-token tiles): two X scales per thread, not\n"
-         "                 |            | N / 4 per K block; 1.6-4.4% faster at 64-256 tokens per expert\n"
+         "  rows 1         | avg >= 64  | tokens as the MMA's rows (128-token tiles) on the block-scaled core: two X\n"
+         "                 |            | scales per thread, not N / 4 per K block; unsplit\n"
+         "  bn 256         | rows 1     | the core's widest tile: each token tile's X read from L2 half as often\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
   int seg_start = 0, seg_total = 0, tile0 = 0, tile_total = 0;
   Scan(scan_tmp).ExclusiveSum((count + 3) / 4 * 4, seg_start, seg_total);
   __syncthreads();
-  Scan(scan_tmp).ExclusiveSum(expert_tiles(count, p.token_tile, p.nblocks, p.splits), tile0, tile_total);
+  Scan(scan_tmp).ExclusiveSum(expert_tiles(count, p.token_tile, p.unit_nblocks, p.splits), tile0, tile_total);
   if (tid < p.experts) {
     p.counts[tid] = count;
     p.offsets[tid] = seg_start;

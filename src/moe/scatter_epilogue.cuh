@@ -1,6 +1,6 @@
 // The expert GEMM's epilogue: the weighted scatter-reduce of the seed, fused. Both consumer
 // warpgroups drop their accumulators into a token-major shared tile (one 128-float row per
-// token; with swap-AB their 64 weight rows x token-tile, transposed), then each of the 8
+// token: their 64 weight rows x token-tile, transposed), then each of the 8
 // consumer warps takes whole token rows: 32 lanes x float4 = the 128 columns, scaled by the
 // routing weight, and either
 //  - atomic mode: added into the token's FP32 output row (Y, or the FP32 sums that the finish
@@ -46,20 +46,13 @@ struct ScatterEpilogue {
     hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
     const int row = consumer_wg * 64 + warp * 16 + lane / 4;
     const int col = 2 * (lane % 4);
-    if constexpr (T::kTokenRows) {  // fragment rows are tokens: stored as they are
+    // Swap-AB: fragment columns are tokens, transposed into token rows.
 #pragma unroll
-      for (int g = 0; g < R / 4; ++g) {
-        *reinterpret_cast<float2*>(&ss.out[row][8 * g + col]) = make_float2(acc[4 * g + 0], acc[4 * g + 1]);
-        *reinterpret_cast<float2*>(&ss.out[row + 8][8 * g + col]) = make_float2(acc[4 * g + 2], acc[4 * g + 3]);
-      }
-    } else {  // swap-AB: fragment columns are tokens, transposed into token rows
-#pragma unroll
-      for (int g = 0; g < R / 4; ++g) {
-        ss.out[8 * g + col][row] = acc[4 * g + 0];
-        ss.out[8 * g + col + 1][row] = acc[4 * g + 1];
-        ss.out[8 * g + col][row + 8] = acc[4 * g + 2];
-        ss.out[8 * g + col + 1][row + 8] = acc[4 * g + 3];
-      }
+    for (int g = 0; g < R / 4; ++g) {
+      ss.out[8 * g + col][row] = acc[4 * g + 0];
+      ss.out[8 * g + col + 1][row] = acc[4 * g + 1];
+      ss.out[8 * g + col][row + 8] = acc[4 * g + 2];
+      ss.out[8 * g + col + 1][row + 8] = acc[4 * g + 3];
     }
     hopper::named_barrier_sync(hopper::NamedBarrier::kConsumers, kConsumerThreads);
     // Each lane fetches one of the warp's row targets up front (one round trip per unit, not

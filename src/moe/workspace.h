@@ -75,6 +75,7 @@ inline Layout workspace_layout(const MoeShape& s, MoeReduce reduce, OutType y_ty
 struct MoeParams {
   int m, n, k, experts, top_k;
   int kblocks, nblocks;  // k / 128, ceil(n / 128)
+  int unit_nblocks;      // the GEMM's column tiles per token tile: nblocks, or ceil(n / block_n) on the core
   int token_tile, splits;
   int64_t rows;
   bool deterministic;
