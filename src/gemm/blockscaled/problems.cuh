@@ -56,6 +56,23 @@ __device__ __forceinline__ int group_of_unit(int u, const fp8::Fp8KernelParams& 
   return lo;
 }
 
+// A grouped unit as lane 0 of the warp holds it, for consumers (whole warps): the fields they read.
+// It is read from memory, which the compiler cannot prove warp-uniform: taken as it is, the
+// consumers' K loop (its trip count) and stage arithmetic left the uniform datapath (twice the R2UR
+// per K block pair; docs/perf.md block-scaled "Grouped v2").
+template <class Unit>
+__device__ __forceinline__ Unit grouped_unit_as_lane0(const Unit& w) {
+  Unit v = w;
+  v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);
+  v.n_block = __shfl_sync(0xffffffffu, w.n_block, 0);
+  v.tile = __shfl_sync(0xffffffffu, w.tile, 0);
+  v.kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
+  v.group = __shfl_sync(0xffffffffu, w.group, 0);
+  v.m = __shfl_sync(0xffffffffu, w.m, 0);
+  v.n = __shfl_sync(0xffffffffu, w.n, 0);
+  return v;
+}
+
 template <class T>
 struct GroupedProblems {
   using Unit = GroupedUnit;
@@ -109,21 +126,7 @@ struct GroupedProblems {
     v.sfb_part_stride = b.part_stride;
     return v;
   }
-  // The unit as lane 0 of the warp holds it, for consumers (whole warps). It is read from memory,
-  // which the compiler cannot prove warp-uniform: taken as it is, the consumers' K loop (its trip
-  // count) and stage arithmetic left the uniform datapath (twice the R2UR per K block pair; docs/
-  // perf.md block-scaled "Grouped v2").
-  __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
-    Unit v = w;
-    v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);
-    v.n_block = __shfl_sync(0xffffffffu, w.n_block, 0);
-    v.tile = __shfl_sync(0xffffffffu, w.tile, 0);
-    v.kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
-    v.group = __shfl_sync(0xffffffffu, w.group, 0);
-    v.m = __shfl_sync(0xffffffffu, w.m, 0);
-    v.n = __shfl_sync(0xffffffffu, w.n, 0);
-    return v;
-  }
+  __device__ __forceinline__ static Unit warp_uniform(const Unit& w) { return grouped_unit_as_lane0(w); }
   // The group's maps and size (the kernel's own maps, the third argument, are templates, never used).
   __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const fp8::Fp8KernelParams& p,
                                                              const CUtensorMap*) {
@@ -195,13 +198,7 @@ struct StackedProblems {
   }
   // As GroupedProblems::warp_uniform, with the tile's first A row (the row scatter's).
   __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
-    Unit v = w;
-    v.m_block = __shfl_sync(0xffffffffu, w.m_block, 0);
-    v.n_block = __shfl_sync(0xffffffffu, w.n_block, 0);
-    v.tile = __shfl_sync(0xffffffffu, w.tile, 0);
-    v.kb_end = __shfl_sync(0xffffffffu, w.kb_end, 0);
-    v.m = __shfl_sync(0xffffffffu, w.m, 0);
-    v.n = __shfl_sync(0xffffffffu, w.n, 0);
+    Unit v = grouped_unit_as_lane0(w);
     v.a_row0 = __shfl_sync(0xffffffffu, w.a_row0, 0);
     return v;
   }
