@@ -133,7 +133,9 @@ struct Fp8Epilogue {
                                                float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
-    if (!T::kOverlapEpilogue && row0 >= p.m) return;  // whole warpgroup slice below the matrix (small M)
+    // A whole warpgroup slice below the matrix (small M) computes rows that are never stored:
+    // no early return (a branch on the warpgroup's rows took every non-overlapped kernel's K loop
+    // off the uniform datapath, docs/perf.md block-scaled v7).
     const int tile_col = 2 * (lane % 4);
     const float alpha = rows.x;
     if constexpr (T::kStaged) {
@@ -178,10 +180,10 @@ struct Fp8Epilogue {
     // Uneven columns: a trimmed tile's last round is stored w.trim columns to the left (apply
     // moved its fragments there).
     const bool trimmed = gemm::UnevenColumns<T>::value && w.trim != 0;
-    // A whole warpgroup slice below the matrix (small M) stores nothing. With the next unit's
-    // MMAs in flight it goes through the motions instead (TMA clips the box away): a branch
-    // here made ptxas serialize the wgmmas (C7518).
-    if (!T::kOverlapEpilogue && row0 >= m) return;
+    // A whole warpgroup slice below the matrix (small M) goes through the motions (TMA clips the
+    // box away): a branch here made ptxas serialize the overlapped kernels' wgmmas (C7518), and
+    // took every non-overlapped kernel's K loop off the uniform datapath (docs/perf.md
+    // block-scaled v7).
 
 #pragma unroll
     for (int r = 0; r < T::kEpiRounds; ++r) {

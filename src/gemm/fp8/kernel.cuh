@@ -260,6 +260,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         else
           finish = p.sched.splits == 1 || gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                                               thread, 128 * consumer_wgs);
+        // The verdict is the same in every thread (the fix-up's barrier OR); taken from lane 0 the
+        // compiler knows it: read as it is, the unit loop's branches on it took the next unit's K
+        // loop off the uniform datapath (per-thread stage and descriptor arithmetic; docs/perf.md
+        // block-scaled v7).
+        finish = __shfl_sync(0xffffffffu, finish, 0);
         if constexpr (T::kFused) {
           Fused::apply(ss, consumer_wg, p, w, alpha, acc, finish, parity);
         } else {
