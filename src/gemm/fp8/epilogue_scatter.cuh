@@ -27,9 +27,6 @@ struct ScattersRows<T, std::void_t<decltype(T::kScatterRows)>> : std::bool_const
 template <class T>
 struct RowScatterEpilogue {
   static_assert(T::kOutFp32 && T::kEpiRowBytes == 128 && T::kEpiRoundCols == 32, "rounds of 32 FP32 columns");
-  // Fragment of m64nN (per warp w, lane l): acc[4*g + 2*h + e] is row 16w + l/4 + 8h, column
-  // 8g + 2(l%4) + e. `w` is a stacked unit (its group's row count and its first A row). Each warp
-  // stages and writes its own 16 rows, so it waits for nothing but itself.
   // Asks L1 for the lines of a warp's row targets and weights before the unit's mainloop, so the
   // epilogue's loads hit L1. (Looked up in the epilogue, each unit waited one L2 round trip with
   // the tensor cores idle; loaded before the mainloop into registers, the 128 x 256 kernel spilled.)
@@ -44,6 +41,9 @@ struct RowScatterEpilogue {
     hopper::prefetch_l1(line);
   }
 
+  // Fragment of m64nN (per warp w, lane l): acc[4*g + 2*h + e] is row 16w + l/4 + 8h, column
+  // 8g + 2(l%4) + e. `w` is a stacked unit (its group's row count and its first A row). Each warp
+  // stages and writes its own 16 rows, so it waits for nothing but itself.
   template <class Unit>
   __device__ __forceinline__ static void store(typename T::SharedStorage& ss, const Fp8KernelParams& p,
                                                const Unit& w, int consumer_wg, const float (&acc)[T::kBlockN / 2]) {

@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                      !kClusterSplit && !gemm::UnevenColumns<T>::value),
                 "grouped problems: 128-row tiles, plain epilogue, single CTAs, unsplit");
 
-  // The row scatter (stacked problems) writes each fragment pair from registers: no alpha, no staging.
+  // The row scatter (stacked problems, gemm/fp8/epilogue_scatter.cuh) replaces the element math and
+  // the TMA store: each row is weighted and added into its own row of an FP32 matrix.
   constexpr bool kScatter = ScattersRows<T>::value;
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32), "the row scatter: stacked problems, FP32 sums");
 
