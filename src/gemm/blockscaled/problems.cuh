@@ -32,17 +32,6 @@ struct GroupedUnit : gemm::WorkUnit {
   int sfb_part_stride;  // to the row of its next 128 columns; 0 when those lie past N
 };
 
-// Each role keeps its own cursor: the group's size is re-read only when the walk enters a new
-// group, and a thread that loads or stores through a group's tensor maps acquires them first (the
-// preparation kernel wrote them through the generic proxy). The core places the next unit while
-// no MMA is in flight, so the group change's branch and loads cost the tensor cores nothing. The
-// walk holds no pointer: the tile offsets are read through the kernel's parameters at each lookup
-// (from global memory, cached in L1; the search starts at the current group), and the maps are
-// found from the group: with a 64-bit table pointer and map pointer kept live, the 128 x 256
-// consumers and the 40-register producer spilled. The offsets are not copied to shared memory:
-// read through the kernel's shared storage, the consumers' K loop left the uniform datapath (its
-// stage and descriptor arithmetic in per-thread registers, twice the R2UR) and the grouped kernel
-// ran 9-13% behind the dense one on the same problem (docs/perf.md block-scaled "Grouped v2").
 // The group of unit u: the last group g with tile_start[g] <= u, by binary search from group
 // `from` (a role's current group; units never decrease along its walk). Empty groups share their
 // start with the next group and are never returned.
@@ -73,6 +62,17 @@ __device__ __forceinline__ Unit grouped_unit_as_lane0(const Unit& w) {
   return v;
 }
 
+// Each role keeps its own cursor: the group's size is re-read only when the walk enters a new
+// group, and a thread that loads or stores through a group's tensor maps acquires them first (the
+// preparation kernel wrote them through the generic proxy). The core places the next unit while
+// no MMA is in flight, so the group change's branch and loads cost the tensor cores nothing. The
+// walk holds no pointer: the tile offsets are read through the kernel's parameters at each lookup
+// (from global memory, cached in L1; the search starts at the current group), and the maps are
+// found from the group: with a 64-bit table pointer and map pointer kept live, the 128 x 256
+// consumers and the 40-register producer spilled. The offsets are not copied to shared memory:
+// read through the kernel's shared storage, the consumers' K loop left the uniform datapath (its
+// stage and descriptor arithmetic in per-thread registers, twice the R2UR) and the grouped kernel
+// ran 9-13% behind the dense one on the same problem (docs/perf.md block-scaled "Grouped v2").
 template <class T>
 struct GroupedProblems {
   using Unit = GroupedUnit;

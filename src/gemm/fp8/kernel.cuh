@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // The row scatter (stacked problems, gemm/fp8/epilogue_scatter.cuh) replaces the element math and
   // the TMA store: each row is weighted and added into its own row of an FP32 matrix.
   constexpr bool kScatter = ScattersRows<T>::value;
-  static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32), "the row scatter: stacked problems, FP32 sums");
+  static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
+                "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
@@ -245,7 +246,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         float2 rows = make_float2(alpha, alpha);
         if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
-        if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w, consumer_wg);
         // Mainloop.
         consumer.promotion.start_unit(p, w);
         consumer.run(w, acc);
@@ -271,13 +271,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           if constexpr (T::kStaged)
             if (staged) StagedOps::wait(ss, parity);
-          if constexpr (!kScatter)
-            if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
+          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }
-        if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
-        else if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
+        if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
         if constexpr (kClusterSplit)
           if (finish && p.sched.splits > 1 && u + unit_step < units)
             gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);
