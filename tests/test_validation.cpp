@@ -270,7 +270,15 @@ TEST(BlockScaledValidation, ParsesConfig) {
   ASSERT_TRUE(parse_blockscaled_config("bn=256", &c).ok());
   EXPECT_EQ(c.block_n, 256);
   EXPECT_EQ(c.cluster, 0);
-  EXPECT_FALSE(parse_blockscaled_config("bn=192", &c).ok());  // not a whole number of B scale blocks
+  // Widths between whole scale blocks straddle two (192, 144); 176 could reach a third, 96 is not
+  // compiled: refused with the compiled widths.
+  ASSERT_TRUE(parse_blockscaled_config("bn=192", &c).ok());
+  EXPECT_EQ(c.block_n, 192);
+  for (const char* bad : {"bn=176", "bn=96", "bn=100"}) {
+    const Status st = parse_blockscaled_config(bad, &c);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("compiled width: 32 64 128 144 192 256"), std::string::npos) << st.to_string();
+  }
   // Dense tiles of the FP8 core: 64 columns (inside one scale block), 64 rows, split-K.
   ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=4", &c).ok());
   EXPECT_EQ(c.block_m, 64);

@@ -1,6 +1,6 @@
 // Block-scaled FP8 on the FP8 GEMM core (gemm/fp8/kernel.cuh): the dense block-scaled GEMM is the
 // core's kernel with two policies replaced, so it runs every core tile it can (64- and 128-row
-// tiles of 64, 128 or 256 columns), split-K with the core's fix-up, the core's scheduler walk and
+// tiles of 64 to 256 columns, variants.def), split-K with the core's fix-up, the core's scheduler walk and
 // its cost-model chooser:
 //  - operands: the dense E4M3 tiles, and per stage the K block's A scales of the tile's rows and
 //    B scales of its columns (ScaleStageLoad: a bulk copy and cp.async on the stage's barrier);
@@ -80,10 +80,12 @@ struct CoreTraits
   using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
                               kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
                               core_epi_slots(kBlockM, kBlockN)>;
-  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
-                "a tile covers whole B scale blocks or lies inside one: 64, 128 or 256 columns");
+  // A tile covers whole B scale blocks (128, 256), lies inside one (64), or straddles two (the
+  // widths between, promoted as one part: BlockScalePromotion).
+  static_assert(!kStraddlesScaleBlocks<kBlockN> || (kBlockN <= 192 && kProblems == BsProblems::kDense),
+                "a straddling tile: one promoted part, dense problems");
   static constexpr bool kBlockScaled = true;
-  static constexpr int kScaleBlocksN = kBlockN > 128 ? kBlockN / 128 : 1;  // one per 128-column part
+  static constexpr int kScaleBlocksN = scale_blocks_per_tile<kBlockN>();
   // The B scales per stage, beside the A scales (ScaleStageLoad), for the 128-row tiles; the 64-row
   // tile's consumers fetch them from L2 a block ahead instead: staged, it ran 7-9% slower (64 x 64
   // at 64 x 4096 x 7168 unsplit 18.8 vs 17.3 us, at 128 x 2112 x 7168 split two ways 12.7 vs 11.8;
@@ -94,7 +96,7 @@ struct CoreTraits
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) ScaledStorage : Base::SharedStorage {
     alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
-    alignas(16) float sfb[Base::kStages][4];        // its B scales, one per 128-column part
+    alignas(16) float sfb[Base::kStages][4];        // its B scales (kScaleBlocksN of them)
   };
   static_assert(kProblems == BsProblems::kDense || (kBlockM == 128 && kClusterSplits_ == 0),
                 "grouped and stacked: unsplit 128-row tiles");

@@ -39,9 +39,9 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   // the block-scaled kernels single.
   if (c.cluster < 0 || c.cluster > 1)
     return Status::Invalid(std::string(who) + ": cluster must be 0 (auto) or 1: the block-scaled kernels run single CTAs");
-  if (c.block_n != 0 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
-    return Status::Invalid(std::string(who) + ": block_n must be 0 (auto), 64 (dense), 128 or 256 (got " +
-                           std::to_string(c.block_n) + ")");
+  if (c.block_n != 0 && !blockscaled::bs_width_compiled(c.block_n))
+    return Status::Invalid(std::string(who) + ": block_n must be 0 (auto) or a compiled width:" +
+                           blockscaled::bs_widths_text() + " (got " + std::to_string(c.block_n) + ")");
   if (c.block_m != 0 && c.block_m != 64 && c.block_m != 128)
     return Status::Invalid(std::string(who) + ": block_m must be 0 (auto), 64 or 128 (dense; got " +
                            std::to_string(c.block_m) + ")");
@@ -181,7 +181,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
 
 // A forced dense config over the chooser's pick: its non-zero tile, split and grid fields, and its
 // raster group. A forced width with the rows left to the chooser takes rows it is compiled with
-// (64-row tiles are 64 wide only).
+// (128 where that tile exists, else 64).
 void apply_forced(const BlockScaledConfig& f, OutType out, Fp8GemmConfig* c) {
   if (f.block_m) c->block_m = f.block_m;
   if (f.block_n) c->block_n = f.block_n;

@@ -18,17 +18,36 @@
 
 namespace lowbit::blockscaled {
 
+// How a tile's columns meet the 128-column B scale blocks. Whole blocks (128, 256) and divisors of
+// 128 (64, 32, 16) never share a scale between blocks; any other width straddles: at some tile
+// starts its columns lie in two blocks, split at a column that depends on the start (a 192-wide
+// tile at column 192 has 64 in one block and 128 in the next). Such a tile is cut into segments of
+// gcd(width, 128) columns, each inside one block; a width that could reach a third block is not
+// offered (176 at column 352 covers 352..527, three blocks).
+constexpr int gcd_int(int a, int b) { return b == 0 ? a : gcd_int(b, a % b); }
+template <int kBlockN>
+inline constexpr bool kStraddlesScaleBlocks = kBlockN % 128 != 0 && 128 % kBlockN != 0;
+template <int kBlockN>
+inline constexpr int kScaleSegmentCols = gcd_int(kBlockN, 128);
+// The B scales a tile takes per K block: one per 128-column part of a whole-block tile, two for a
+// straddling one (its first block's and the next), one for a tile inside a block.
+template <int kBlockN>
+constexpr int scale_blocks_per_tile() {
+  static_assert(!kStraddlesScaleBlocks<kBlockN> || kBlockN <= 128 + kScaleSegmentCols<kBlockN>,
+                "a straddling tile lies in at most two B scale blocks");
+  return kStraddlesScaleBlocks<kBlockN> ? 2 : kBlockN > 128 ? kBlockN / 128 : 1;
+}
+
 // A tile's B scale rows: sfb is [ceil(N / 128), k_blocks], one row per 128 columns. `first` is the
-// row of the tile's first 128 columns, `part_stride` the floats to its next part's row (0 where
-// that part lies past N: its outputs are clipped, any finite scale will do). A tile narrower than
-// 128 columns lies inside one scale block.
+// row of the block holding the tile's first column, `part_stride` the floats to the next block's
+// row (0 where that block lies past N: its outputs are clipped, any finite scale will do).
 struct BScaleRows {
   const float* first;
   int part_stride;
 };
 template <int kBlockN>
 __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_blocks, int n, int n_block) {
-  constexpr int kParts = kBlockN > 128 ? kBlockN / 128 : 1;
+  constexpr int kParts = scale_blocks_per_tile<kBlockN>();
   const int row = n_block * kBlockN / 128;
   return BScaleRows{sfb + static_cast<int64_t>(row) * k_blocks, kParts > 1 && (row + 1) * 128 < n ? k_blocks : 0};
 }
@@ -66,20 +85,25 @@ struct ScaleStageLoad {
 
 // Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
 // the block's MMAs are issued, so the loads' latency passes under the MMAs; nothing uses them
-// before the retire. The B scales of a K block are one float per 128-column part of the tile:
-// with T::kStagedBScales read from the stage with the A scales; otherwise loaded from global
-// memory (L2) when the block before it is issued (fp8::Consumer fetches one group ahead).
+// before the retire. The B scales of a K block (scale_blocks_per_tile of them): with
+// T::kStagedBScales read from the stage with the A scales; otherwise loaded from global memory
+// (L2) when the block before it is issued (fp8::Consumer fetches one group ahead).
 // Accumulator fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of
-// the warpgroup's 64 rows.
+// the warpgroup's 64 rows and to column 8g + 2 * (lane % 4) + e.
 template <class T>
 struct BlockScalePromotion {
   static constexpr bool kStagedB = T::kStagedBScales;
+  static constexpr bool kStraddles = kStraddlesScaleBlocks<T::kBlockN>;
+  static constexpr int kSegCols = kScaleSegmentCols<T::kBlockN>;
   typename T::SharedStorage* ss;
-  const float* sfb_row;  // the B scales of the tile's first 128 columns, one per K block
-  // Floats from that row to the next part's row (the next 128 columns' B scales); 0 when the
-  // tile's second part lies past N (its outputs are clipped, any finite scale will do).
+  const float* sfb_row;  // the B scales of the tile's first block, one per K block
+  // Floats from that row to the next block's row; 0 when that block lies past N (its outputs are
+  // clipped, any finite scale will do).
   int sfb_part_stride;
   int row;  // this thread's first fragment row in the tile
+  // A straddling tile's columns in its first scale block (128 - its start mod 128; at least the
+  // width where the tile lies inside the block): per unit, so one compare per segment per K block.
+  int lo_cols;
 
   static constexpr bool kReadsStage = true;  // the stage's A (and B) scales
   struct Fetched { float sb[T::kScaleBlocksN]; };
@@ -89,10 +113,10 @@ struct BlockScalePromotion {
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
-    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4};
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN};
   }
-  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs); nothing to do where
-  // the stages carry them.
+  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
+  // not carry them, and a straddling tile's split column.
   template <class Params>
   __device__ __forceinline__ void start_unit(const Params& p, const gemm::WorkUnit& w) {
     if constexpr (!kStagedB) {
@@ -100,12 +124,16 @@ struct BlockScalePromotion {
       sfb_row = r.first;
       sfb_part_stride = r.part_stride;
     }
+    if constexpr (kStraddles) lo_cols = 128 - (w.n_block * T::kBlockN) % 128;
   }
   // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.
   struct AScales { float sa0, sa1; };
   struct ABScales { float sa0, sa1, sb[T::kScaleBlocksN]; };
   using Staged = std::conditional_t<kStagedB, ABScales, AScales>;
-  struct Scale { float s0, s1; };
+  // The two rows' factors: for a part inside one block, and for a straddling tile per block too.
+  struct OneBlock { float s0, s1; };
+  struct TwoBlocks { float lo0, lo1, hi0, hi1; };
+  using Scale = std::conditional_t<kStraddles, TwoBlocks, OneBlock>;
 
   __device__ __forceinline__ void issued(Pending& p, int kb) const {
     if constexpr (!kStagedB) {
@@ -126,18 +154,36 @@ struct BlockScalePromotion {
   }
   __device__ __forceinline__ Scale scale(const Pending& p, const Staged& a, int /*stage*/, int /*consumer_wg*/,
                                          int part_n) const {
-    if constexpr (!kStagedB) return Scale{a.sa0 * p.sb[part_n], a.sa1 * p.sb[part_n]};
-    else return Scale{a.sa0 * a.sb[part_n], a.sa1 * a.sb[part_n]};
+    const auto& sb = [&]() -> const float(&)[T::kScaleBlocksN] {
+      if constexpr (kStagedB) return a.sb;
+      else return p.sb;
+    }();
+    if constexpr (kStraddles) return Scale{a.sa0 * sb[0], a.sa1 * sb[0], a.sa0 * sb[1], a.sa1 * sb[1]};
+    else return Scale{a.sa0 * sb[part_n], a.sa1 * sb[part_n]};
   }
   template <int R>
   __device__ __forceinline__ void apply(const Scale& s, const float (&part)[R], float (&acc)[R]) const {
+    if constexpr (kStraddles) {
+      static_assert(R == T::kBlockN / 2, "a straddling tile is promoted as one part");
+      // Segment j's columns lie in one block: the first block's where they start before lo_cols
+      // (segment 0 always; a segment from column 128 on never).
 #pragma unroll
-    for (int g = 0; g < R / 4; ++g) {
-      acc[4 * g + 0] = fmaf(part[4 * g + 0], s.s0, acc[4 * g + 0]);
-      acc[4 * g + 1] = fmaf(part[4 * g + 1], s.s0, acc[4 * g + 1]);
-      acc[4 * g + 2] = fmaf(part[4 * g + 2], s.s1, acc[4 * g + 2]);
-      acc[4 * g + 3] = fmaf(part[4 * g + 3], s.s1, acc[4 * g + 3]);
+      for (int g = 0; g < R / 4; ++g) {
+        const int seg_col = 8 * g / kSegCols * kSegCols;  // the first column of g's segment
+        const bool lo = seg_col == 0 || (seg_col < 128 && seg_col < lo_cols);
+        fma_group(part, acc, g, lo ? s.lo0 : s.hi0, lo ? s.lo1 : s.hi1);
+      }
+    } else {
+#pragma unroll
+      for (int g = 0; g < R / 4; ++g) fma_group(part, acc, g, s.s0, s.s1);
     }
+  }
+  template <int R>
+  __device__ __forceinline__ static void fma_group(const float (&part)[R], float (&acc)[R], int g, float s0, float s1) {
+    acc[4 * g + 0] = fmaf(part[4 * g + 0], s0, acc[4 * g + 0]);
+    acc[4 * g + 1] = fmaf(part[4 * g + 1], s0, acc[4 * g + 1]);
+    acc[4 * g + 2] = fmaf(part[4 * g + 2], s1, acc[4 * g + 2]);
+    acc[4 * g + 3] = fmaf(part[4 * g + 3], s1, acc[4 * g + 3]);
   }
 };
 

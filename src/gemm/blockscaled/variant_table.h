@@ -1,6 +1,8 @@
 // The compiled block-scaled dense kernels as data (gemm/blockscaled/variants.def), for the host.
 #pragma once
 
+#include <string>
+
 #include "lowbit/gemm.h"
 
 namespace lowbit::blockscaled {
@@ -58,5 +60,19 @@ constexpr int bs_cluster_splits(int block_m, int block_n, OutType out) {
 // Whether the tile is compiled (for BF16; every tile is compiled for both outputs). Each is a core
 // FP8 tile's shape, so the core's cost model scores it.
 constexpr bool bs_tile_compiled(int block_m, int block_n) { return find_bs_variant(block_m, block_n, OutType::kBF16) >= 0; }
+
+// Whether any kernel (dense or grouped) is compiled `block_n` wide, and the widths as text, for
+// the config parser's error.
+constexpr bool bs_width_compiled(int block_n) {
+  for (int i = 0; i < kNumBsVariantSpecs; ++i)
+    if (kBsVariantSpecs[i].problems != BsProblems::kStacked && kBsVariantSpecs[i].block_n == block_n) return true;
+  return false;
+}
+inline std::string bs_widths_text() {
+  std::string s;
+  for (int w = 16; w <= 256; w += 16)
+    if (bs_width_compiled(w)) s += " " + std::to_string(w);
+  return s;
+}
 
 }  // namespace lowbit::blockscaled
