@@ -296,6 +296,16 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_GE(fp8_blockscaled_workspace_size(1000, 384, 4096, &open_tile),
             fp8_blockscaled_workspace_size(1000, 384, 4096, &wide));
   EXPECT_GT(fp8_blockscaled_workspace_size(1000, 384, 4096, &wide), 0u);
+  // Every compiled dense tile, split two ways, asks for its partial tiles: a tile only the
+  // block-scaled table has (144 wide, 64 x 32) once got 0 bytes and wrote past the workspace.
+  for (const char* text : {"bm=64,bn=32", "bm=64,bn=64", "bn=64", "bn=128", "bn=144", "bn=192", "bn=256"}) {
+    BlockScaledConfig t;
+    ASSERT_TRUE(parse_blockscaled_config(text, &t).ok()) << text;
+    t.splits = 2;
+    const int bm = t.block_m ? t.block_m : 128;
+    const size_t tiles = static_cast<size_t>((1000 + bm - 1) / bm) * ((400 + t.block_n - 1) / t.block_n);
+    EXPECT_GE(fp8_blockscaled_workspace_size(1000, 400, 4096, &t), tiles * 2 * bm * t.block_n * sizeof(float)) << text;
+  }
   // The block-scaled kernels run single CTAs (multicast pairs did not move to the core).
   const Status pairs = parse_blockscaled_config("bn=256,cluster=2", &c);
   EXPECT_FALSE(pairs.ok());

@@ -110,9 +110,17 @@ bool reduces_in_cluster(const Fp8GemmConfig& c, OutType out, int mode = -1, cons
          blockscaled::find_bs_variant(c.block_m, c.block_n, out, false, c.splits) >= 0 &&
          (mode == 1 || !capacity || (c.splits < 9 && capacity->ctas[c.splits] > 0));
 }
+// The split-K workspace of a block-scaled dense tile: sized from the block-scaled table, not the
+// per-tensor one (fp8_gemm_workspace_size is 0 for a tile only this family compiles, 144 or 64 x
+// 32, and a split run over that workspace wrote past it: block-scaled v8).
+size_t split_workspace(int64_t m, int64_t n, const Fp8GemmConfig& c) {
+  if (m <= 0 || n <= 0 || c.splits < 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) return 0;
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, c.block_m, c.block_n)), c.splits,
+                                       c.block_m, c.block_n);
+}
 // The workspace a dense config needs: none when its splits reduce within a cluster.
-size_t dense_workspace(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, OutType out, int mode = -1) {
-  return reduces_in_cluster(c, out, mode) ? 0 : fp8_gemm_workspace_size(m, n, k, c);
+size_t dense_workspace(int64_t m, int64_t n, const Fp8GemmConfig& c, OutType out, int mode = -1) {
+  return reduces_in_cluster(c, out, mode) ? 0 : split_workspace(m, n, c);
 }
 
 // The compiled dense tiles, for error messages.
@@ -406,7 +414,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       [&](Fp8GemmConfig* cand) {
         if (!as_blockscaled(cand, x.out_type)) return false;
         cand->cluster_reduce = reduces_in_cluster(*cand, x.out_type, -1, &device_capacity()) ? 1 : 0;
-        return dense_workspace(x.m, x.n, x.k, *cand, x.out_type, cand->cluster_reduce) <= x.workspace_bytes;
+        return dense_workspace(x.m, x.n, *cand, x.out_type, cand->cluster_reduce) <= x.workspace_bytes;
       },
       "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
@@ -426,7 +434,7 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
       return Status::Invalid("fp8_blockscaled_gemm: creduce=1 needs splits > 1 on a tile compiled to reduce that many "
                              "within a cluster (" + dense_text(c) + "; compiled:" + cluster_tiles() + ")");
     c.cluster_reduce = reduces_in_cluster(c, x.out_type, forced->cluster_reduce, &device_capacity()) ? 1 : 0;
-    const size_t need = dense_workspace(x.m, x.n, x.k, c, x.out_type, c.cluster_reduce);
+    const size_t need = dense_workspace(x.m, x.n, c, x.out_type, c.cluster_reduce);
     if (need > x.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall, "fp8_blockscaled_gemm: " + dense_text(c) + " needs " +
                                                                std::to_string(need) + " bytes of workspace, got " +
@@ -453,7 +461,7 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
       c.block_m = v.block_m;
       c.block_n = v.block_n;
       c.splits = config->splits;
-      most = std::max(most, fp8_gemm_workspace_size(m, n, k, c));
+      most = std::max(most, split_workspace(m, n, c));
     }
     return most;
   }
@@ -466,7 +474,7 @@ size_t fp8_blockscaled_workspace_size(int64_t m, int64_t n, int64_t k, const Blo
   for (const OutType out : {OutType::kBF16, OutType::kFP32})
     if (pick_dense(m, n, k, out, dev->sm_count, capacity, [](const Fp8GemmConfig&) { return true; }, &c).ok()) {
       if (config) apply_forced(*config, out, &c);
-      most = std::max(most, dense_workspace(m, n, k, c, out, config ? config->cluster_reduce : -1));
+      most = std::max(most, dense_workspace(m, n, c, out, config ? config->cluster_reduce : -1));
     }
   return most;
 }
