@@ -57,9 +57,16 @@ constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_s
           gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
          (block_m * 128 + block_n * 128 + block_m * 4 + 16);
 }
-// The 128 x 256 tile gives up one staging slot for a fourth stage (as the first grouped kernel did,
-// docs/perf.md block-scaled v3); the others keep two.
-constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 && block_n == 256 ? 1 : 2; }
+// Staging slots per consumer warpgroup. The 128 x 256 tile cannot have both 4 stages and 2 slots.
+// The dense overlapped kernel takes 2 slots and 3 stages: its epilogue's 4 rounds per tile then
+// stop waiting for the previous round's store, which paid at M = 4096 (1.5-2.7% over 8 shapes, 3% at
+// K = 512 and 2048; block-scaled v9). The grouped and stacked kernels lost 1-1.5% that way and keep
+// one slot and a fourth stage (as the first grouped kernel had, block-scaled v3), as do the
+// non-overlapped ones (not measured otherwise).
+constexpr int core_epi_slots(int block_m, int block_n, bool overlap, BsProblems problems) {
+  if (block_m != 128 || block_n != 256) return 2;
+  return overlap && problems == BsProblems::kDense ? 2 : 1;
+}
 
 // kOverlap: the next unit's first MMAs run under the epilogue (unsplit units only; the launcher
 // picks it only where it is compiled and splits = 1).
@@ -73,13 +80,13 @@ constexpr int core_epi_slots(int block_m, int block_n) { return block_m == 128 &
 template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0,
           BsProblems kProblems = BsProblems::kDense>
 struct CoreTraits
-    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
+    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_),
                      kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
                      /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
-                     core_epi_slots(kBlockM, kBlockN)> {
-  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN), kClusterSplits_),
+                     core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)> {
+  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_),
                               kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
-                              core_epi_slots(kBlockM, kBlockN)>;
+                              core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
   // A tile covers whole B scale blocks (128, 256), lies inside one (64), or straddles two (the
   // widths between, promoted as one part: BlockScalePromotion).
   static_assert(!kStraddlesScaleBlocks<kBlockN> || (kBlockN <= 192 && kProblems == BsProblems::kDense),
@@ -107,7 +114,7 @@ struct CoreTraits
   static constexpr int kClusterSplits = kClusterSplits_;
   using SharedStorage = gemm::WithClusterLanding<ScaledStorage, kBlockN, Base::kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
-  static_assert(Base::kStages >= 4, "a ring of at least four stages");
+  static_assert(Base::kStages >= 3, "a ring of at least three stages");
 };
 
 }  // namespace lowbit::blockscaled

@@ -75,7 +75,7 @@ struct DenseTiles {
       if (seen) continue;
       cluster_splits[n] = blockscaled::bs_cluster_splits(s.block_m, s.block_n, out);
       v[n++] = fp8::Fp8Variant{s.block_n, blockscaled::core_stages(s.block_m, s.block_n,
-                                                                   blockscaled::core_epi_slots(s.block_m, s.block_n)),
+                                                                   blockscaled::core_epi_slots(s.block_m, s.block_n, s.overlap, s.problems)),
                                0, false, s.reason, s.block_m};
     }
   }
