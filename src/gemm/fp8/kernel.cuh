@@ -75,9 +75,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)
                   : hopper::aligned_shared_storage<typename T::SharedStorage>(smem_raw);
   const int warpgroup = threadIdx.x / 128;
-  // setmaxnreg moves registers from the producer to two consumer warpgroups (RegisterSplit);
-  // with one, 256 threads start with up to 255 registers each and nothing needs moving.
-  constexpr bool kSplitRegisters = T::kConsumerWarpgroups == 2;
+  // setmaxnreg moves registers from the producer to the consumer warpgroups (RegisterSplit). With
+  // one consumer warpgroup (64-row tiles) nothing needs moving (the kernel starts at
+  // kConsumerRegs), but the instruction stays: its .sync.aligned form is what tells the compiler
+  // the consumer's warps run converged. Without it their K loop built its stage and descriptor
+  // addresses per thread (32-44 R2UR and a WARPSYNC per 8 wgmmas, against 16 R2UR; docs/perf.md
+  // block-scaled v10).
   using Operands = typename T::Operands;  // dense, or 2:4-sparse A (gemm/sparse/operands.cuh)
 
   // One consumer warpgroup per 64 rows of the A box (two, or one for 64-row tiles and M <= 64).
@@ -130,7 +133,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
     // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); in a cluster, warp 3
     // relays released stages to the peers; the rest of the warpgroup idles on few registers.
-    if constexpr (kSplitRegisters) hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
+    hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       auto problems = problems_for(true);
       int units = num_units, first = first_unit;
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     }
   } else {
-    if constexpr (kSplitRegisters) hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
+    hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int consumer_wg = warpgroup - 1;
     if (consumer_wg >= consumer_wgs) {  // its rows lie wholly past M (small M)
       if constexpr (kClusterSplit) hopper::cluster_sync_relaxed();

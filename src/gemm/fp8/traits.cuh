@@ -65,7 +65,9 @@ struct EpilogueStaging {
 // with 168 per thread (65536 / 384, rounded down to 8) = 64512 of the SM's 65536; the consumers'
 // increase must be covered by what the producer gives back plus the 1024 never allocated, or
 // setmaxnreg.inc waits forever. 40 / 232: frees 128 * 128, takes 256 * 64 -- balanced.
-// (32 / 240 hung the GPU tests.)
+// (32 / 240 hung the GPU tests.) With one consumer warpgroup (256 threads) the block starts at
+// kConsumerRegs (59,392 registers) and the consumers' setmaxnreg takes nothing; it is issued for
+// its convergence guarantee (gemm/fp8/kernel.cuh).
 struct RegisterSplit {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
