@@ -33,6 +33,14 @@ __device__ __forceinline__ uint2 ld_shared_u32x2(const void* smem_ptr) {
   return v;
 }
 
+// 4 bytes, the same way (the block-scaled A scales of a stage, gemm/blockscaled/mainloop.cuh).
+__device__ __forceinline__ float ld_shared_f32(const void* smem_ptr) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // 16 bytes, the same way (the split-K landing slots, gemm/split_k.cuh).
 __device__ __forceinline__ float4 ld_shared_f32x4(const void* smem_ptr) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));

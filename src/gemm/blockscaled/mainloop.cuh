@@ -14,6 +14,7 @@
 
 #include "gemm/fp8/mainloop.cuh"
 #include "hopper/cp_async.cuh"
+#include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 
 namespace lowbit::blockscaled {
@@ -141,14 +142,17 @@ struct BlockScalePromotion {
       for (int j = 0; j < T::kScaleBlocksN; ++j) p.sb[j] = __ldg(sfb_row + j * sfb_part_stride + kb);
     }
   }
+  // Explicit shared loads: the kernel's storage pointer is pinned (the compiler lost its address
+  // space), and generic loads cost a 64-bit address and a longer latency per K block.
   __device__ __forceinline__ Staged read_stage(int stage) const {
     const float* sa = ss->sfa[stage] + row;
+    const float sa0 = hopper::ld_shared_f32(sa), sa1 = hopper::ld_shared_f32(sa + 8);
     if constexpr (!kStagedB) {
-      return Staged{sa[0], sa[8]};
+      return Staged{sa0, sa1};
     } else {
-      Staged s{sa[0], sa[8], {}};
+      Staged s{sa0, sa1, {}};
 #pragma unroll
-      for (int j = 0; j < T::kScaleBlocksN; ++j) s.sb[j] = ss->sfb[stage][j];
+      for (int j = 0; j < T::kScaleBlocksN; ++j) s.sb[j] = hopper::ld_shared_f32(&ss->sfb[stage][j]);
       return s;
     }
   }
