@@ -87,6 +87,15 @@ ClusterCapacity cluster_capacity(int device) {
                                 blockscaled::kNumBsVariantSpecs, device);
 }
 
+// One measured exception to the model's order: two 64-row tile rows (64 < M <= 128) whose unsplit
+// 64 x 64 tiles fill 80 to 100% of one wave. Every candidate there is DRAM-bound at the same
+// bytes, the model's nominal DRAM rate puts the split 128 x 64 tile ahead, and its fix-up made it
+// 3-12% slower than the unsplit 64-row tiles (docs/perf.md block-scaled v12).
+bool full_wave_of_short_tiles(int64_t m, int64_t n, int sms, const Fp8GemmConfig& c) {
+  if (c.block_m != 64 || c.block_n != 64 || c.splits != 1 || m <= 64 || m > 128) return false;
+  const int64_t units = 2 * ((n + 63) / 64);
+  return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
+}
 std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
                                            const ClusterCapacity& capacity) {
   static const DenseTiles bf16(OutType::kBF16), fp32(OutType::kFP32);
@@ -98,7 +107,12 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
   o.cluster_splits = tiles.cluster_splits;
   o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
   o.capacity = capacity;
-  return fp8::score_fp8_candidates(m, n, k, sms, o);
+  std::vector<fp8::Fp8Candidate> cands = fp8::score_fp8_candidates(m, n, k, sms, o);
+  // Ahead of the model's order where it holds (full_wave_of_short_tiles): the call's cached pick and
+  // pick_dense (explain, workspace size) both take the first candidate that fits.
+  std::stable_partition(cands.begin(), cands.end(),
+                        [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, sms, c.config); });
+  return cands;
 }
 
 // Whether a dense config reduces its splits within a cluster: split, not refused by `mode`
@@ -169,32 +183,15 @@ bool as_blockscaled(Fp8GemmConfig* c, OutType out) {
 
 // The core's cost model over the block-scaled kernels (as_blockscaled). `fits` says whether a
 // candidate's split-K workspace is available.
-//
-// One measured exception: two 64-row tile rows (64 < M <= 128) whose unsplit 64 x 64 tiles fill 80
-// to 100% of one wave. Every candidate there is DRAM-bound at the same bytes, the model's nominal
-// DRAM rate puts the split 128 x 64 tile ahead, and its fix-up made it 3-12% slower than the
-// unsplit 64-row tiles (docs/perf.md block-scaled v12).
-bool full_wave_of_short_tiles(int64_t m, int64_t n, int sms, const Fp8GemmConfig& c) {
-  if (c.block_m != 64 || c.block_n != 64 || c.splits != 1 || m <= 64 || m > 128) return false;
-  const int64_t units = 2 * ((n + 63) / 64);
-  return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
-}
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const ClusterCapacity& capacity,
                   const Fits& fits, Fp8GemmConfig* out, std::string* why = nullptr) {
-  const auto cands = score_dense(m, n, k, sms, out_type, capacity);
-  const fp8::Fp8Candidate* pick = nullptr;
-  for (const auto& cand : cands) {
-    Fp8GemmConfig c = cand.config;
-    if (full_wave_of_short_tiles(m, n, sms, c) && as_blockscaled(&c, out_type) && fits(c)) pick = &cand;
-  }
-  for (const auto& cand : cands) {
-    if (pick && &cand != pick) continue;
+  for (const auto& cand : score_dense(m, n, k, sms, out_type, capacity)) {
     Fp8GemmConfig c = cand.config;
     if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
       char buf[200];
-      if (pick)
+      if (full_wave_of_short_tiles(m, n, sms, cand.config))
         std::snprintf(buf, sizeof(buf), " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12)",
                       cand.units);
       else
