@@ -88,11 +88,12 @@ ClusterCapacity cluster_capacity(int device) {
 }
 
 // One measured exception to the model's order: two 64-row tile rows (64 < M <= 128) whose unsplit
-// 64 x 64 tiles fill 80 to 100% of one wave. Every candidate there is DRAM-bound at the same
-// bytes, the model's nominal DRAM rate puts the split 128 x 64 tile ahead, and its fix-up made it
-// 3-12% slower than the unsplit 64-row tiles (docs/perf.md block-scaled v12).
-bool full_wave_of_short_tiles(int64_t m, int64_t n, int sms, const Fp8GemmConfig& c) {
-  if (c.block_m != 64 || c.block_n != 64 || c.splits != 1 || m <= 64 || m > 128) return false;
+// 64 x 64 tiles fill 80 to 100% of one wave, at K <= 8192. Every candidate there is DRAM-bound at
+// the same bytes, the model's nominal DRAM rate puts the split 128 x 64 tile ahead, and its fix-up
+// made it 3-12% slower than the unsplit 64-row tiles; at K = 14336 and 18944 the two ran within
+// -7 to +3% both ways, so the model keeps them (docs/perf.md block-scaled v12).
+bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c) {
+  if (c.block_m != 64 || c.block_n != 64 || c.splits != 1 || m <= 64 || m > 128 || k > 8192) return false;
   const int64_t units = 2 * ((n + 63) / 64);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
@@ -111,7 +112,7 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
   // Ahead of the model's order where it holds (full_wave_of_short_tiles): the call's cached pick and
   // pick_dense (explain, workspace size) both take the first candidate that fits.
   std::stable_partition(cands.begin(), cands.end(),
-                        [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, sms, c.config); });
+                        [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config); });
   return cands;
 }
 
@@ -191,7 +192,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
     if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
       char buf[200];
-      if (full_wave_of_short_tiles(m, n, sms, cand.config))
+      if (full_wave_of_short_tiles(m, n, k, sms, cand.config))
         std::snprintf(buf, sizeof(buf), " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12)",
                       cand.units);
       else
