@@ -143,7 +143,8 @@ struct BlockScalePromotion {
     }
   }
   // Explicit shared loads: the kernel's storage pointer is pinned (the compiler lost its address
-  // space), and generic loads cost a 64-bit address and a longer latency per K block.
+  // space), and generic loads cost a 64-bit address and a longer latency per K block (docs/perf.md
+  // block-scaled v11).
   __device__ __forceinline__ Staged read_stage(int stage) const {
     const float* sa = ss->sfa[stage] + row;
     const float sa0 = hopper::ld_shared_f32(sa), sa1 = hopper::ld_shared_f32(sa + 8);

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     hopper::warpgroup_reg_alloc<T::kConsumerRegs>();
     // Read from lane 0, so the compiler knows it is warp-uniform: the stage descriptors built from
-    // it then stay in uniform registers (no R2UR per wgmma).
+    // it then stay in uniform registers (no R2UR per wgmma; docs/perf.md block-scaled v11).
     const int consumer_wg = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     if (consumer_wg >= consumer_wgs) {  // its rows lie wholly past M (small M)
       if constexpr (kClusterSplit) hopper::cluster_sync_relaxed();
