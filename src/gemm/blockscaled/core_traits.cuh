@@ -27,10 +27,10 @@ namespace lowbit::blockscaled {
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
 // A and B scales.
 struct BlockScaledOperands : fp8::DenseOperandsT<1> {
-  // Rows past M keep stale scales: they only scale zero-filled A rows, whose outputs the store
-  // clips. The copy covers the rows that exist, rounded up to 16 bytes (sfa_ld is a multiple of
-  // 4 and the tile's first row one of 64, so it stays inside the K block's row of scales).
-  // `sfa_map`: the A scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
+  // Rows past M keep stale scales (or, through the map, zeros): they only scale zero-filled A rows,
+  // whose outputs the store clips. The bulk copy covers the rows that exist, rounded up to 16
+  // bytes (sfa_ld is a multiple of 4 and the tile's first row one of 64, so it stays inside the K
+  // block's row of scales). `sfa_map`: the A scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
                                                                   const gemm::WorkUnit& w, const CUtensorMap* sfa_map) {
@@ -46,6 +46,7 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params&,
                                                                   const GroupedUnit& w, const CUtensorMap* /*aux*/) {
+    static_assert(fp8::AScaleGroup<T>::value == 1, "grouped units: one A-scale copy per stage (no scale map)");
     const int rows = max(0, min(w.m - w.m_block * T::kBlockM, T::kBlockM));
     return ScaleStageLoad<T>{&ss, w.sfa, w.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u, w.sfb,
                              w.sfb_part_stride};

@@ -1,7 +1,9 @@
 // Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the partial accumulators are
 // the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
-//  - each stage also carries the K block's A scales for the tile's 128 rows (a bulk copy the
-//    producer issues with the A and B tiles, completing on the same barrier) and, where the
+//  - each stage also carries the K block's A scales for the tile's rows (a bulk copy the producer
+//    issues with the A and B tiles, completing on the same barrier; for the tiles that stream at
+//    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad)
+//    and, where the
 //    traits say so (kStagedBScales), the tile's B scales of that K block (cp.async, arriving on
 //    the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
@@ -54,7 +56,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
   return BScaleRows{sfb + static_cast<int64_t>(row) * k_blocks, kParts > 1 && (row + 1) * 128 < n ? k_blocks : 0};
 }
 
-// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage]. `sfa` points at the
+// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage] (or of a group of K blocks,
+// below). `sfa` points at the
 // tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
 // a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
 // only scale zero-filled A rows, whose outputs the store clips.
@@ -128,9 +131,10 @@ struct BlockScalePromotion {
   // width where the tile lies inside the block): per unit, so one compare per segment per K block.
   int lo_cols;
   // Grouped A scales (T::kAScaleGroup > 1, ScaleStageLoad): the unit's first K block, and the
-  // thread's two rows' scales of the group's K blocks still to come, the next first (read at the
-  // group's first fill, shifted down one per K block: indexed by K block, the compiler moved them to
-  // local memory).
+  // thread's two rows' scales of the group's K blocks still to come, the next first. They are read
+  // at the group's first fill, before that fill's release (the stage's slot is refilled after it),
+  // and used after it; shifted down one per K block (an array indexed by the K block went to local
+  // memory).
   static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
   int kb_begin;
   float ahead0[kAGroup], ahead1[kAGroup];
