@@ -27,35 +27,50 @@ namespace lowbit::blockscaled {
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
 // A and B scales.
 struct BlockScaledOperands : fp8::DenseOperandsT<1> {
-  // Rows past M keep stale scales: they only scale zero-filled A rows, whose outputs the store
-  // clips. The copy covers the rows that exist, rounded up to 16 bytes (sfa_ld is a multiple of
-  // 4 and the tile's first row one of 64, so it stays inside the K block's row of scales).
+  // Rows past M keep stale scales (or, through the map, zeros): they only scale zero-filled A rows,
+  // whose outputs the store clips. The bulk copy covers the rows that exist, rounded up to 16
+  // bytes (sfa_ld is a multiple of 4 and the tile's first row one of 64, so it stays inside the K
+  // block's row of scales). `sfa_map`: the A scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
-                                                                  const gemm::WorkUnit& w) {
+                                                                  const gemm::WorkUnit& w, const CUtensorMap* sfa_map) {
     const int rows = max(0, min(p.m - w.m_block * T::kBlockM, T::kBlockM));
     const BScaleRows b = tile_b_scale_rows<T::kBlockN>(p.bs.sfb, p.bs.k_blocks, p.n, w.n_block);
-    return ScaleStageLoad<T>{&ss, p.bs.sfa + static_cast<int64_t>(w.m_block) * T::kBlockM, p.bs.sfa_ld,
-                             static_cast<uint32_t>((rows + 3) / 4) * 16u, b.first, b.part_stride};
+    return ScaleStageLoad<T>{&ss,       p.bs.sfa + static_cast<int64_t>(w.m_block) * T::kBlockM,
+                             p.bs.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u,
+                             b.first,   b.part_stride,
+                             sfa_map,   w.m_block * T::kBlockM,
+                             w.kb_begin};
   }
   // A grouped unit carries its group's scales (GroupedProblems::unit).
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params&,
-                                                                  const GroupedUnit& w) {
+                                                                  const GroupedUnit& w, const CUtensorMap* /*aux*/) {
+    static_assert(fp8::AScaleGroup<T>::value == 1, "grouped units: one A-scale copy per stage (no scale map)");
     const int rows = max(0, min(w.m - w.m_block * T::kBlockM, T::kBlockM));
     return ScaleStageLoad<T>{&ss, w.sfa, w.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u, w.sfb,
                              w.sfb_part_stride};
   }
 };
 
+// K blocks whose A scales travel in one copy (ScaleStageLoad). A copy per stage costs the tiles
+// that stream at small M 5-14% whatever its size (docs/perf.md block-scaled check "where the 64-row
+// kernel's time goes"): the 64-row and 64-wide dense tiles take the scales of 4 K blocks per copy,
+// through the A scales' tensor map. The others, whose stages are long enough to hide it, one per
+// stage.
+inline constexpr int kAScaleGroupBlocks = 4;
+constexpr int a_scale_group(int block_m, int block_n, BsProblems problems) {
+  return problems == BsProblems::kDense && (block_m == 64 || block_n <= 64) ? kAScaleGroupBlocks : 1;
+}
+
 // Stages that fill 227 KiB: the core's epilogue staging (8 KiB per slot per consumer
 // warpgroup), its staged-operand slot (bias and channel scales, unused here: 6 bytes a column),
 // the split-K landing slots, 3 KiB of barriers and alignment slack, and per stage the A and B
-// tiles and the A and B scales.
-constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits = 0) {
+// tiles and the A scales (of `a_group` K blocks) and B scales.
+constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits, int a_group) {
   return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
           gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
-         (block_m * 128 + block_n * 128 + block_m * 4 + 16);
+         (block_m * 128 + block_n * 128 + block_m * 4 * a_group + 16);
 }
 // Staging slots per consumer warpgroup. The 128 x 256 tile cannot have both 4 stages and 2 slots.
 // The dense overlapped kernel takes 2 slots and 3 stages: its epilogue's 4 rounds per tile then
@@ -80,11 +95,13 @@ constexpr int core_epi_slots(int block_m, int block_n, bool overlap, BsProblems 
 template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0,
           BsProblems kProblems = BsProblems::kDense>
 struct CoreTraits
-    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_),
+    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_,
+                                 a_scale_group(kBlockM, kBlockN, kProblems)),
                      kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
                      /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
                      core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)> {
-  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_),
+  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_,
+                                 a_scale_group(kBlockM, kBlockN, kProblems)),
                               kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
                               core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
   // A tile covers whole B scale blocks (128, 256), lies inside one (64), or straddles two (the
@@ -92,6 +109,7 @@ struct CoreTraits
   static_assert(!kStraddlesScaleBlocks<kBlockN> || (kBlockN <= 192 && kProblems == BsProblems::kDense),
                 "a straddling tile: one promoted part, dense problems");
   static constexpr bool kBlockScaled = true;
+  static constexpr int kAScaleGroup = a_scale_group(kBlockM, kBlockN, kProblems);
   static constexpr int kScaleBlocksN = scale_blocks_per_tile<kBlockN>();
   // The B scales per stage, beside the A scales (ScaleStageLoad), for the 128-row tiles; the 64-row
   // tile's consumers fetch them from L2 a block ahead instead: staged, it ran 7-9% slower (64 x 64
@@ -102,7 +120,8 @@ struct CoreTraits
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) ScaledStorage : Base::SharedStorage {
-    alignas(16) float sfa[Base::kStages][kBlockM];  // the stage's A scales, one per tile row
+    // The stage's A scales, one per tile row, of one K block or a group's (128-byte aligned: TMA).
+    alignas(128) float sfa[Base::kStages][kAScaleGroup][kBlockM];
     alignas(16) float sfb[Base::kStages][4];        // its B scales (kScaleBlocksN of them)
   };
   static_assert(kProblems == BsProblems::kDense || (kBlockM == 128 && kClusterSplits_ == 0),

@@ -74,8 +74,10 @@ struct DenseTiles {
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
       cluster_splits[n] = blockscaled::bs_cluster_splits(s.block_m, s.block_n, out);
-      v[n++] = fp8::Fp8Variant{s.block_n, blockscaled::core_stages(s.block_m, s.block_n,
-                                                                   blockscaled::core_epi_slots(s.block_m, s.block_n, s.overlap, s.problems)),
+      v[n++] = fp8::Fp8Variant{s.block_n,
+                               blockscaled::core_stages(s.block_m, s.block_n,
+                                                        blockscaled::core_epi_slots(s.block_m, s.block_n, s.overlap, s.problems),
+                                                        0, blockscaled::a_scale_group(s.block_m, s.block_n, s.problems)),
                                0, false, s.reason, s.block_m};
     }
   }
@@ -344,7 +346,7 @@ Status launch_grouped(const char* who, const Source& source, const Fp8GroupedPro
   p.groups = {problems, groups, ws.tile_start, ws.maps};
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
   int launched = 0;
-  e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, p, dev.device, &launched);
+  e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, tmpl->d, p, dev.device, &launched);
   if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " launch", e);
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
@@ -556,6 +558,18 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
+  // The A scales' map where the tile takes them a group of K blocks per copy (a_scale_group): rows of
+  // M floats, one per K block, sfa_ld apart; boxes of the group's K blocks x the tile's rows.
+  // Elsewhere D stands in (the kernel does not read it).
+  const int a_group = blockscaled::a_scale_group(cfg.block_m, cfg.block_n, blockscaled::BsProblems::kDense);
+  CUtensorMap tm_sfa = tm_d;
+  if (a_group > 1) {
+    hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, fp8::fp8_k_blocks(x.k), x.m,
+                                                  static_cast<uint32_t>(a_group), static_cast<uint32_t>(cfg.block_m));
+    ss.row_stride_bytes = static_cast<uint64_t>(x.sfa_ld) * 4;
+    ss.swizzle = hopper::TmaSwizzle::kNone;
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(ss, &tm_sfa));
+  }
 
   fp8::Fp8KernelParams p{};
   const int k_blocks = fp8::fp8_k_blocks(x.k);
@@ -568,7 +582,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   if (!in_cluster) gemm::bind_split_k_workspace(p, x.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, p, dev.device, &launched);
+  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_sfa, p, dev.device, &launched);
   auto describe = [&] {
     return std::string(who) + " " + std::to_string(x.m) + "x" + std::to_string(x.n) + "x" + std::to_string(x.k) +
            " " + dense_text(cfg, in_cluster);

@@ -1,7 +1,9 @@
 // Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the partial accumulators are
 // the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
-//  - each stage also carries the K block's A scales for the tile's 128 rows (a bulk copy the
-//    producer issues with the A and B tiles, completing on the same barrier) and, where the
+//  - each stage also carries the K block's A scales for the tile's rows (a bulk copy the producer
+//    issues with the A and B tiles, completing on the same barrier; for the tiles that stream at
+//    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad)
+//    and, where the
 //    traits say so (kStagedBScales), the tile's B scales of that K block (cp.async, arriving on
 //    the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
@@ -13,6 +15,7 @@
 #include <type_traits>
 
 #include "gemm/fp8/mainloop.cuh"
+#include "gemm/fp8/traits.cuh"
 #include "hopper/cp_async.cuh"
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
@@ -53,7 +56,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
   return BScaleRows{sfb + static_cast<int64_t>(row) * k_blocks, kParts > 1 && (row + 1) * 128 < n ? k_blocks : 0};
 }
 
-// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage]. `sfa` points at the
+// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage] (or of a group of K blocks,
+// below). `sfa` points at the
 // tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
 // a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
 // only scale zero-filled A rows, whose outputs the store clips.
@@ -64,14 +68,25 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // they land is one of the fill's expected arrivals (T::kStageCopyArrivals, counted at barrier
 // init). In the ring, their L2 latency passes like the tiles' instead of in the consumers'
 // promotion (docs/perf.md block-scaled v5).
+// With T::kAScaleGroup = G > 1, one copy carries the A scales of G K blocks: the unit's K blocks
+// in groups of G from its first, each group's first fill loading, through the A scales' tensor map
+// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows of the tile's rows), rows kb .. kb + G - 1
+// into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
+// read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not their bytes (docs/perf.md
+// block-scaled check "where the 64-row kernel's time goes").
 template <class T>
 struct ScaleStageLoad {
+  static constexpr int kGroup = fp8::AScaleGroup<T>::value;
   typename T::SharedStorage* ss;
   const float* sfa;
   int64_t sfa_ld;
   uint32_t bytes;
   const float* sfb = nullptr;
   int sfb_part_stride = 0;
+  const CUtensorMap* sfa_map = nullptr;  // kGroup > 1
+  int sfa_col = 0;                       // the tile's first row, the map's column
+  int kb_begin = 0;                      // the unit's first K block
+  __device__ __forceinline__ bool group_start(int kb) const { return (kb - kb_begin) % kGroup == 0; }
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if constexpr (T::kStagedBScales) {
 #pragma unroll
@@ -79,9 +94,19 @@ struct ScaleStageLoad {
       hopper::cp_async_arrive_noinc(full);  // one of the fill's arrivals (T::kStageCopyArrivals)
     }
     if (bytes == 0) return;  // a cluster's phantom tile past the last M block
-    hopper::bulk_load(ss->sfa[stage], sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
+    float* slot = reinterpret_cast<float*>(&ss->sfa[stage]);
+    if constexpr (kGroup > 1) {
+      if (group_start(kb)) hopper::tma_load_2d(slot, sfa_map, full, sfa_col, kb);
+    } else {
+      hopper::bulk_load(slot, sfa + static_cast<int64_t>(kb) * sfa_ld, bytes, full);
+    }
   }
-  __device__ __forceinline__ uint32_t tx_bytes() const { return bytes; }
+  // Per fill (counted with the tiles by the caller), and in a group's first fill.
+  __device__ __forceinline__ uint32_t tx_bytes() const { return kGroup > 1 ? 0u : bytes; }
+  __device__ __forceinline__ uint32_t fill_tx(int kb) const {
+    if constexpr (kGroup > 1) return bytes != 0 && group_start(kb) ? kGroup * T::kBlockM * 4u : 0u;
+    else return 0u;
+  }
 };
 
 // Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
@@ -105,6 +130,14 @@ struct BlockScalePromotion {
   // A straddling tile's columns in its first scale block (128 - its start mod 128; at least the
   // width where the tile lies inside the block): per unit, so one compare per segment per K block.
   int lo_cols;
+  // Grouped A scales (T::kAScaleGroup > 1, ScaleStageLoad): the unit's first K block, and the
+  // thread's two rows' scales of the group's K blocks still to come, the next first. They are read
+  // at the group's first fill, before that fill's release (the stage's slot is refilled after it),
+  // and used after it; shifted down one per K block (an array indexed by the K block went to local
+  // memory).
+  static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
+  int kb_begin;
+  float ahead0[kAGroup], ahead1[kAGroup];
 
   static constexpr bool kReadsStage = true;  // the stage's A (and B) scales
   struct Fetched { float sb[T::kScaleBlocksN]; };
@@ -114,7 +147,7 @@ struct BlockScalePromotion {
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
-    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN};
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, 0, {}, {}};
   }
   // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
   // not carry them, and a straddling tile's split column.
@@ -126,6 +159,7 @@ struct BlockScalePromotion {
       sfb_part_stride = r.part_stride;
     }
     if constexpr (kStraddles) lo_cols = 128 - (w.n_block * T::kBlockN) % 128;
+    kb_begin = w.kb_begin;
   }
   // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.
   struct AScales { float sa0, sa1; };
@@ -145,9 +179,26 @@ struct BlockScalePromotion {
   // Explicit shared loads: the kernel's storage pointer is pinned (the compiler lost its address
   // space), and generic loads cost a 64-bit address and a longer latency per K block (docs/perf.md
   // block-scaled v11).
-  __device__ __forceinline__ Staged read_stage(int stage) const {
-    const float* sa = ss->sfa[stage] + row;
-    const float sa0 = hopper::ld_shared_f32(sa), sa1 = hopper::ld_shared_f32(sa + 8);
+  // Grouped, the group's first fill's slot holds the group's K blocks (ScaleStageLoad): read then,
+  // all of them (that slot is refilled once its fill is released), and picked per K block.
+  __device__ __forceinline__ Staged read_stage(int stage, int kb) {
+    float sa0, sa1;
+    if constexpr (kAGroup > 1) {
+      if ((kb - kb_begin) % kAGroup == 0) {  // the group's first fill (ScaleStageLoad::group_start)
+        const float* slot = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
+#pragma unroll
+        for (int i = 0; i < kAGroup; ++i) {
+          ahead0[i] = hopper::ld_shared_f32(slot + i * T::kBlockM);
+          ahead1[i] = hopper::ld_shared_f32(slot + i * T::kBlockM + 8);
+        }
+      }
+      sa0 = ahead0[0], sa1 = ahead1[0];
+#pragma unroll
+      for (int i = 0; i + 1 < kAGroup; ++i) ahead0[i] = ahead0[i + 1], ahead1[i] = ahead1[i + 1];
+    } else {
+      const float* sa = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
+      sa0 = hopper::ld_shared_f32(sa), sa1 = hopper::ld_shared_f32(sa + 8);
+    }
     if constexpr (!kStagedB) {
       return Staged{sa0, sa1};
     } else {

@@ -17,13 +17,15 @@ template <int kLine>
 struct VariantOf {
   static constexpr BsVariantSpec S = kBsVariantSpecs[kLine];
   using T = CoreTraits<S.block_m, S.block_n, S.out == OutType::kFP32, S.overlap, S.cluster_splits, S.problems>;
-  // The core kernel's fourth map (row broadcast / trimmed B) is unused here: D stands in.
+  // The core kernel's fourth map (the per-tensor kernels' row broadcast or trimmed B) is the A
+  // scales' here (ScaleStageLoad, for CoreTraits::kAScaleGroup > 1).
   // Split within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
   static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
+                            const CUtensorMap& d, const CUtensorMap& sfa, const fp8::Fp8KernelParams& p, int device,
+                            int* launched) {
     const int cluster = T::kClusterSplits > 1 && p.sched.splits > 1 ? p.sched.splits : 1;
     return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units / cluster, T::kThreads, T::kSmemBytes,
-                                                              cluster, device, s, launched, a, b, d, d, p);
+                                                              cluster, device, s, launched, a, b, d, sfa, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
     return hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);

@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
-    if constexpr (T::kFused || gemm::UnevenColumns<T>::value) hopper::tma_prefetch_descriptor(&tm_bcast);
+    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
+      hopper::tma_prefetch_descriptor(&tm_bcast);
   }
   // Peers' barriers must be initialized before the first multicast, remote arrival or st.async.
   // Splitting in a cluster, every access across it waits on an mbarrier: the relaxed form (a
@@ -151,8 +152,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::RingPosition<T::kStages> pos;
       for (int u = first; u < units; u += unit_step) {
         const auto w = problems.unit(u, p);
-        auto extra = Operands::template stage_extra<T>(ss, p, w);
-        // Uneven columns: tm_bcast is B's map for trimmed tiles (a kTrim rows shorter box).
+        // tm_bcast: the block-scaled A scales' map (their stage extras); uneven columns: B's map
+        // for trimmed tiles (a kTrim rows shorter box).
+        auto extra = Operands::template stage_extra<T>(ss, p, w, &tm_bcast);
         produce_unit<T, decltype(extra), Operands>(ss, a_map(w), b_map(w), w,
                                                    T::stage_tx_bytes(p.a_box_rows) + extra.tx_bytes(), pos, extra,
                                                    &tm_bcast);

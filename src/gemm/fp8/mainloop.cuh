@@ -41,7 +41,7 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
     if constexpr (T::kClusterM > 1) ss.bars.wait_peers(pos);
     if constexpr (kReadByLoads) hopper::fence_async_shared();
     uint64_t* full = &ss.bars.full[pos.stage];
-    hopper::mbarrier_arrive_expect_tx(full, stage_bytes);
+    hopper::mbarrier_arrive_expect_tx(full, stage_bytes + extra.fill_tx(kb));
     hopper::tma_load_2d(ss.a[pos.stage], tm_a, full, kb * Operands::template a_cols_per_block<T>(), a_row);
     if constexpr (T::kClusterM == 1) {
       hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
@@ -177,7 +177,7 @@ struct Consumer {
       hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
-      part.staged = promotion.read_stage(pos.stage);
+      part.staged = promotion.read_stage(pos.stage, kb);
     }
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll

@@ -14,10 +14,12 @@ namespace lowbit::fp8 {
 // Extra bytes a mainloop variant lands in each stage besides the A and B tiles (block-scaled A
 // scales, sparse metadata); the dense GEMM has none.
 // `tx_bytes`: what it lands per stage beyond the traits' stage_tx_bytes (counted on the stage's
-// barrier with the tiles).
+// barrier with the tiles); `fill_tx(kb)`: what it lands besides in K block kb's fill only (the
+// block-scaled A scales of a group of K blocks, in the group's first fill).
 struct NoStageExtra {
   __device__ __forceinline__ void operator()(int /*stage*/, int /*kb*/, uint64_t* /*full*/) const {}
   __device__ __forceinline__ uint32_t tx_bytes() const { return 0; }
+  __device__ __forceinline__ uint32_t fill_tx(int /*kb*/) const { return 0; }
 };
 
 // How a finished K block's partial accumulator joins the FP32 accumulator. The plain GEMM adds
@@ -41,7 +43,7 @@ struct PlainPromotion {
   struct Staged {};
   struct Scale {};
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
-  __device__ __forceinline__ Staged read_stage(int /*stage*/) const { return {}; }
+  __device__ __forceinline__ Staged read_stage(int /*stage*/, int /*kb*/) { return {}; }
   __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
                                          int /*part_n*/) const {
     return {};
@@ -72,10 +74,11 @@ struct DenseOperandsT {
     return T::kBlockK;
   }
 
-  // What the producer adds to each stage of unit `w` (nothing).
+  // What the producer adds to each stage of unit `w` (nothing). `aux`: the kernel's fourth tensor
+  // map, which a family may load its extras through (block-scaled: the A scales').
   template <class T, class Params>
   __device__ __forceinline__ static NoStageExtra stage_extra(typename T::SharedStorage&, const Params&,
-                                                             const gemm::WorkUnit&) {
+                                                             const gemm::WorkUnit&, const CUtensorMap* /*aux*/) {
     return {};
   }
 

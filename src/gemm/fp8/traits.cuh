@@ -186,6 +186,13 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
 };
 
+// K blocks whose A scales one copy carries (T::kAScaleGroup where a family has it: the block-scaled
+// tiles that stream at small M; gemm/blockscaled/core_traits.cuh), else 1.
+template <class T, class = void>
+struct AScaleGroup : std::integral_constant<int, 1> {};
+template <class T>
+struct AScaleGroup<T, std::void_t<decltype(T::kAScaleGroup)>> : std::integral_constant<int, T::kAScaleGroup> {};
+
 // Arrivals that complete a stage fill: the producer's, plus the arrivals its per-thread copies make
 // when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales).
 template <class T, class = void>

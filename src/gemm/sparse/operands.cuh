@@ -28,6 +28,7 @@ struct MetaStageLoad {
     hopper::bulk_load(ss->meta[stage], tile_meta + kb * block_stride, T::kMetaBytes, full);
   }
   __device__ __forceinline__ uint32_t tx_bytes() const { return 0; }  // in SparseTraits::stage_tx_bytes
+  __device__ __forceinline__ uint32_t fill_tx(int /*kb*/) const { return 0; }
 };
 
 template <hopper::WgmmaKind kKind, bool kPromote_>
@@ -52,7 +53,7 @@ struct SparseOperands {
 
   template <class T, class Params>
   __device__ __forceinline__ static MetaStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
-                                                                 const gemm::WorkUnit& w) {
+                                                                 const gemm::WorkUnit& w, const CUtensorMap* /*aux*/) {
     // A cluster's phantom tile below the matrix (its A is all zero fill) reads the last tile's
     // metadata instead of past the buffer: any legal codes times zeros.
     const int64_t tiles_m = p.sparse_meta_block_stride / T::kMetaBytes;
