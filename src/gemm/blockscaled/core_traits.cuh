@@ -54,10 +54,9 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
 };
 
 // K blocks whose A scales travel in one copy (ScaleStageLoad). A copy per stage costs the tiles
-// that stream at small M 5-14% whatever its size (docs/perf.md block-scaled check "where the 64-row
-// kernel's time goes"): the 64-row and 64-wide dense tiles take the scales of 4 K blocks per copy,
-// through the A scales' tensor map. The others, whose stages are long enough to hide it, one per
-// stage.
+// that stream at small M 5-14% whatever its size: the 64-row and 64-wide dense tiles take the
+// scales of 4 K blocks per copy, through the A scales' tensor map (2-9% faster, docs/perf.md
+// block-scaled v13). The others, whose stages are long enough to hide it, one per stage.
 inline constexpr int kAScaleGroupBlocks = 4;
 constexpr int a_scale_group(int block_m, int block_n, BsProblems problems) {
   return problems == BsProblems::kDense && (block_m == 64 || block_n <= 64) ? kAScaleGroupBlocks : 1;

@@ -72,8 +72,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // in groups of G from its first, each group's first fill loading, through the A scales' tensor map
 // (`sfa_map`: [k_blocks rows of M floats], boxes of G rows of the tile's rows), rows kb .. kb + G - 1
 // into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
-// read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not their bytes (docs/perf.md
-// block-scaled check "where the 64-row kernel's time goes").
+// read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
+// their bytes (docs/perf.md block-scaled v13).
 template <class T>
 struct ScaleStageLoad {
   static constexpr int kGroup = fp8::AScaleGroup<T>::value;
