@@ -3,9 +3,8 @@
 //  - each stage also carries the K block's A scales for the tile's rows (a bulk copy the producer
 //    issues with the A and B tiles, completing on the same barrier; for the tiles that stream at
 //    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad)
-//    and, where the
-//    traits say so (kStagedBScales), the tile's B scales of that K block (cp.async, arriving on
-//    the same barrier), and
+//    and, where the traits say so (kStagedBScales), the tile's B scales of that K block (cp.async,
+//    arriving on the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
 //    B scale for that K block) before adding it to the FP32 accumulator: one FFMA per element,
 //    the same instruction count as the plain GEMM's FADD.
@@ -56,10 +55,9 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
   return BScaleRows{sfb + static_cast<int64_t>(row) * k_blocks, kParts > 1 && (row + 1) * 128 < n ? k_blocks : 0};
 }
 
-// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage] (or of a group of K blocks,
-// below). `sfa` points at the
-// tile's first row; `bytes` covers the rows that exist, rounded up to 16 (the caller's sfa_ld is
-// a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
+// Producer side: the tile rows' A scales of K block kb -> ss.sfa[stage] (or of a group of K
+// blocks, below). `sfa` points at the tile's first row; `bytes` covers the rows that exist, rounded
+// up to 16 (the caller's sfa_ld is a multiple of 4, so the rounding stays inside the row). Rows past M keep stale values: they
 // only scale zero-filled A rows, whose outputs the store clips.
 // With T::kStagedBScales, also the tile's B scales of the K block -> ss.sfb[stage] (one per
 // 128-column part; `sfb` is the first part's row of [ceil(N / 128), k_blocks], `sfb_part_stride`
@@ -74,6 +72,12 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
 // read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
 // their bytes (docs/perf.md block-scaled v13).
+// Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin: the
+// producer's copy and the consumers' read of the group's A scales agree on it.
+__device__ __forceinline__ bool a_scale_group_start(int kb, int kb_begin, int group) {
+  return (kb - kb_begin) % group == 0;
+}
+
 template <class T>
 struct ScaleStageLoad {
   static constexpr int kGroup = fp8::AScaleGroup<T>::value;
@@ -86,7 +90,7 @@ struct ScaleStageLoad {
   const CUtensorMap* sfa_map = nullptr;  // kGroup > 1
   int sfa_col = 0;                       // the tile's first row, the map's column
   int kb_begin = 0;                      // the unit's first K block
-  __device__ __forceinline__ bool group_start(int kb) const { return (kb - kb_begin) % kGroup == 0; }
+  __device__ __forceinline__ bool group_start(int kb) const { return a_scale_group_start(kb, kb_begin, kGroup); }
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if constexpr (T::kStagedBScales) {
 #pragma unroll
@@ -184,7 +188,7 @@ struct BlockScalePromotion {
   __device__ __forceinline__ Staged read_stage(int stage, int kb) {
     float sa0, sa1;
     if constexpr (kAGroup > 1) {
-      if ((kb - kb_begin) % kAGroup == 0) {  // the group's first fill (ScaleStageLoad::group_start)
+      if (a_scale_group_start(kb, kb_begin, kAGroup)) {  // the group's first fill
         const float* slot = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
 #pragma unroll
         for (int i = 0; i < kAGroup; ++i) {
