@@ -100,10 +100,12 @@ struct DenseOperandsT {
     using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
     constexpr int kWgmmaK = 32;
     constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
-    const uint64_t desc_a = hopper::make_smem_desc(ss.a[stage] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes,
-                                                   hopper::SmemSwizzle::k128B);
-    const uint64_t desc_b = hopper::make_smem_desc(ss.b[stage] + b_row * T::kBlockK, 0, kSwizzleAtomBytes,
-                                                   hopper::SmemSwizzle::k128B);
+    // Stage 0's descriptors, moved to the stage: the first are the same in every K block.
+    const uint64_t desc_a = hopper::buffer_desc<T::kSmemA>(
+        hopper::make_smem_desc(ss.a[0] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B),
+        stage);
+    const uint64_t desc_b = hopper::buffer_desc<T::kSmemB>(
+        hopper::make_smem_desc(ss.b[0] + b_row * T::kBlockK, 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B), stage);
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / kWgmmaK; ++ks)
       Op::mma(r, hopper::advance_desc(desc_a, ks * kWgmmaK), hopper::advance_desc(desc_b, ks * kWgmmaK),
