@@ -43,6 +43,8 @@ struct PlainPromotion {
   struct Staged {};
   struct Scale {};
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
+  static constexpr int kStaticGroup = 1;  // K blocks whose place in a group the consumer's loop fixes
+  template <int kPos>
   __device__ __forceinline__ Staged read_stage(int /*stage*/, int /*kb*/) { return {}; }
   __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
                                          int /*part_n*/) const {
