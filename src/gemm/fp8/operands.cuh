@@ -102,7 +102,7 @@ struct DenseOperandsT {
     using Op = hopper::WgmmaOp<hopper::WgmmaKind::kE4M3, kPartN>;
     constexpr int kWgmmaK = 32;
     constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
-    // Stage 0's descriptors, moved to the stage: the first are the same in every K block.
+    // Stage 0's descriptors (the same in every K block) moved to the stage: no mask and shift per block.
     const uint64_t desc_a = hopper::buffer_desc<T::kSmemA>(
         hopper::make_smem_desc(ss.a[0] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B),
         stage);
