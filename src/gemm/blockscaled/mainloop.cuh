@@ -72,8 +72,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
 // read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
 // their bytes (docs/perf.md block-scaled v13).
-// Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin: the
-// producer's copy and the consumers' read of the group's A scales agree on it.
+// Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin (the
+// producer's copy; the consumers' loop, unrolled by the group, fixes the same places statically).
 __device__ __forceinline__ bool a_scale_group_start(int kb, int kb_begin, int group) {
   return (kb - kb_begin) % group == 0;
 }
