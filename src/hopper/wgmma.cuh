@@ -33,6 +33,14 @@ __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) 
   const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
+// The same for buffer `index` of a ring of `kBufferBytes`-byte buffers, from buffer 0's descriptor:
+// one multiply-add per buffer instead of a fresh descriptor's mask and shift.
+template <uint32_t kBufferBytes>
+__device__ __forceinline__ uint64_t buffer_desc(uint64_t desc0, int index) {
+  static_assert(kBufferBytes % 16 == 0, "descriptors address 16-byte units");
+  const uint32_t lo = static_cast<uint32_t>(desc0) + static_cast<uint32_t>(index) * (kBufferBytes / 16);
+  return (desc0 & 0xFFFFFFFF00000000ull) | lo;
+}
 
 // Orders prior register writes (accumulators, A fragments) before the next wgmma reads them.
 __device__ __forceinline__ void wgmma_fence() {

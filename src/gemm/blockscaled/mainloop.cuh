@@ -72,8 +72,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
 // read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
 // their bytes (docs/perf.md block-scaled v13).
-// Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin: the
-// producer's copy and the consumers' read of the group's A scales agree on it.
+// Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin (the
+// producer's copy; the consumers' loop, unrolled by the group, fixes the same places statically).
 __device__ __forceinline__ bool a_scale_group_start(int kb, int kb_begin, int group) {
   return (kb - kb_begin) % group == 0;
 }
@@ -134,13 +134,13 @@ struct BlockScalePromotion {
   // A straddling tile's columns in its first scale block (128 - its start mod 128; at least the
   // width where the tile lies inside the block): per unit, so one compare per segment per K block.
   int lo_cols;
-  // Grouped A scales (T::kAScaleGroup > 1, ScaleStageLoad): the unit's first K block, and the
-  // thread's two rows' scales of the group's K blocks still to come, the next first. They are read
-  // at the group's first fill, before that fill's release (the stage's slot is refilled after it),
-  // and used after it; shifted down one per K block (an array indexed by the K block went to local
-  // memory).
+  // Grouped A scales (T::kAScaleGroup > 1, ScaleStageLoad): the thread's two rows' scales of the
+  // group's K blocks. They are read at the group's first fill, before that fill's release (the
+  // stage's slot is refilled after it), and used after it. The consumer's loop is unrolled by the
+  // group (kStaticGroup), so each K block's place in its group is a constant: no check per block,
+  // and the array is indexed statically (indexed by the K block it went to local memory).
   static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
-  int kb_begin;
+  static constexpr int kStaticGroup = kAGroup;
   float ahead0[kAGroup], ahead1[kAGroup];
 
   static constexpr bool kReadsStage = true;  // the stage's A (and B) scales
@@ -151,7 +151,7 @@ struct BlockScalePromotion {
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
-    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, 0, {}, {}};
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {}};
   }
   // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
   // not carry them, and a straddling tile's split column.
@@ -163,7 +163,6 @@ struct BlockScalePromotion {
       sfb_part_stride = r.part_stride;
     }
     if constexpr (kStraddles) lo_cols = 128 - (w.n_block * T::kBlockN) % 128;
-    kb_begin = w.kb_begin;
   }
   // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.
   struct AScales { float sa0, sa1; };
@@ -183,12 +182,15 @@ struct BlockScalePromotion {
   // Explicit shared loads: the kernel's storage pointer is pinned (the compiler lost its address
   // space), and generic loads cost a 64-bit address and a longer latency per K block (docs/perf.md
   // block-scaled v11).
-  // Grouped, the group's first fill's slot holds the group's K blocks (ScaleStageLoad): read then,
-  // all of them (that slot is refilled once its fill is released), and picked per K block.
-  __device__ __forceinline__ Staged read_stage(int stage, int kb) {
+  // Grouped, the group's first fill's slot holds the group's K blocks (ScaleStageLoad): read at
+  // that fill (kPos 0), all of them (the slot is refilled once its fill is released), and picked by
+  // the K block's place in its group, kPos (fp8::Consumer's unrolled loop).
+  template <int kPos>
+  __device__ __forceinline__ Staged read_stage(int stage, int /*kb*/) {
     float sa0, sa1;
     if constexpr (kAGroup > 1) {
-      if (a_scale_group_start(kb, kb_begin, kAGroup)) {  // the group's first fill
+      static_assert(kPos >= 0 && kPos < kAGroup, "grouped A scales: the consumer's loop gives each K block's place");
+      if constexpr (kPos == 0) {
         const float* slot = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
 #pragma unroll
         for (int i = 0; i < kAGroup; ++i) {
@@ -196,9 +198,7 @@ struct BlockScalePromotion {
           ahead1[i] = hopper::ld_shared_f32(slot + i * T::kBlockM + 8);
         }
       }
-      sa0 = ahead0[0], sa1 = ahead1[0];
-#pragma unroll
-      for (int i = 0; i + 1 < kAGroup; ++i) ahead0[i] = ahead0[i + 1], ahead1[i] = ahead1[i + 1];
+      sa0 = ahead0[kPos], sa1 = ahead1[kPos];
     } else {
       const float* sa = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
       sa0 = hopper::ld_shared_f32(sa), sa1 = hopper::ld_shared_f32(sa + 8);

@@ -4,6 +4,8 @@
 // how a finished K block joins the FP32 accumulator is a promotion policy (plain, block-scaled).
 #pragma once
 
+#include <utility>
+
 #include <cuda.h>
 
 #include <type_traits>
@@ -168,7 +170,9 @@ struct Consumer {
   // stages, the last one moves the ring on. Straight-line code between the fence and the
   // commit: a wait loop or a branch inside a wgmma group makes ptxas serialize every wgmma of
   // the kernel (C7520).
-  template <int kN = kPartN>
+  // kPos: the group's place among the promotion's static group (Promotion::kStaticGroup), fixed
+  // by the unrolled loop (run); 0 elsewhere.
+  template <int kN = kPartN, int kPos = 0>
   __device__ __forceinline__ void issue(Partial& part, int kb, int part_n = 0) {
     static_assert(kN <= kPartN, "a part fits its partial");
     if (part_n == 0) {
@@ -177,7 +181,7 @@ struct Consumer {
       hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
-      part.staged = promotion.read_stage(pos.stage, kb);
+      part.staged = promotion.template read_stage<kPos>(pos.stage, kb);
     }
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
@@ -318,24 +322,11 @@ struct Consumer {
       promotion.issued(ahead, kb_begin);
       run_direct(kb_begin, kb_end, acc);
     } else if constexpr (T::kDoubleBuffer) {
-      // Unrolled by two so each partial stays a fixed register array.
+      // Unrolled by two so each partial stays a fixed register array, and by the promotion's static
+      // group so each group's place in it is a constant (kUnroll).
       if constexpr (!kIssuedAhead) start(w);
       int kb = kb_begin + kGroup;
-      while (true) {
-        if (kb == kb_end) {
-          retire<0>(p0, acc);
-          break;
-        }
-        issue(p1, kb);
-        kb += kGroup;
-        retire<1>(p0, acc);
-        if (kb == kb_end) {
-          retire<0>(p1, acc);
-          break;
-        }
-        issue(p0, kb);
-        kb += kGroup;
-        retire<1>(p1, acc);
+      while (steps(std::make_integer_sequence<int, kUnroll>{}, kb, kb_end, acc)) {
       }
     } else {
       // Serially retired parts through one partial; the first part of the first group is start's.
@@ -353,10 +344,34 @@ struct Consumer {
     }
   }
 
+  // The double-buffered loop's body, kUnroll steps: step k issues the next group into one partial
+  // (its place kPos = k + 1 after the unit's first, issued by start) and retires the other; false
+  // once the unit's last group has retired.
+  static constexpr int kUnroll = Promotion::kStaticGroup % 2 == 0 ? Promotion::kStaticGroup : 2 * Promotion::kStaticGroup;
+  template <int kStep>
+  __device__ __forceinline__ bool step(int& kb, int kb_end, float (&acc)[kRegs]) {
+    Partial& next = kStep % 2 == 0 ? p1 : p0;
+    Partial& prev = kStep % 2 == 0 ? p0 : p1;
+    if (kb == kb_end) {
+      retire<0>(prev, acc);
+      return false;
+    }
+    issue<kPartN, (kStep + 1) % Promotion::kStaticGroup>(next, kb);
+    kb += kGroup;
+    retire<1>(prev, acc);
+    return true;
+  }
+  template <int... kSteps>
+  __device__ __forceinline__ bool steps(std::integer_sequence<int, kSteps...>, int& kb, int kb_end,
+                                        float (&acc)[kRegs]) {
+    return (step<kSteps>(kb, kb_end, acc) && ...);
+  }
+
   // The serially retired parts after the unit's first part: the rest of the first group, then
   // every later group; the last part of each group is kLastN columns wide.
   template <int kLastN>
   __device__ __forceinline__ void serial_parts(int kb_begin, int kb_end, float (&acc)[kRegs]) {
+    static_assert(Promotion::kStaticGroup == 1, "a static group needs the double-buffered loop's fixed places");
 #pragma unroll
     for (int part_n = 1; part_n < kParts; ++part_n) {
       if (part_n == kParts - 1) issue<kLastN>(p0, kb_begin, part_n);
