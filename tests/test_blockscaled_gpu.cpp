@@ -241,7 +241,7 @@ TEST_F(BlockScaledGpu, DenseSmallIntegersExact) {
                       {3, 256, 384, OutType::kFP32, 4},   {127, 144, 1040, OutType::kBF16, 0},
                       {129, 272, 2048, OutType::kFP32, 8}, {300, 16, 16, OutType::kBF16, 0},
                       {257, 400, 512, OutType::kBF16, 0}, {200, 800, 640, OutType::kBF16, 0},
-                      {65, 800, 384, OutType::kFP32, 0}};
+                      {65, 800, 384, OutType::kFP32, 0}, {45, 336, 1152, OutType::kBF16, 0}};
   int salt = 0;
   std::vector<BlockScaledConfig> configs = dense_configs();
   configs.push_back(BlockScaledConfig{});  // the marker for "no config": the chooser

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   using Operands = typename T::Operands;  // dense, or 2:4-sparse A (gemm/sparse/operands.cuh)
 
   // One consumer warpgroup per 64 rows of the A box (two, or one for 64-row tiles and M <= 64).
-  const int consumer_wgs = p.a_box_rows / 64;
+  const int consumer_wgs = (p.a_box_rows + 63) / 64;
 
   // Barrier init: every working consumer warp of this CTA releases a stage once per phase; in a
   // cluster each peer's relay thread then says its copy is free too (peers multicast into it).

@@ -236,7 +236,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
   sa.rows = static_cast<uint64_t>(args.m);
   sa.cols = static_cast<uint64_t>(args.k);
   sa.row_stride_bytes = static_cast<uint64_t>(args.k);
-  const int a_box_rows = args.m <= 64 ? 64 : cfg.block_m;
+  const int a_box_rows = gemm::a_box_rows(args.m, cfg.block_m);
   sa.box_rows = static_cast<uint32_t>(a_box_rows);
   sa.box_cols = 128;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));

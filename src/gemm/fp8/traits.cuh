@@ -207,10 +207,9 @@ struct Fp8KernelParams {
   gemm::EpilogueParams epi;
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
-  // Rows of the A box: the tile's rows (T::kBlockM), or 64 when M <= 64. TMA boxes that reach
-  // past the tensor's last row stream far slower than in-bounds boxes (measured: M=64 ran 25%
-  // slower than M=128 on the same N, K), so for M <= 64 a 128-row tile's A box stops at row 64
-  // and only consumer warpgroup 0 works.
+  // Rows of the A box: the tile's rows (T::kBlockM), or M where M is smaller (gemm::a_box_rows:
+  // boxes past the tensor's last row stream far slower). Consumer warpgroups whose 64 rows start at
+  // or past it idle.
   int a_box_rows;
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).

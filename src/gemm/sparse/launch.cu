@@ -330,7 +330,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
 
   const int eb = formats::sparse24_elem_bytes(type);
   const CUtensorMapDataType dtype = eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const int a_box_rows = args.m <= 64 ? 64 : 128;  // as the dense GEMM: no box past a small M
+  const int a_box_rows = gemm::a_box_rows(args.m, 128);  // as the dense GEMM: no box past a small M
   CUtensorMap tm_a, tm_b, tm_d;
   hopper::TensorMap2dSpec sa;
   sa.base = args.a_values;
