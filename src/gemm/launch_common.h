@@ -35,9 +35,9 @@ inline check::ArgCheck& gemm_shape(check::ArgCheck& c, int64_t m, int64_t n, int
 
 // Rows of the A operand's TMA box: the tile's rows, or M where M is smaller (one tile row; the
 // consumer warpgroups whose 64 rows start past M idle, Fp8KernelParams::a_box_rows). A box that
-// reaches past the tensor's last row streams far slower than an in-bounds one (M = 64 ran 25%
-// slower than M = 128 at the same N and K with 128-row boxes; M = 16 with 64-row boxes,
-// docs/perf.md block-scaled v15), so the box stops at M. The A slot's rows past the box keep stale
+// reaches past the tensor's last row streams far slower than an in-bounds one (with 128-row boxes
+// M = 64 ran 25% slower than M = 128 at the same N and K; with 64-row boxes M <= 32 ran 1.1-1.3x
+// slower than with boxes of M rows, docs/perf.md block-scaled v15), so the box stops at M. The A slot's rows past the box keep stale
 // bytes: their MMA rows are outputs past M, which no store writes.
 inline int a_box_rows(int64_t m, int block_m) { return m < block_m ? static_cast<int>(m) : block_m; }
 

@@ -539,7 +539,8 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
                                                              std::to_string(dev.smem_per_block_optin));
 
   // Maps as the FP8 core's: A in boxes of the tile's rows (M where M is smaller: boxes past the
-  // last row stream slower, gemm::a_box_rows), B in boxes of the tile's columns, D in the epilogue's staged chunks.
+  // last row stream slower, gemm::a_box_rows), B in boxes of the tile's columns, D in the
+  // epilogue's staged chunks.
   const int a_box_rows = gemm::a_box_rows(x.m, cfg.block_m);
   hopper::TensorMap2dSpec sa = hopper::dense_2d(x.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, x.m, x.k,
                                                 static_cast<uint32_t>(a_box_rows), 128);

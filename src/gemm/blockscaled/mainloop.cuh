@@ -186,7 +186,7 @@ struct BlockScalePromotion {
   // that fill (kPos 0), all of them (the slot is refilled once its fill is released), and picked by
   // the K block's place in its group, kPos (fp8::Consumer's unrolled loop).
   template <int kPos>
-  __device__ __forceinline__ Staged read_stage(int stage, int /*kb*/) {
+  __device__ __forceinline__ Staged read_stage(int stage) {
     float sa0, sa1;
     if constexpr (kAGroup > 1) {
       static_assert(kPos >= 0 && kPos < kAGroup, "grouped A scales: the consumer's loop gives each K block's place");

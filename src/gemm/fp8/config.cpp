@@ -261,8 +261,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.waves = static_cast<double>(units) / wave_ctas;
       const double rounds = std::ceil(c.waves);
       const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
-      // At M <= 64 a 128-row tile loads an A box of at most 64 rows and only one consumer warpgroup works
-      // (Fp8KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams its bytes.
+      // At M <= 64 a 128-row tile loads an A box of at most 64 rows and only one consumer
+      // warpgroup works (Fp8KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams
+      // its bytes.
       const int work_rows = m <= 64 ? 64 : v.block_m;
       const double unit_flops = 2.0 * work_rows * v.block_n * 128.0 * unit_kb;
       const bool overlap = model::overlap_pays(v.block_m, v.block_n, promote, splits, m);
@@ -290,9 +291,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // B comes from DRAM as it is read (one or two tile rows); with more, the raster's
       // neighbours find most of it in L2, at a fraction of the latency.
       const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
-      // At M <= 64 a 128-row tile runs one consumer warpgroup over an A box of at most 64 rows: it streams as
-      // the 64-row tile does (block-scaled v6: 128 x 64 split in two ran 11.7 us at 64 x 2112 x
-      // 7168 where the model, at the plain rate, put it ahead of 64 x 64 split in three, 10.2).
+      // At M <= 64 a 128-row tile runs one consumer warpgroup over an A box of at most 64 rows: it
+      // streams as the 64-row tile does (block-scaled v6: 128 x 64 split in two ran 11.7 us at 64 x
+      // 2112 x 7168 where the model, at the plain rate, put it ahead of 64 x 64 split in three, 10.2).
       const double stream_gbs =
           work_rows == 64 && short_tile_stream_gbs > 0.0 ? short_tile_stream_gbs : model::kSmStreamGBs;
       c.t_stream_us =
@@ -365,8 +366,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     // 64 x 112 tile (220 units) tied the 64 x 64 one (384) in the model and ran 2-3% slower
     // (session 22, three interleaved rounds).
     if (a.bound[0] != 't' && b.bound[0] != 't' && a.units != b.units) return a.units > b.units;
-    // The same width and units in another ring: at M <= 64 the 128-row tile (an A box of at most 64 rows, 8
-    // stages at bn = 64) and the 64-row tile (13 stages) do the same work. DRAM-bound, the
+    // The same width and units in another ring: at M <= 64 the 128-row tile (an A box of at most
+    // 64 rows, 8 stages at bn = 64) and the 64-row tile (13 stages) do the same work. DRAM-bound, the
     // 128-row tile ran faster (64 x 7168 x 16384: 44.0 vs 45.3 us; 64 x 24576 x 1536: 16.9 vs
     // 17.1; 64 x 7168 x 2048: 8.3 vs 8.4); with few units, each CTA's own stream binding, the
     // deeper ring did (64 x 4096 x 7168: 13.7 vs 14.4), two interleaved rounds each

@@ -181,7 +181,7 @@ struct Consumer {
       hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
-      part.staged = promotion.template read_stage<kPos>(pos.stage, kb);
+      part.staged = promotion.template read_stage<kPos>(pos.stage);
     }
     hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
@@ -347,7 +347,8 @@ struct Consumer {
   // The double-buffered loop's body, kUnroll steps: step k issues the next group into one partial
   // (its place kPos = k + 1 after the unit's first, issued by start) and retires the other; false
   // once the unit's last group has retired.
-  static constexpr int kUnroll = Promotion::kStaticGroup % 2 == 0 ? Promotion::kStaticGroup : 2 * Promotion::kStaticGroup;
+  static constexpr int kUnroll =
+      Promotion::kStaticGroup % 2 == 0 ? Promotion::kStaticGroup : 2 * Promotion::kStaticGroup;
   template <int kStep>
   __device__ __forceinline__ bool step(int& kb, int kb_end, float (&acc)[kRegs]) {
     Partial& next = kStep % 2 == 0 ? p1 : p0;

@@ -45,7 +45,7 @@ struct PlainPromotion {
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
   static constexpr int kStaticGroup = 1;  // K blocks whose place in a group the consumer's loop fixes
   template <int kPos>
-  __device__ __forceinline__ Staged read_stage(int /*stage*/, int /*kb*/) { return {}; }
+  __device__ __forceinline__ Staged read_stage(int /*stage*/) { return {}; }
   __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
                                          int /*part_n*/) const {
     return {};
@@ -103,11 +103,11 @@ struct DenseOperandsT {
     constexpr int kWgmmaK = 32;
     constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
     // Stage 0's descriptors (the same in every K block) moved to the stage: no mask and shift per block.
+    constexpr hopper::SmemSwizzle kSwizzle = hopper::SmemSwizzle::k128B;
     const uint64_t desc_a = hopper::buffer_desc<T::kSmemA>(
-        hopper::make_smem_desc(ss.a[0] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B),
-        stage);
+        hopper::make_smem_desc(ss.a[0] + consumer_wg * 64 * T::kBlockK, 0, kSwizzleAtomBytes, kSwizzle), stage);
     const uint64_t desc_b = hopper::buffer_desc<T::kSmemB>(
-        hopper::make_smem_desc(ss.b[0] + b_row * T::kBlockK, 0, kSwizzleAtomBytes, hopper::SmemSwizzle::k128B), stage);
+        hopper::make_smem_desc(ss.b[0] + b_row * T::kBlockK, 0, kSwizzleAtomBytes, kSwizzle), stage);
 #pragma unroll
     for (int ks = 0; ks < T::kBlockK / kWgmmaK; ++ks)
       Op::mma(r, hopper::advance_desc(desc_a, ks * kWgmmaK), hopper::advance_desc(desc_b, ks * kWgmmaK),
