@@ -337,7 +337,7 @@ Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   p.sched.group_m = 8;
   p.set_problem(m.rows, m.n, m.k, 128, 1.0f, nullptr, nullptr);
   p.epi.row_period = 1;
-  p.bs = {m.x_scales, m.rows, m.w_scales, m.kblocks};
+  p.bs = {m.x_scales, m.rows, m.w_scales, m.kblocks, 0};  // no grouped A scales (a_scale_group)
   p.groups = {nullptr, m.experts, m.tile_start, nullptr};
   p.stacked = {m.counts, m.offsets};
   float* sums = m.deterministic || !m.y_fp32 ? m.sums : static_cast<float*>(m.y);

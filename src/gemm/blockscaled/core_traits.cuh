@@ -27,8 +27,8 @@ namespace lowbit::blockscaled {
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
 // A and B scales.
 struct BlockScaledOperands : fp8::DenseOperandsT<1> {
-  // Rows past M keep stale scales (or, through the map, zeros): they only scale zero-filled A rows,
-  // whose outputs the store clips. The bulk copy covers the rows that exist, rounded up to 16
+  // Rows past M keep stale scales (or, through the map, zeros and other K blocks' scales): they only
+  // scale A rows past M (zero fill or stale slot bytes), whose outputs the store clips. The bulk copy covers the rows that exist, rounded up to 16
   // bytes (sfa_ld is a multiple of 4 and the tile's first row one of 64, so it stays inside the K
   // block's row of scales). `sfa_map`: the A scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
   template <class T, class Params>
@@ -40,7 +40,7 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
                              p.bs.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u,
                              b.first,   b.part_stride,
                              sfa_map,   w.m_block * T::kBlockM,
-                             w.kb_begin};
+                             w.kb_begin, static_cast<uint32_t>(fp8::AScaleGroup<T>::value * p.bs.sfa_box * 4)};
   }
   // A grouped unit carries its group's scales (GroupedProblems::unit).
   template <class T, class Params>
@@ -119,7 +119,8 @@ struct CoreTraits
   using Operands = BlockScaledOperands;
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) ScaledStorage : Base::SharedStorage {
-    // The stage's A scales, one per tile row, of one K block or a group's (128-byte aligned: TMA).
+    // The stage's A scales, one per tile row, of one K block, or a group's packed
+    // Fp8KernelParams::bs.sfa_box apart (128-byte aligned: TMA).
     alignas(128) float sfa[Base::kStages][kAScaleGroup][kBlockM];
     alignas(16) float sfb[Base::kStages][4];        // its B scales (kScaleBlocksN of them)
   };

@@ -560,13 +560,15 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
   // The A scales' map where the tile takes them a group of K blocks per copy (a_scale_group): rows of
-  // M floats, one per K block, sfa_ld apart; boxes of the group's K blocks x the tile's rows.
-  // Elsewhere D stands in (the kernel does not read it).
+  // M floats, one per K block, sfa_ld apart; boxes of the group's K blocks x the A box's rows rounded
+  // up to 4 (sfa_box: the box stops at M as the A box does, but for up to 3 columns of 16-byte
+  // rounding). Elsewhere D stands in (the kernel does not read it).
   const int a_group = blockscaled::a_scale_group(cfg.block_m, cfg.block_n, blockscaled::BsProblems::kDense);
+  const int sfa_box = (a_box_rows + 3) / 4 * 4;
   CUtensorMap tm_sfa = tm_d;
   if (a_group > 1) {
     hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, fp8::fp8_k_blocks(x.k), x.m,
-                                                  static_cast<uint32_t>(a_group), static_cast<uint32_t>(cfg.block_m));
+                                                  static_cast<uint32_t>(a_group), static_cast<uint32_t>(sfa_box));
     ss.row_stride_bytes = static_cast<uint64_t>(x.sfa_ld) * 4;
     ss.swizzle = hopper::TmaSwizzle::kNone;
     LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(ss, &tm_sfa));
@@ -579,7 +581,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);
   p.epi.row_period = 1;
-  p.bs = {x.sfa, x.sfa_ld, x.sfb, k_blocks};
+  p.bs = {x.sfa, x.sfa_ld, x.sfb, k_blocks, sfa_box};
   if (!in_cluster) gemm::bind_split_k_workspace(p, x.workspace);
   const int units = p.sched.num_units();
   int launched = 0;

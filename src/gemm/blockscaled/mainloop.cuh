@@ -68,8 +68,8 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // promotion (docs/perf.md block-scaled v5).
 // With T::kAScaleGroup = G > 1, one copy carries the A scales of G K blocks: the unit's K blocks
 // in groups of G from its first, each group's first fill loading, through the A scales' tensor map
-// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows of the tile's rows), rows kb .. kb + G - 1
-// into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
+// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows x Fp8KernelParams::bs.sfa_box columns, the
+// A box's rows rounded up to 4), rows kb .. kb + G - 1 packed sfa_box apart into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
 // read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
 // their bytes (docs/perf.md block-scaled v13).
 // Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin (the
@@ -90,6 +90,7 @@ struct ScaleStageLoad {
   const CUtensorMap* sfa_map = nullptr;  // kGroup > 1
   int sfa_col = 0;                       // the tile's first row, the map's column
   int kb_begin = 0;                      // the unit's first K block
+  uint32_t group_bytes = 0;              // kGroup > 1: a group's copy, kGroup x the box's columns x 4
   __device__ __forceinline__ bool group_start(int kb) const { return a_scale_group_start(kb, kb_begin, kGroup); }
   __device__ __forceinline__ void operator()(int stage, int kb, uint64_t* full) const {
     if constexpr (T::kStagedBScales) {
@@ -108,7 +109,7 @@ struct ScaleStageLoad {
   // Per fill (counted with the tiles by the caller), and in a group's first fill.
   __device__ __forceinline__ uint32_t tx_bytes() const { return kGroup > 1 ? 0u : bytes; }
   __device__ __forceinline__ uint32_t fill_tx(int kb) const {
-    if constexpr (kGroup > 1) return bytes != 0 && group_start(kb) ? kGroup * T::kBlockM * 4u : 0u;
+    if constexpr (kGroup > 1) return bytes != 0 && group_start(kb) ? group_bytes : 0u;
     else return 0u;
   }
 };
@@ -142,6 +143,7 @@ struct BlockScalePromotion {
   static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
   static constexpr int kStaticGroup = kAGroup;
   float ahead0[kAGroup], ahead1[kAGroup];
+  int a_pitch = T::kBlockM;  // floats between a group's K blocks in the slot (the map's box columns)
 
   static constexpr bool kReadsStage = true;  // the stage's A (and B) scales
   struct Fetched { float sb[T::kScaleBlocksN]; };
@@ -151,7 +153,8 @@ struct BlockScalePromotion {
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
-    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {}};
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {},
+                               T::kBlockM};
   }
   // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
   // not carry them, and a straddling tile's split column.
@@ -163,6 +166,7 @@ struct BlockScalePromotion {
       sfb_part_stride = r.part_stride;
     }
     if constexpr (kStraddles) lo_cols = 128 - (w.n_block * T::kBlockN) % 128;
+    if constexpr (kAGroup > 1) a_pitch = p.bs.sfa_box;
   }
   // The A scales of the thread's two fragment rows, and the stage's B scales where it has them.
   struct AScales { float sa0, sa1; };
@@ -194,8 +198,8 @@ struct BlockScalePromotion {
         const float* slot = reinterpret_cast<const float*>(&ss->sfa[stage]) + row;
 #pragma unroll
         for (int i = 0; i < kAGroup; ++i) {
-          ahead0[i] = hopper::ld_shared_f32(slot + i * T::kBlockM);
-          ahead1[i] = hopper::ld_shared_f32(slot + i * T::kBlockM + 8);
+          ahead0[i] = hopper::ld_shared_f32(slot + i * a_pitch);
+          ahead1[i] = hopper::ld_shared_f32(slot + i * a_pitch + 8);
         }
       }
       sa0 = ahead0[kPos], sa1 = ahead1[kPos];

@@ -222,6 +222,9 @@ struct Fp8KernelParams {
     int64_t sfa_ld;
     const float* sfb;
     int k_blocks;
+    // Columns of the A scales' map box (T::kAScaleGroup > 1): the A box's rows rounded up to 4
+    // (16-byte rows), so the box stops at M as the A box does; the pitch of a group's slot.
+    int sfa_box;
   } bs;
   // sched's walk (gemm::TileWalk::of).
   gemm::TileWalk walk;
