@@ -139,10 +139,11 @@ struct Consumer {
   // serially retired column parts.
   static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
-  // Partials in flight in the double-buffered loop: 3 for the 64-row tiles (one consumer warpgroup,
-  // one warp per scheduler: a group's issue-to-retire latency is on its K loop's chain, docs/perf.md
-  // block-scaled "What sets the 64-row kernels' pace"), else 2.
-  static constexpr int kDepth = T::kDoubleBuffer && T::kBlockM == 64 && kParts == 1 ? 3 : 2;
+  // Partials in flight in the double-buffered loop: 3 for the 64-row tiles where the promotion says
+  // so (one consumer warpgroup, one warp per scheduler: a group's issue-to-retire latency is on its
+  // K loop's chain, docs/perf.md block-scaled v16), else 2.
+  static constexpr int kDepth =
+      T::kDoubleBuffer && T::kBlockM == 64 && kParts == 1 && Promotion::kThirdPartial ? 3 : 2;
   // A consumer holds kDepth (serial: 1) groups of stages at once; fewer stages would deadlock.
   static_assert(T::kStages >= (T::kDoubleBuffer ? kDepth : 1) * kGroup, "the ring must hold the groups in flight");
 
