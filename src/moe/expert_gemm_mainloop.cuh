@@ -32,6 +32,7 @@ struct TokenScalePromotion {
 
   __device__ __forceinline__ void issued(Pending& p, int kb) const { p.sb = __ldg(sfb_row + kb); }
   static constexpr int kStaticGroup = 1;
+  static constexpr bool kThirdPartial = false;  // Consumer::kDepth; unmeasured on this path
   template <int kPos>
   __device__ __forceinline__ Staged read_stage(int /*stage*/) { return {}; }
   __device__ __forceinline__ Scale scale(const Pending& p, const Staged&, int stage, int /*consumer_wg*/,

@@ -142,6 +142,9 @@ struct BlockScalePromotion {
   // and the array is indexed statically (indexed by the K block it went to local memory).
   static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
   static constexpr int kStaticGroup = kAGroup;
+  // A third partial in flight on the 64-row tiles (Consumer::kDepth): 64 x 32 ran 2% faster
+  // (docs/perf.md block-scaled v16).
+  static constexpr bool kThirdPartial = true;
   float ahead0[kAGroup], ahead1[kAGroup];
   int a_pitch = T::kBlockM;  // floats between a group's K blocks in the slot (the map's box columns)
 

@@ -4,6 +4,7 @@
 // how a finished K block joins the FP32 accumulator is a promotion policy (plain, block-scaled).
 #pragma once
 
+#include <numeric>
 #include <utility>
 
 #include <cuda.h>
@@ -138,8 +139,13 @@ struct Consumer {
   // serially retired column parts.
   static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
-  // A double-buffered consumer holds two groups of stages at once; fewer stages would deadlock.
-  static_assert(T::kStages >= (T::kDoubleBuffer ? 2 : 1) * kGroup, "the ring must hold the groups in flight");
+  // Partials in flight in the double-buffered loop: 3 for the 64-row tiles where the promotion says
+  // so (one consumer warpgroup, one warp per scheduler: a group's issue-to-retire latency is on its
+  // K loop's chain, docs/perf.md block-scaled v16), else 2.
+  static constexpr int kDepth =
+      T::kDoubleBuffer && T::kBlockM == 64 && kParts == 1 && Promotion::kThirdPartial ? 3 : 2;
+  // A consumer holds kDepth (serial: 1) groups of stages at once; fewer stages would deadlock.
+  static_assert(T::kStages >= (T::kDoubleBuffer ? kDepth : 1) * kGroup, "the ring must hold the groups in flight");
 
   struct Partial {
     float r[kPartRegs];
@@ -291,8 +297,10 @@ struct Consumer {
     }
   }
 
-  // The partials, members so that a unit's first group can be issued before run() (start).
+  // The partials, members so that a unit's first group can be issued before run() (start); p2 only
+  // where kDepth is 3.
   Partial p0, p1;
+  std::conditional_t<kDepth == 3, Partial, char> p2;
 
   // Issues the unit's first group (its first column part) into p0 without touching acc. With
   // kIssuedAhead the kernel calls it before the previous unit's epilogue, so the tensor cores
@@ -326,6 +334,15 @@ struct Consumer {
       // group so each group's place in it is a constant (kUnroll).
       if constexpr (!kIssuedAhead) start(w);
       int kb = kb_begin + kGroup;
+      if constexpr (kDepth == 3) {
+        // The unit's second group into p1 before the loop, which then keeps three in flight.
+        if (kb == kb_end) {
+          retire<0>(p0, acc);
+          return;
+        }
+        issue<kPartN, 1 % Promotion::kStaticGroup>(p1, kb);
+        kb += kGroup;
+      }
       while (steps(std::make_integer_sequence<int, kUnroll>{}, kb, kb_end, acc)) {
       }
     } else {
@@ -344,22 +361,28 @@ struct Consumer {
     }
   }
 
-  // The double-buffered loop's body, kUnroll steps: step k issues the next group into one partial
-  // (its place kPos = k + 1 after the unit's first, issued by start) and retires the other; false
-  // once the unit's last group has retired.
-  static constexpr int kUnroll =
-      Promotion::kStaticGroup % 2 == 0 ? Promotion::kStaticGroup : 2 * Promotion::kStaticGroup;
+  // The double-buffered loop's body, kUnroll steps: step k issues the next group into the partial
+  // the oldest in flight will free (its place kPos = k + kDepth - 1 after the unit's first, issued by
+  // start) and retires that oldest one; false once the unit's last group has retired. Unrolled by a
+  // multiple of kDepth and of the static group, so every partial and place is a constant.
+  static constexpr int kUnroll = std::lcm(kDepth, Promotion::kStaticGroup);
+  template <int kI>
+  __device__ __forceinline__ Partial& partial() {
+    if constexpr (kI % kDepth == 0) return p0;
+    else if constexpr (kI % kDepth == 1) return p1;
+    else return p2;
+  }
   template <int kStep>
   __device__ __forceinline__ bool step(int& kb, int kb_end, float (&acc)[kRegs]) {
-    Partial& next = kStep % 2 == 0 ? p1 : p0;
-    Partial& prev = kStep % 2 == 0 ? p0 : p1;
+    Partial& prev = partial<kStep>();
     if (kb == kb_end) {
-      retire<0>(prev, acc);
+      retire<kDepth - 2>(prev, acc);
+      if constexpr (kDepth == 3) retire<0>(partial<kStep + 1>(), acc);
       return false;
     }
-    issue<kPartN, (kStep + 1) % Promotion::kStaticGroup>(next, kb);
+    issue<kPartN, (kStep + kDepth - 1) % Promotion::kStaticGroup>(partial<kStep + kDepth - 1>(), kb);
     kb += kGroup;
-    retire<1>(prev, acc);
+    retire<kDepth - 1>(prev, acc);
     return true;
   }
   template <int... kSteps>

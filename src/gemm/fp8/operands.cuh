@@ -44,6 +44,9 @@ struct PlainPromotion {
   struct Scale {};
   __device__ __forceinline__ void issued(Pending&, int /*kb*/) const {}
   static constexpr int kStaticGroup = 1;  // K blocks whose place in a group the consumer's loop fixes
+  // A third partial in flight on the 64-row tiles (Consumer::kDepth) cost the per-tensor ones up to
+  // 1.5% (docs/perf.md block-scaled v16).
+  static constexpr bool kThirdPartial = false;
   template <int kPos>
   __device__ __forceinline__ Staged read_stage(int /*stage*/) { return {}; }
   __device__ __forceinline__ Scale scale(const Pending&, const Staged&, int /*stage*/, int /*consumer_wg*/,
