@@ -332,6 +332,11 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_NE(big.find("cost model"), std::string::npos) << big;
   const std::string small = explain_blockscaled_choice(def, false, 64, 2112, 132, 7168);
   EXPECT_TRUE(small.find("splits=1,") == std::string::npos || small.rfind("bm=64", 0) == 0) << small;
+  // One tile row whose unsplit narrow tiles fill most of a wave does not split (docs/perf.md
+  // block-scaled v16): every candidate is DRAM-bound there and a split only adds its fix-up.
+  const std::string wave = explain_blockscaled_choice(def, false, 64, 4096, 132, 7168);
+  EXPECT_EQ(wave.rfind("bm=64,bn=32,splits=1,", 0), 0u) << wave;
+  EXPECT_NE(wave.find("one wave"), std::string::npos) << wave;
   // Small M splits K within a cluster where a kernel reduces that way (no workspace); forced
   // through the workspace, it says so by leaving creduce out.
   EXPECT_NE(small.find(",creduce=1"), std::string::npos) << small;

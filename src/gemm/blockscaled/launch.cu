@@ -89,14 +89,23 @@ ClusterCapacity cluster_capacity(int device) {
                                 blockscaled::kNumBsVariantSpecs, device);
 }
 
-// One measured exception to the model's order: two 64-row tile rows (64 < M <= 128) whose unsplit
-// 64 x 64 tiles fill 80 to 100% of one wave, at K <= 8192. Every candidate there is DRAM-bound at
-// the same bytes, the model's nominal DRAM rate puts the split 128 x 64 tile ahead, and its fix-up
-// made it 3-12% slower than the unsplit 64-row tiles; at K = 14336 and 18944 the two ran within
-// -7 to +3% both ways, so the model keeps them (docs/perf.md block-scaled v12).
+// One measured exception to the model's order: unsplit tiles of 64 working rows whose units fill
+// 80 to 100% of one wave, at K <= 8192, go ahead of the split ones. Every candidate there is
+// DRAM-bound at the same bytes plus a launch's fill (docs/perf.md block-scaled v16: the best tile at
+// 16 such shapes runs 2.95 us + bytes / 2.95 TB/s); the model's nominal DRAM rate and per-CTA stream
+// put a split ahead, and its fix-up made it slower:
+//  - two 64-row tile rows (64 < M <= 128), the 64 x 64 tile: the split 128 x 64 tile ran 3-12%
+//    slower (block-scaled v12; 64 x 32 there, 2 x 66 units at N = 2112, lost 9% at M = 128);
+//  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
+//    box of at most M rows and runs one consumer warpgroup, as the 64-row tile does): at N x K =
+//    4096 x 7168 the 64 x 32 tile (128 units) ran 4-7% faster than the split 128 x 64 pick at M = 1
+//    to 64 (v16). The wider tiles there are serial or unmeasured at one wave.
+// At K = 14336 and 18944 the two-row split ran within -7 to +3% of the unsplit tiles both ways, so
+// the model keeps them there.
 bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c) {
-  if (c.block_m != 64 || c.block_n != 64 || c.splits != 1 || m <= 64 || m > 128 || k > 8192) return false;
-  const int64_t units = 2 * ((n + 63) / 64);
+  if (c.splits != 1 || k > 8192 || m > 128) return false;
+  if (m > 64 ? c.block_m != 64 || c.block_n != 64 : c.block_n > 64) return false;
+  const int64_t units = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
 std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
@@ -195,7 +204,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
     if (why) {
       char buf[200];
       if (full_wave_of_short_tiles(m, n, k, sms, cand.config))
-        std::snprintf(buf, sizeof(buf), " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12)",
+        std::snprintf(buf, sizeof(buf), " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16)",
                       cand.units);
       else
         std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
