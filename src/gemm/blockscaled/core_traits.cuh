@@ -27,10 +27,11 @@ namespace lowbit::blockscaled {
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
 // A and B scales.
 struct BlockScaledOperands : fp8::DenseOperandsT<1> {
-  // Rows past M keep stale scales (or, through the map, zeros and other K blocks' scales): they only
-  // scale A rows past M (zero fill or stale slot bytes), whose outputs the store clips. The bulk copy covers the rows that exist, rounded up to 16
-  // bytes (sfa_ld is a multiple of 4 and the tile's first row one of 64, so it stays inside the K
-  // block's row of scales). `sfa_map`: the A scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
+  // Rows past M keep stale scales (or, through the map, zeros and other K blocks' scales): they
+  // only scale A rows past M (zero fill or stale slot bytes), whose outputs the store clips. The
+  // bulk copy covers the rows that exist, rounded up to 16 bytes (sfa_ld is a multiple of 4 and the
+  // tile's first row one of 64, so it stays inside the K block's row of scales). `sfa_map`: the A
+  // scales' tensor map (the kernel's fourth), for T::kAScaleGroup > 1.
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params& p,
                                                                   const gemm::WorkUnit& w, const CUtensorMap* sfa_map) {

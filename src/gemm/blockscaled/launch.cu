@@ -204,8 +204,8 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
     if (why) {
       char buf[200];
       if (full_wave_of_short_tiles(m, n, k, sms, cand.config))
-        std::snprintf(buf, sizeof(buf), " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16)",
-                      cand.units);
+        std::snprintf(buf, sizeof(buf),
+                      " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16)", cand.units);
       else
         std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
                       cand.bound, cand.units);

@@ -68,10 +68,11 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // promotion (docs/perf.md block-scaled v5).
 // With T::kAScaleGroup = G > 1, one copy carries the A scales of G K blocks: the unit's K blocks
 // in groups of G from its first, each group's first fill loading, through the A scales' tensor map
-// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows x Fp8KernelParams::bs.sfa_box columns, the
-// A box's rows rounded up to 4), rows kb .. kb + G - 1 packed sfa_box apart into its stage's slot (rows past the last K block are zero fill, never read), and the consumers
-// read all G at that fill (BlockScalePromotion::read_stage). The copies cost by their number, not
-// their bytes (docs/perf.md block-scaled v13).
+// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows x Fp8KernelParams::bs.sfa_box columns,
+// the A box's rows rounded up to 4), rows kb .. kb + G - 1 packed sfa_box apart into its stage's
+// slot (rows past the last K block are zero fill, never read), and the consumers read all G at
+// that fill (BlockScalePromotion::read_stage). The copies cost by their number, not their bytes
+// (docs/perf.md block-scaled v13); the box stopping at M gained 1-2% at M = 1 (v16).
 // Whether K block kb starts a group of `group` K blocks in a unit whose first is kb_begin (the
 // producer's copy; the consumers' loop, unrolled by the group, fixes the same places statically).
 __device__ __forceinline__ bool a_scale_group_start(int kb, int kb_begin, int group) {

@@ -140,8 +140,9 @@ struct Consumer {
   static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
   // Partials in flight in the double-buffered loop: 3 for the 64-row tiles where the promotion says
-  // so (one consumer warpgroup, one warp per scheduler: a group's issue-to-retire latency is on its
-  // K loop's chain, docs/perf.md block-scaled v16), else 2.
+  // so, else 2. One consumer warpgroup, one warp per scheduler: a group's issue-to-retire latency is
+  // on the K loop's chain (block-scaled 64 x 32 2% faster, the per-tensor tiles up to 1.5% slower:
+  // docs/perf.md block-scaled v16).
   static constexpr int kDepth =
       T::kDoubleBuffer && T::kBlockM == 64 && kParts == 1 && Promotion::kThirdPartial ? 3 : 2;
   // A consumer holds kDepth (serial: 1) groups of stages at once; fewer stages would deadlock.
