@@ -157,8 +157,7 @@ struct BlockScalePromotion {
   // The policy of consumer warpgroup `consumer_wg`: its thread's first fragment row.
   __device__ __forceinline__ static BlockScalePromotion make(typename T::SharedStorage& ss, int consumer_wg) {
     const int t = static_cast<int>(threadIdx.x) % 128;
-    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {},
-                               T::kBlockM};
+    return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {}};
   }
   // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
   // not carry them, and a straddling tile's split column.
