@@ -363,7 +363,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
                 static_cast<long long>(max_m), t[i_contiguous].median_us, t[0].median_us / t[i_contiguous].median_us);
   for (size_t c = 0; c < alts.size(); ++c) {
     const double us = t[i_alt + c].median_us;
-    std::printf("  alt %-44s %9.1f us  (%.3f x the reported config%s)\n", alts[c].to_string().c_str(), us,
+    std::printf("  alt %-44s %9.2f us  (%.3f x the reported config%s)\n", alts[c].to_string().c_str(), us,
                 t[0].median_us / us, i_lt >= 0 ? (", " + std::to_string(t[i_lt].median_us / us) + " x cuBLASLt").c_str() : "");
   }
 

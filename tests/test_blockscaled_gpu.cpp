@@ -189,12 +189,14 @@ Status run_dense(const Problem& p, const BlockScaledConfig* cfg) {
   return st;
 }
 
-// Every dense tile of the FP8 core (128 x 64 / 128 / 144 / 192 / 256, 64 x 64 / 32), split K ways or
-// not (every split promotes its own K blocks with their scales; the fix-up adds FP32 partial
-// tiles), and the chooser. N = 144, 272, 400 leave the last 256-wide tile's second scale block
+// Every dense tile of the FP8 core (128 x 64 / 128 / 144 / 192 / 256, 64 x 32 / 48 / 64 / 80), split
+// K ways or not (every split promotes its own K blocks with their scales; the fix-up adds FP32
+// partial tiles), and the chooser. N = 144, 272, 400 leave the last 256-wide tile's second scale block
 // partly or wholly past N; 64-wide tiles take the scales of the 128 block they lie in. The 144- and
 // 192-wide tiles straddle two scale blocks: N = 800 puts their split column at every offset a
-// 192-wide tile has (128, 64) and at six of a 144-wide tile's, with a partial last tile. The wide
+// 192-wide tile has (128, 64) and at six of a 144-wide tile's, with a partial last tile; the 64-row
+// tiles 48 and 80 wide straddle too, and N = 800 puts their split column at every offset they have
+// (multiples of 16). The wide
 // tiles with and without the overlapped epilogue (BF16 out only), and on 2-3 CTAs, so each walks
 // several units and stores one while the next one's first MMAs run.
 std::vector<BlockScaledConfig> dense_configs() {
@@ -203,7 +205,8 @@ std::vector<BlockScaledConfig> dense_configs() {
                            "bn=256,splits=2,grid=5,group=2", "bn=256,overlap=0", "bn=256,overlap=1,splits=1,grid=3,group=2",
                            "bn=128,overlap=1,splits=1,grid=2", "bn=192", "bn=144", "bn=192,overlap=0,splits=3",
                            "bn=144,splits=2,grid=3", "bn=192,overlap=1,splits=1,grid=3,group=1", "bn=144,overlap=1,splits=1,grid=2",
-                           "bm=64,bn=32", "bm=64,bn=32,splits=2,grid=5",
+                           "bm=64,bn=32", "bm=64,bn=32,splits=2,grid=5", "bm=64,bn=48", "bm=64,bn=80",
+                           "bm=64,bn=48,splits=2,grid=5", "bm=64,bn=80,splits=3,grid=4,group=1",
                            // Split within a cluster (BF16 out; FP32 runs them through the workspace): 2-3
                            // splits, and grids of fewer clusters than tiles, so each cluster walks several
                            // tiles and the landing slots are handed back and refilled.
@@ -384,7 +387,7 @@ TEST_F(BlockScaledGpu, DenseRandomVsCublasLt) {
                       {64, 256, 2048, OutType::kFP32}, {1000, 1024, 512, OutType::kBF16}};
   int salt = 100;
   for (const auto& s : shapes)
-    for (int block_n : {0, 64, 128, 144, 192, 256}) {
+    for (int block_n : {0, 48, 64, 80, 128, 144, 192, 256}) {
       Problem p;
       p.make(s.m, s.n, s.k, s.out, Inputs::kUniform, seed_for(++salt));
       BlockScaledConfig cfg;

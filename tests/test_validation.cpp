@@ -270,14 +270,17 @@ TEST(BlockScaledValidation, ParsesConfig) {
   ASSERT_TRUE(parse_blockscaled_config("bn=256", &c).ok());
   EXPECT_EQ(c.block_n, 256);
   EXPECT_EQ(c.cluster, 0);
-  // Widths between whole scale blocks straddle two (192, 144); 176 could reach a third, 96 is not
-  // compiled: refused with the compiled widths.
+  // Widths between whole scale blocks straddle two (192, 144; 64-row 48, 80); 176 could reach a
+  // third, 96 is not compiled: refused with the compiled widths.
   ASSERT_TRUE(parse_blockscaled_config("bn=192", &c).ok());
   EXPECT_EQ(c.block_n, 192);
+  ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=80", &c).ok());
+  EXPECT_EQ(c.block_n, 80);
   for (const char* bad : {"bn=176", "bn=96", "bn=100"}) {
     const Status st = parse_blockscaled_config(bad, &c);
     EXPECT_FALSE(st.ok()) << bad;
-    EXPECT_NE(st.message().find("compiled width: 32 64 128 144 192 256"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("compiled width: 32 48 64 80 128 144 192 256"), std::string::npos)
+        << st.to_string();
   }
   // Dense tiles of the FP8 core: 64 columns (inside one scale block), 64 rows, split-K.
   ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=4", &c).ok());
@@ -337,6 +340,17 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   const std::string wave = explain_blockscaled_choice(def, false, 64, 4096, 132, 7168);
   EXPECT_EQ(wave.rfind("bm=64,bn=32,splits=1,", 0), 0u) << wave;
   EXPECT_NE(wave.find("one wave"), std::string::npos) << wave;
+  // Two tile rows where 64 x 64 overfills the wave: a wider 64-row tile fills it (v17; N = 5000:
+  // 80 wide, 126 units).
+  const std::string wider = explain_blockscaled_choice(def, false, 96, 5000, 132, 4096);
+  EXPECT_EQ(wider.rfind("bm=64,bn=80,splits=1,", 0), 0u) << wider;
+  EXPECT_NE(wider.find("one wave"), std::string::npos) << wider;
+  // The 48-wide tile only where it fills one wave (variants.def: WAVE): N = 3072 at two rows takes
+  // it; the model alone never does (64 x 24576 x 1536: many waves).
+  const std::string w48 = explain_blockscaled_choice(def, false, 128, 3072, 132, 4096);
+  EXPECT_EQ(w48.rfind("bm=64,bn=48,splits=1,", 0), 0u) << w48;
+  const std::string many = explain_blockscaled_choice(def, false, 64, 24576, 132, 1536);
+  EXPECT_EQ(many.find("bn=48,"), std::string::npos) << many;
   // Small M splits K within a cluster where a kernel reduces that way (no workspace); forced
   // through the workspace, it says so by leaving creduce out.
   EXPECT_NE(small.find(",creduce=1"), std::string::npos) << small;

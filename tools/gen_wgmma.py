@@ -16,7 +16,7 @@ KINDS = {
 }
 NS = [16, 32, 64, 96, 128, 192, 256]
 # Dense E4M3 only: the FP8 GEMM's in-between tile widths.
-E4M3_EXTRA_NS = [112, 120, 144, 176, 240, 248]
+E4M3_EXTRA_NS = [48, 80, 112, 120, 144, 176, 240, 248]
 
 
 def op(kind, n):

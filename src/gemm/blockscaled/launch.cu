@@ -62,14 +62,15 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 constexpr double kStreamGBs = 50.0;
 
 // The compiled dense tiles (variants.def, once per tile) for the core's scorer, with the most
-// splits each reduces within a cluster for an output type.
+// splits each reduces within a cluster for an output type: the model's tiles, or (`wave_only`)
+// those the chooser takes only where they fill one wave.
 struct DenseTiles {
   fp8::Fp8Variant v[blockscaled::kNumBsVariantSpecs];
   int cluster_splits[blockscaled::kNumBsVariantSpecs] = {};
   int n = 0;
-  explicit DenseTiles(OutType out) {
+  DenseTiles(OutType out, bool wave_only) {
     for (const auto& s : blockscaled::kBsVariantSpecs) {
-      if (s.problems != blockscaled::BsProblems::kDense) continue;
+      if (s.problems != blockscaled::BsProblems::kDense || s.wave_only != wave_only) continue;
       bool seen = false;
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
@@ -94,8 +95,11 @@ ClusterCapacity cluster_capacity(int device) {
 // DRAM-bound at the same bytes plus a launch's fill (docs/perf.md block-scaled v16: the best tile at
 // 16 such shapes runs 2.95 us + bytes / 2.95 TB/s); the model's nominal DRAM rate and per-CTA stream
 // put a split ahead, and its fix-up made it slower:
-//  - two 64-row tile rows (64 < M <= 128), the 64 x 64 tile: the split 128 x 64 tile ran 3-12%
-//    slower (block-scaled v12; 64 x 32 there, 2 x 66 units at N = 2112, lost 9% at M = 128);
+//  - two 64-row tile rows (64 < M <= 128), 64-row tiles 48 to 80 wide: the split 128 x 64 tile
+//    ran 3-12% slower than 64 x 64 (block-scaled v12; 64 x 32 there, 2 x 66 units at N = 2112, lost
+//    9% at M = 128). 48 and 80 fill the wave where 64 does not, with 1.6x or more of the unsplit
+//    128 x 64 tile's CTAs, and beat it by 3-4% (N = 3072, 4608, 5120; v17); 96 and 112 wide, with
+//    1.33x and 1.14x, lost to it and are not compiled;
 //  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
 //    box of at most M rows and runs one consumer warpgroup, as the 64-row tile does): at N x K =
 //    4096 x 7168 the 64 x 32 tile (128 units) ran 4-7% faster than the split 128 x 64 pick at M = 1
@@ -104,27 +108,37 @@ ClusterCapacity cluster_capacity(int device) {
 // the model keeps them there.
 bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c) {
   if (c.splits != 1 || k > 8192 || m > 128) return false;
-  if (m > 64 ? c.block_m != 64 || c.block_n != 64 : c.block_n > 64) return false;
+  if (m > 64 ? c.block_m != 64 || c.block_n < 48 || c.block_n > 80 : c.block_n > 64) return false;
   const int64_t units = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
 std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
                                            const ClusterCapacity& capacity) {
-  static const DenseTiles bf16(OutType::kBF16), fp32(OutType::kFP32);
-  const DenseTiles& tiles = out == OutType::kFP32 ? fp32 : bf16;
-  fp8::Fp8ScoreOptions o;
-  o.short_tile_stream_gbs = kStreamGBs;
-  o.tiles = tiles.v;
-  o.num_tiles = tiles.n;
-  o.cluster_splits = tiles.cluster_splits;
-  o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
-  o.capacity = capacity;
-  std::vector<fp8::Fp8Candidate> cands = fp8::score_fp8_candidates(m, n, k, sms, o);
-  // Ahead of the model's order where it holds (full_wave_of_short_tiles): the call's cached pick and
-  // pick_dense (explain, workspace size) both take the first candidate that fits.
-  std::stable_partition(cands.begin(), cands.end(),
-                        [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config); });
-  return cands;
+  static const DenseTiles bf16(OutType::kBF16, false), fp32(OutType::kFP32, false);
+  static const DenseTiles bf16_wave(OutType::kBF16, true), fp32_wave(OutType::kFP32, true);
+  auto score = [&](const DenseTiles& tiles) {
+    fp8::Fp8ScoreOptions o;
+    o.short_tile_stream_gbs = kStreamGBs;
+    o.tiles = tiles.v;
+    o.num_tiles = tiles.n;
+    o.cluster_splits = tiles.cluster_splits;
+    o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
+    o.capacity = capacity;
+    return tiles.n ? fp8::score_fp8_candidates(m, n, k, sms, o) : std::vector<fp8::Fp8Candidate>{};
+  };
+  const bool f32 = out == OutType::kFP32;
+  std::vector<fp8::Fp8Candidate> cands = score(f32 ? fp32 : bf16);
+  auto full_wave = [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config); };
+  // Ahead of the model's order where it holds (full_wave_of_short_tiles), then the WAVE tiles where
+  // it holds for them (nowhere else; the widths fill one wave at different N, so they rarely meet):
+  // the call's cached pick and pick_dense (explain, workspace size) both take the first candidate
+  // that fits.
+  auto first_other = std::stable_partition(cands.begin(), cands.end(), full_wave);
+  std::vector<fp8::Fp8Candidate> out_cands(cands.begin(), first_other);
+  for (const auto& c : score(f32 ? fp32_wave : bf16_wave))
+    if (full_wave(c)) out_cands.push_back(c);
+  out_cands.insert(out_cands.end(), first_other, cands.end());
+  return out_cands;
 }
 
 // Whether a dense config reduces its splits within a cluster: split, not refused by `mode`
@@ -205,7 +219,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
       char buf[200];
       if (full_wave_of_short_tiles(m, n, k, sms, cand.config))
         std::snprintf(buf, sizeof(buf),
-                      " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16)", cand.units);
+                      " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16, v17)", cand.units);
       else
         std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
                       cand.bound, cand.units);

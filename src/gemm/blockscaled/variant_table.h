@@ -18,17 +18,19 @@ struct BsVariantSpec {
   bool overlap;
   int cluster_splits;  // > 1: split K reduced within a cluster of up to this many CTAs; 0: the workspace
   BsProblems problems;
+  bool wave_only;  // the dense chooser takes it only where its unsplit units fill one wave (variants.def)
   const char* reason;
 };
 
 namespace variant_def {
 constexpr OutType BF16 = OutType::kBF16, FP32 = OutType::kFP32;
 constexpr BsProblems DENSE = BsProblems::kDense, GROUPED = BsProblems::kGrouped, STACKED = BsProblems::kStacked;
+constexpr bool MODEL = false, WAVE = true;
 }  // namespace variant_def
 
 inline constexpr BsVariantSpec kBsVariantSpecs[] = {
-#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, csplit, problems, reason) \
-  BsVariantSpec{bm, bn, variant_def::out, overlap != 0, csplit, variant_def::problems, reason},
+#define LOWBIT_BS_VARIANT(bm, bn, out, overlap, csplit, problems, chooser, reason) \
+  BsVariantSpec{bm, bn, variant_def::out, overlap != 0, csplit, variant_def::problems, variant_def::chooser, reason},
 #include "gemm/blockscaled/variants.def"
 #undef LOWBIT_BS_VARIANT
 };
