@@ -351,6 +351,14 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(w48.rfind("bm=64,bn=48,splits=1,", 0), 0u) << w48;
   const std::string many = explain_blockscaled_choice(def, false, 64, 24576, 132, 1536);
   EXPECT_EQ(many.find("bn=48,"), std::string::npos) << many;
+  // Past K = 8192 the one wave goes first only where the model's choice leaves its last wave under
+  // 80% full: 128 x 128 split in two (72 units) at N = 4608, not 128 x 64 split in two (128 units)
+  // at N = 4096.
+  const std::string long_k = explain_blockscaled_choice(def, false, 128, 4608, 132, 16384);
+  EXPECT_EQ(long_k.rfind("bm=64,bn=80,splits=1,", 0), 0u) << long_k;
+  const std::string long_k_full = explain_blockscaled_choice(def, false, 128, 4096, 132, 16384);
+  EXPECT_EQ(long_k_full.find("one wave"), std::string::npos) << long_k_full;
+  EXPECT_EQ(long_k_full.find("splits=1,"), std::string::npos) << long_k_full;
   // Small M splits K within a cluster where a kernel reduces that way (no workspace); forced
   // through the workspace, it says so by leaving creduce out.
   EXPECT_NE(small.find(",creduce=1"), std::string::npos) << small;

@@ -91,7 +91,7 @@ ClusterCapacity cluster_capacity(int device) {
 }
 
 // One measured exception to the model's order: unsplit tiles of 64 working rows whose units fill
-// 80 to 100% of one wave, at K <= 8192, go ahead of the split ones. Every candidate there is
+// 80 to 100% of one wave go ahead of the split ones. At K <= 8192 every candidate there is
 // DRAM-bound at the same bytes plus a launch's fill (docs/perf.md block-scaled v16: the best tile at
 // 16 such shapes runs 2.95 us + bytes / 2.95 TB/s); the model's nominal DRAM rate and per-CTA stream
 // put a split ahead, and its fix-up made it slower:
@@ -103,39 +103,53 @@ ClusterCapacity cluster_capacity(int device) {
 //  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
 //    box of at most M rows and runs one consumer warpgroup, as the 64-row tile does): at N x K =
 //    4096 x 7168 the 64 x 32 tile (128 units) ran 4-7% faster than the split 128 x 64 pick at M = 1
-//    to 64 (v16). The wider tiles there are serial or unmeasured at one wave.
-// At K = 14336 and 18944 the two-row split ran within -7 to +3% of the unsplit tiles both ways, so
-// the model keeps them there.
-bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c) {
-  if (c.splits != 1 || k > 8192 || m > 128) return false;
+//    to 64 (v16).
+// Past K = 8192 the rule holds only where the model's own first choice leaves its last wave under
+// 80% full (`model_last_wave`): there the one wave ran 14-16% faster (64 x 80 against 128 x 128 split
+// in two, 68-80 units; 64 x 48 against 64 x 80 split in three, 231 units), and where the model's
+// split filled a wave (128 x 64 in two, 128 units) it ran level or up to 6% faster than the one wave
+// (v17, "past K = 8192"; before v17, -7 to +3% at K = 14336 and 18944).
+bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c,
+                              double model_last_wave) {
+  if (c.splits != 1 || m > 128 || (k > 8192 && model_last_wave >= 0.8)) return false;
   if (m > 64 ? c.block_m != 64 || c.block_n < 48 || c.block_n > 80 : c.block_n > 64) return false;
   const int64_t units = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
-std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
-                                           const ClusterCapacity& capacity) {
+// The model's candidates over the MODEL tiles, or the WAVE tiles (variants.def).
+std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int sms, OutType out,
+                                           const ClusterCapacity& capacity, bool wave_only) {
   static const DenseTiles bf16(OutType::kBF16, false), fp32(OutType::kFP32, false);
   static const DenseTiles bf16_wave(OutType::kBF16, true), fp32_wave(OutType::kFP32, true);
-  auto score = [&](const DenseTiles& tiles) {
-    fp8::Fp8ScoreOptions o;
-    o.short_tile_stream_gbs = kStreamGBs;
-    o.tiles = tiles.v;
-    o.num_tiles = tiles.n;
-    o.cluster_splits = tiles.cluster_splits;
-    o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
-    o.capacity = capacity;
-    return tiles.n ? fp8::score_fp8_candidates(m, n, k, sms, o) : std::vector<fp8::Fp8Candidate>{};
-  };
-  const bool f32 = out == OutType::kFP32;
-  std::vector<fp8::Fp8Candidate> cands = score(f32 ? fp32 : bf16);
-  auto full_wave = [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config); };
+  const DenseTiles& tiles = out == OutType::kFP32 ? (wave_only ? fp32_wave : fp32) : (wave_only ? bf16_wave : bf16);
+  if (tiles.n == 0) return {};
+  fp8::Fp8ScoreOptions o;
+  o.short_tile_stream_gbs = kStreamGBs;
+  o.tiles = tiles.v;
+  o.num_tiles = tiles.n;
+  o.cluster_splits = tiles.cluster_splits;
+  o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
+  o.capacity = capacity;
+  return fp8::score_fp8_candidates(m, n, k, sms, o);
+}
+// What the last wave of the model's first choice fills, of `sms` (1: whole waves; 1 with none).
+double first_last_wave(const std::vector<fp8::Fp8Candidate>& cands, int sms) {
+  if (cands.empty() || sms <= 0) return 1.0;
+  const int rest = cands.front().units % sms;
+  return rest == 0 ? 1.0 : static_cast<double>(rest) / sms;
+}
+std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
+                                           const ClusterCapacity& capacity) {
+  std::vector<fp8::Fp8Candidate> cands = score_tiles(m, n, k, sms, out, capacity, false);
+  const double fill = first_last_wave(cands, sms);
+  auto full_wave = [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config, fill); };
   // Ahead of the model's order where it holds (full_wave_of_short_tiles), then the WAVE tiles where
   // it holds for them (nowhere else; the widths fill one wave at different N, so they rarely meet):
   // the call's cached pick and pick_dense (explain, workspace size) both take the first candidate
   // that fits.
   auto first_other = std::stable_partition(cands.begin(), cands.end(), full_wave);
   std::vector<fp8::Fp8Candidate> out_cands(cands.begin(), first_other);
-  for (const auto& c : score(f32 ? fp32_wave : bf16_wave))
+  for (const auto& c : score_tiles(m, n, k, sms, out, capacity, true))
     if (full_wave(c)) out_cands.push_back(c);
   out_cands.insert(out_cands.end(), first_other, cands.end());
   return out_cands;
@@ -212,12 +226,13 @@ bool as_blockscaled(Fp8GemmConfig* c, OutType out) {
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const ClusterCapacity& capacity,
                   const Fits& fits, Fp8GemmConfig* out, std::string* why = nullptr) {
+  const double fill = why ? first_last_wave(score_tiles(m, n, k, sms, out_type, capacity, false), sms) : 1.0;
   for (const auto& cand : score_dense(m, n, k, sms, out_type, capacity)) {
     Fp8GemmConfig c = cand.config;
     if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
       char buf[200];
-      if (full_wave_of_short_tiles(m, n, k, sms, cand.config))
+      if (full_wave_of_short_tiles(m, n, k, sms, cand.config, fill))
         std::snprintf(buf, sizeof(buf),
                       " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16, v17)", cand.units);
       else
