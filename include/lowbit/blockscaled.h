@@ -51,11 +51,11 @@ struct BlockScaledConfig {
   // pairs ran no faster, docs/perf.md block-scaled "pairs level with single CTAs on the grouped
   // sets"); 2 is refused.
   int cluster = 0;
-  // Tile columns: dense 64, 128, 144, 192 or 256 (128 rows) and 32 or 64 (64 rows), grouped 128 or
-  // 256 (gemm/blockscaled/variants.def); 0 = auto (dense: the cost model; grouped: 256, since the
-  // host does not see the group sizes).
+  // Tile columns: dense 64, 128, 144, 192 or 256 (128 rows) and 32, 48, 64 or 80 (64 rows), grouped
+  // 128 or 256 (gemm/blockscaled/variants.def); 0 = auto (dense: the cost model; grouped: 256, since
+  // the host does not see the group sizes).
   int block_n = 0;
-  int block_m = 0;  // dense tile rows: 128, or 64 (with block_n = 32 or 64); 0 = auto
+  int block_m = 0;  // dense tile rows: 128, or 64 (with block_n = 32, 48, 64 or 80); 0 = auto
   int splits = 0;   // dense split-K factor (needs the workspace); 0 = auto
   // 1 runs each unit's epilogue under the next unit's first MMAs, 0 not; -1 = auto (wherever
   // compiled). Dense: needs splits = 1 and a tile it is compiled for (BF16 out). Grouped: compiled
