@@ -301,7 +301,8 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_GT(fp8_blockscaled_workspace_size(1000, 384, 4096, &wide), 0u);
   // Every compiled dense tile, split two ways, asks for its partial tiles: a tile only the
   // block-scaled table has (144 wide, 64 x 32) once got 0 bytes and wrote past the workspace.
-  for (const char* text : {"bm=64,bn=32", "bm=64,bn=64", "bn=64", "bn=128", "bn=144", "bn=192", "bn=256"}) {
+  for (const char* text : {"bm=64,bn=32", "bm=64,bn=48", "bm=64,bn=64", "bm=64,bn=80", "bn=64", "bn=128", "bn=144",
+                           "bn=192", "bn=256"}) {
     BlockScaledConfig t;
     ASSERT_TRUE(parse_blockscaled_config(text, &t).ok()) << text;
     t.splits = 2;
@@ -340,9 +341,9 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   const std::string wave = explain_blockscaled_choice(def, false, 64, 4096, 132, 7168);
   EXPECT_EQ(wave.rfind("bm=64,bn=32,splits=1,", 0), 0u) << wave;
   EXPECT_NE(wave.find("one wave"), std::string::npos) << wave;
-  // Two tile rows where 64 x 64 overfills the wave: a wider 64-row tile fills it (v17; N = 5000:
+  // Two tile rows where 64 x 64 overfills the wave: a wider 64-row tile fills it (v17; N = 4992:
   // 80 wide, 126 units).
-  const std::string wider = explain_blockscaled_choice(def, false, 96, 5000, 132, 4096);
+  const std::string wider = explain_blockscaled_choice(def, false, 96, 4992, 132, 4096);
   EXPECT_EQ(wider.rfind("bm=64,bn=80,splits=1,", 0), 0u) << wider;
   EXPECT_NE(wider.find("one wave"), std::string::npos) << wider;
   // The 48-wide tile only where it fills one wave (variants.def: WAVE): N = 3072 at two rows takes

@@ -1,6 +1,6 @@
 // Block-scaled FP8 on the FP8 GEMM core (gemm/fp8/kernel.cuh): the dense block-scaled GEMM is the
 // core's kernel with two policies replaced, so it runs every core tile it can (64- and 128-row
-// tiles of 64 to 256 columns, variants.def), split-K with the core's fix-up, the core's scheduler walk and
+// tiles of 32 to 256 columns, variants.def), split-K with the core's fix-up, the core's scheduler walk and
 // its cost-model chooser:
 //  - operands: the dense E4M3 tiles, and per stage the K block's A scales of the tile's rows and
 //    B scales of its columns (ScaleStageLoad: a bulk copy and cp.async on the stage's barrier);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -98,8 +99,8 @@ ClusterCapacity cluster_capacity(int device) {
 //  - two 64-row tile rows (64 < M <= 128), 64-row tiles 48 to 80 wide: the split 128 x 64 tile
 //    ran 3-12% slower than 64 x 64 (block-scaled v12; 64 x 32 there, 2 x 66 units at N = 2112, lost
 //    9% at M = 128). 48 and 80 fill the wave where 64 does not, with 1.6x or more of the unsplit
-//    128 x 64 tile's CTAs, and beat it by 3-4% (N = 3072, 4608, 5120; v17); 96 and 112 wide, with
-//    1.33x and 1.14x, lost to it and are not compiled;
+//    128 x 64 tile's CTAs, and ran 3-24% faster than it (N = 3072, 4608, 5120; v17); 96 and 112
+//    wide, with 1.33x and 1.14x, ran 1-4% slower and are not compiled;
 //  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
 //    box of at most M rows and runs one consumer warpgroup, as the 64-row tile does): at N x K =
 //    4096 x 7168 the 64 x 32 tile (128 units) ran 4-7% faster than the split 128 x 64 pick at M = 1
@@ -132,16 +133,23 @@ std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int 
   o.capacity = capacity;
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }
-// What the last wave of the model's first choice fills, of `sms` (1: whole waves; 1 with none).
-double first_last_wave(const std::vector<fp8::Fp8Candidate>& cands, int sms) {
-  if (cands.empty() || sms <= 0) return 1.0;
-  const int rest = cands.front().units % sms;
-  return rest == 0 ? 1.0 : static_cast<double>(rest) / sms;
+// What the last wave of the model's first choice that the call can run (`runs`: its split-K
+// workspace, its kernel) fills, in the model's own waves (a cluster split's waves count the CTAs
+// that fit in clusters); 1 for whole waves or none.
+template <class Runs>
+double first_last_wave(const std::vector<fp8::Fp8Candidate>& cands, const Runs& runs) {
+  for (const auto& c : cands) {
+    if (!runs(c.config)) continue;
+    const double part = c.waves - std::floor(c.waves);
+    return part == 0.0 ? 1.0 : part;
+  }
+  return 1.0;
 }
+template <class Runs>
 std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
-                                           const ClusterCapacity& capacity) {
+                                           const ClusterCapacity& capacity, const Runs& runs) {
   std::vector<fp8::Fp8Candidate> cands = score_tiles(m, n, k, sms, out, capacity, false);
-  const double fill = first_last_wave(cands, sms);
+  const double fill = first_last_wave(cands, runs);
   auto full_wave = [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config, fill); };
   // Ahead of the model's order where it holds (full_wave_of_short_tiles), then the WAVE tiles where
   // it holds for them (nowhere else; the widths fill one wave at different N, so they rarely meet):
@@ -226,8 +234,9 @@ bool as_blockscaled(Fp8GemmConfig* c, OutType out) {
 template <class Fits>
 Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, const ClusterCapacity& capacity,
                   const Fits& fits, Fp8GemmConfig* out, std::string* why = nullptr) {
-  const double fill = why ? first_last_wave(score_tiles(m, n, k, sms, out_type, capacity, false), sms) : 1.0;
-  for (const auto& cand : score_dense(m, n, k, sms, out_type, capacity)) {
+  auto runs = [&](Fp8GemmConfig c) { return as_blockscaled(&c, out_type) && fits(c); };
+  const double fill = why ? first_last_wave(score_tiles(m, n, k, sms, out_type, capacity, false), runs) : 1.0;
+  for (const auto& cand : score_dense(m, n, k, sms, out_type, capacity, runs)) {
     Fp8GemmConfig c = cand.config;
     if (!as_blockscaled(&c, out_type) || !fits(c)) continue;
     if (why) {
@@ -468,14 +477,18 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
     have_capacity = true;
     return capacity;
   };
+  auto fits = [&](Fp8GemmConfig* cand) {
+    if (!as_blockscaled(cand, x.out_type)) return false;
+    cand->cluster_reduce = reduces_in_cluster(*cand, x.out_type, -1, &device_capacity()) ? 1 : 0;
+    return dense_workspace(x.m, x.n, *cand, x.out_type, cand->cluster_reduce) <= x.workspace_bytes;
+  };
   LOWBIT_RETURN_IF_ERROR(chosen.pick(
-      key, &c, [&] { return score_dense(x.m, x.n, x.k, dev.sm_count, x.out_type, device_capacity()); },
-      [&](Fp8GemmConfig* cand) {
-        if (!as_blockscaled(cand, x.out_type)) return false;
-        cand->cluster_reduce = reduces_in_cluster(*cand, x.out_type, -1, &device_capacity()) ? 1 : 0;
-        return dense_workspace(x.m, x.n, *cand, x.out_type, cand->cluster_reduce) <= x.workspace_bytes;
+      key, &c,
+      [&] {
+        return score_dense(x.m, x.n, x.k, dev.sm_count, x.out_type, device_capacity(),
+                           [&](Fp8GemmConfig cand) { return fits(&cand); });
       },
-      "fp8_blockscaled_gemm: no compiled tile for this shape"));
+      fits, "fp8_blockscaled_gemm: no compiled tile for this shape"));
   if (forced) {
     apply_forced(*forced, x.out_type, &c);
     if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
