@@ -196,9 +196,8 @@ Status run_dense(const Problem& p, const BlockScaledConfig* cfg) {
 // 192-wide tiles straddle two scale blocks: N = 800 puts their split column at every offset a
 // 192-wide tile has (128, 64) and at six of a 144-wide tile's, with a partial last tile; the 64-row
 // tiles 48 and 80 wide straddle too, and N = 800 puts their split column at every offset they have
-// (multiples of 16). The wide
-// tiles with and without the overlapped epilogue (BF16 out only), and on 2-3 CTAs, so each walks
-// several units and stores one while the next one's first MMAs run.
+// (multiples of 16). The wide tiles with and without the overlapped epilogue (BF16 out only), and on
+// 2-3 CTAs, so each walks several units and stores one while the next one's first MMAs run.
 std::vector<BlockScaledConfig> dense_configs() {
   std::vector<BlockScaledConfig> out;
   for (const char* text : {"bn=128", "bn=256", "bn=64", "bm=64,bn=64", "bn=128,splits=3", "bm=64,bn=64,splits=2",
