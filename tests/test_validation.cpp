@@ -346,6 +346,13 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   const std::string wider = explain_blockscaled_choice(def, false, 96, 4992, 132, 4096);
   EXPECT_EQ(wider.rfind("bm=64,bn=80,splits=1,", 0), 0u) << wider;
   EXPECT_NE(wider.find("one wave"), std::string::npos) << wider;
+  // At two rows 64 x 32 fills the wave at N = 1792-2112 only up to K = 4096 (v18): at K = 7168 the
+  // model's split stays.
+  const std::string w32 = explain_blockscaled_choice(def, false, 128, 2048, 132, 2048);
+  EXPECT_EQ(w32.rfind("bm=64,bn=32,splits=1,", 0), 0u) << w32;
+  EXPECT_NE(w32.find("one wave"), std::string::npos) << w32;
+  const std::string w32_long = explain_blockscaled_choice(def, false, 128, 2112, 132, 7168);
+  EXPECT_EQ(w32_long.find("bn=32,"), std::string::npos) << w32_long;
   // The 48-wide tile only where it fills one wave (variants.def: WAVE): N = 3072 at two rows takes
   // it; the model alone never does (64 x 24576 x 1536: many waves).
   const std::string w48 = explain_blockscaled_choice(def, false, 128, 3072, 132, 4096);
