@@ -101,7 +101,7 @@ ClusterCapacity cluster_capacity(int device) {
 //    with 1.6x or more of the unsplit 128 x 64 tile's CTAs, and ran 3-24% faster than it (N = 3072,
 //    4608, 5120; v17); 96 and 112 wide, with 1.33x and 1.14x, ran 1-4% slower and are not compiled.
 //    64 x 32 (N = 1792-2112) only at K <= 4096: against the model's 64 x 64 split in two it ran
-//    8-29% faster at K <= 3072 and -1 to +10% at 4096, but 1-9% slower from K = 5120 on at M = 128,
+//    8-29% faster at K <= 3072 and -1 to +10% at 4096, but 1-8% slower from K = 5120 on at M = 128,
 //    where its slower K loop outweighs the split's fix-up (v18, the two-row sweep; 9% slower at
 //    128 x 2112 x 7168 already in v12);
 //  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
