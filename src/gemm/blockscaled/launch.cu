@@ -96,14 +96,14 @@ ClusterCapacity cluster_capacity(int device) {
 // DRAM-bound at the same bytes plus a launch's fill (docs/perf.md block-scaled v16: the best tile at
 // 16 such shapes runs 2.95 us + bytes / 2.95 TB/s); the model's nominal DRAM rate and per-CTA stream
 // put a split ahead, and its fix-up made it slower:
-//  - two 64-row tile rows (64 < M <= 128), 64-row tiles 48 to 80 wide: the split 128 x 64 tile
-//    ran 3-12% slower than 64 x 64 (block-scaled v12). 48 and 80 fill the wave where 64 does not,
-//    with 1.6x or more of the unsplit 128 x 64 tile's CTAs, and ran 3-24% faster than it (N = 3072,
-//    4608, 5120; v17); 96 and 112 wide, with 1.33x and 1.14x, ran 1-4% slower and are not compiled.
-//    64 x 32 (N = 1792-2112) only at K <= 4096: against the model's 64 x 64 split in two it ran
-//    8-29% faster at K <= 3072 and -1 to +10% at 4096, but 1-8% slower from K = 5120 on at M = 128,
-//    where its slower K loop outweighs the split's fix-up (v18, the two-row sweep; 9% slower at
-//    128 x 2112 x 7168 already in v12);
+//  - two 64-row tile rows (64 < M <= 128), 64-row tiles 48 to 80 wide, and 32 wide up to K = 4096:
+//    the split 128 x 64 tile ran 3-12% slower than 64 x 64 (block-scaled v12). 48 and 80 fill the
+//    wave where 64 does not, with 1.6x or more of the unsplit 128 x 64 tile's CTAs, and ran 3-24%
+//    faster than it (N = 3072, 4608, 5120; v17); 96 and 112 wide, with 1.33x and 1.14x, ran 1-4%
+//    slower and are not compiled. 32 wide (N = 1792-2112), against the model's 64 x 64 split in
+//    two, ran 8-29% faster at K <= 3072 and -1 to +10% at 4096, but 1-8% slower from K = 5120 on
+//    at M = 128, where its slower K loop outweighs the split's fix-up (v18, the two-row sweep; 9%
+//    slower at 128 x 2112 x 7168 already in v12);
 //  - one tile row (M <= 64), tiles at most 64 wide, of 64 or 128 rows (a 128-row tile loads an A
 //    box of at most M rows and runs one consumer warpgroup, as the 64-row tile does): at N x K =
 //    4096 x 7168 the 64 x 32 tile (128 units) ran 4-7% faster than the split 128 x 64 pick at M = 1
@@ -116,9 +116,12 @@ ClusterCapacity cluster_capacity(int device) {
 bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp8GemmConfig& c,
                               double model_last_wave) {
   if (c.splits != 1 || m > 128 || (k > 8192 && model_last_wave >= 0.8)) return false;
-  if (m > 64 ? c.block_m != 64 || c.block_n > 80 || (c.block_n < 48 && (c.block_n != 32 || k > 4096))
-             : c.block_n > 64)
+  if (m > 64) {
+    const bool width = (c.block_n >= 48 && c.block_n <= 80) || (c.block_n == 32 && k <= 4096);
+    if (c.block_m != 64 || !width) return false;
+  } else if (c.block_n > 64) {
     return false;
+  }
   const int64_t units = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
