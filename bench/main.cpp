@@ -106,7 +106,15 @@ bool parse_shape(const std::string& s, Shape* out) {
     out->top_k = top_k;
     return true;
   }
-  if (std::sscanf(s.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return false;
+  // "GxMxNxK": a block-scaled grouped shape, G groups of M rows (BS-grouped's layouts).
+  long long g;
+  char tail;
+  if (std::sscanf(s.c_str(), "%lldx%lldx%lldx%lld%c", &g, &m, &n, &k, &tail) == 4) {
+    if (g < 1 || g > 4096 || m < 0) return false;
+    *out = {"BS-grouped", m, n, k, 0, std::vector<int64_t>(static_cast<size_t>(g), m)};
+    return true;
+  }
+  if (std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3) return false;
   *out = {"custom", m, n, k};
   return true;
 }
@@ -136,7 +144,7 @@ const char* out_name(OutType t) { return t == OutType::kFP32 ? "fp32" : t == Out
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk]]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk] | GxMxNxK (grouped)]... [--config bn=128,splits=1,group=8,grid=0]\n"
       "             [--out bf16|fp16|fp32 (fp16: W1 and custom dense shapes)] [--bias] [--samples N>=50] [--seed N]\n"
       "             [--rowwise (W1 and custom dense shapes: random per-token x per-channel scales, against cuBLASLt's\n"
       "              outer-vector scaling, as torch._scaled_mm's rowwise)] [--json FILE] [--explain]\n"
