@@ -110,7 +110,7 @@ bool parse_shape(const std::string& s, Shape* out) {
   long long g;
   char tail;
   if (std::sscanf(s.c_str(), "%lldx%lldx%lldx%lld%c", &g, &m, &n, &k, &tail) == 4) {
-    if (g < 1 || g > 4096 || m < 0) return false;
+    if (g < 1 || g > 4096 || m < 1) return false;
     *out = {"BS-grouped", m, n, k, 0, std::vector<int64_t>(static_cast<size_t>(g), m)};
     return true;
   }
