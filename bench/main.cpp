@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     // The first --shape (default 1 x 4096 x 4096, issue 38's decode layer), eager calls.
     Shape sh{"custom", 1, 4096, 4096};
     if (!opt.shapes.empty() && !parse_shape(opt.shapes[0], &sh)) {
-      std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", opt.shapes[0].c_str());
+      std::fprintf(stderr, "bad --shape %s (want MxNxK, MxNxK/experts/topk or GxMxNxK)\n", opt.shapes[0].c_str());
       return 2;
     }
     return run_host_overhead(sh.m, sh.n, sh.k, 3.0);
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   for (const auto& s : opt.shapes) {
     Shape sh;
-    if (!parse_shape(s, &sh)) { std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", s.c_str()); return 2; }
+    if (!parse_shape(s, &sh)) { std::fprintf(stderr, "bad --shape %s (want MxNxK, MxNxK/experts/topk or GxMxNxK)\n", s.c_str()); return 2; }
     // "--suite W4 --shape MxNxK" runs that suite's kernel on the shape (default: the FP8 GEMM).
     for (const char* own : {"W1-square", "W1-llm", "W3-fp8", "W3-f16", "W4", "BS-dense"})
       if (sh.suite == "custom" && opt.suite == own) sh.suite = own;
