@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     // The first --shape (default 1 x 4096 x 4096, issue 38's decode layer), eager calls.
     Shape sh{"custom", 1, 4096, 4096};
     if (!opt.shapes.empty() && !parse_shape(opt.shapes[0], &sh)) {
-      std::fprintf(stderr, "bad --shape %s (want MxNxK, MxNxK/experts/topk or GxMxNxK)\n", opt.shapes[0].c_str());
+      std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", opt.shapes[0].c_str());
       return 2;
     }
     return run_host_overhead(sh.m, sh.n, sh.k, 3.0);
