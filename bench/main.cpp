@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   if (host_overhead) {
     // The first --shape (default 1 x 4096 x 4096, issue 38's decode layer), eager calls.
     Shape sh{"custom", 1, 4096, 4096};
-    if (!opt.shapes.empty() && !parse_shape(opt.shapes[0], &sh)) {
+    if (!opt.shapes.empty() && (!parse_shape(opt.shapes[0], &sh) || sh.suite != "custom")) {
       std::fprintf(stderr, "bad --shape %s (want MxNxK)\n", opt.shapes[0].c_str());
       return 2;
     }
