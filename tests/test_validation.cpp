@@ -351,6 +351,10 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   const std::string w32 = explain_blockscaled_choice(def, false, 128, 2048, 132, 2048);
   EXPECT_EQ(w32.rfind("bm=64,bn=32,splits=1,", 0), 0u) << w32;
   EXPECT_NE(w32.find("one wave"), std::string::npos) << w32;
+  const std::string w32_edge = explain_blockscaled_choice(def, false, 128, 2048, 132, 4096);
+  EXPECT_EQ(w32_edge.rfind("bm=64,bn=32,splits=1,", 0), 0u) << w32_edge;
+  const std::string w32_past = explain_blockscaled_choice(def, false, 128, 2048, 132, 5120);
+  EXPECT_EQ(w32_past.find("bn=32,"), std::string::npos) << w32_past;
   const std::string w32_long = explain_blockscaled_choice(def, false, 128, 2112, 132, 7168);
   EXPECT_EQ(w32_long.find("bn=32,"), std::string::npos) << w32_long;
   // The 48-wide tile only where it fills one wave (variants.def: WAVE): N = 3072 at two rows takes
