@@ -317,13 +317,20 @@ TEST_F(Fp8GemmGpu, RowScalesExactEveryStagedTile) {
   for (const char* cfg : {"bn=64", "bn=128", "bn=192", "bn=256", "bn=176", "bn=128,splits=2", "bn=256,splits=3",
                           "bn=64,bm=64", "bn=64,bm=64,splits=3", "bn=112,bm=64", "bn=128,grid=5,group=2",
                           "bn=128,promote=2", "bn=192,promote=2", "bn=256,promote=2", "bn=176,promote=2,splits=2",
-                          "bn=64,bm=64,splits=3,grid=3", "bn=64,splits=2,creduce=1"})
+                          "bn=64,bm=64,splits=3,grid=3", "bn=64,splits=2,creduce=1",
+                          // Overlapped (W1 v20); on a grid of fewer CTAs than units, so the slices'
+                          // handshake runs many phases under the next units' MMAs.
+                          "bn=256,promote=2,overlap=1", "bn=256,promote=2,overlap=1,grid=3,group=1"})
     for (OutType out : {OutType::kBF16, OutType::kFP32, OutType::kFP16})
       for (bool bias : {false, true}) {
         // Split within a cluster is compiled for BF16 out (the others run through the workspace).
         if (std::string(cfg).find("creduce=1") != std::string::npos && out != OutType::kBF16) continue;
-        // Promotion every two K blocks is compiled for the staged epilogue in BF16 only.
-        if (std::string(cfg).find("promote=2") != std::string::npos && out != OutType::kBF16) continue;
+        // Promotion every two K blocks and the overlap are compiled for the staged epilogue in
+        // BF16 only.
+        if ((std::string(cfg).find("promote=2") != std::string::npos ||
+             std::string(cfg).find("overlap=1") != std::string::npos) &&
+            out != OutType::kBF16)
+          continue;
         Case c{256, 384, 512, out, bias, Inputs::kSmallInts, cfg};
         c.row_scales = true;
         expect_exact(c);
@@ -379,6 +386,12 @@ TEST_F(Fp8GemmGpu, RowScalesWithResidualExact) {
   c.row_scales = true;
   c.residual = true;
   expect_close(c);
+  // The chooser picks the overlapped 256-wide tile for this shape, whose staged kernel adds no
+  // residual: the call runs the tile without the overlap (W1 v20).
+  Case big{1024, 4096, 2048, OutType::kBF16, true, Inputs::kSmallInts, nullptr};
+  big.row_scales = true;
+  big.residual = true;
+  expect_exact(big);
 }
 
 TEST_F(Fp8GemmGpu, RowScalesRandomWithinBound) {
@@ -427,11 +440,18 @@ TEST_F(Fp8GemmGpu, RowScalesRejectWhatTheyCannotRun) {
   x.out_type = OutType::kFP16;
   x.activation = Activation::kGelu;
   refused(x, nullptr, "FP16 out with an activation");
-  for (const char* cfg : {"bn=128,cluster=2", "bn=128,overlap=1", "bn=256,promote=2,overlap=1,uneven=1"})
-    refused(a, cfg, cfg);
+  refused(a, "bn=128,cluster=2", "CTA pairs");
   x = a;
   x.out_type = OutType::kFP16;
   refused(x, "bn=256,promote=2", "promote=2 with FP16 out");
+  refused(x, "bn=256,promote=2,overlap=1", "overlap=1 with FP16 out");
+  // The 128-wide overlapped tile has no staged twin (it tied, W1 v20).
+  refused(a, "bn=128,overlap=1", "bn=128,overlap=1 with row scales");
+  // The overlapped staged kernels add no residual (W1 v20): forced, refused; the chooser's pick
+  // runs without the overlap (RowScalesWithResidualExact).
+  x = a;
+  x.residual = res.p;
+  for (const char* cfg : {"bn=256,promote=2,overlap=1", "bn=256,promote=2,overlap=1,uneven=1"}) refused(x, cfg, cfg);
   x = a;
   x.a_row_scale = reinterpret_cast<const float*>(static_cast<const char*>(rs.p) + 2);
   refused(x, nullptr, "misaligned a_row_scale");
@@ -535,9 +555,24 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueExact) {
           if (out == OutType::kFP32 && std::string(cfg).find("bn=256") != std::string::npos) continue;  // not compiled
           expect_exact({m, 208, k, out, false, Inputs::kSmallInts, cfg});
         }
+  // The staged twin (BF16): a bias, per-token x per-channel scales, both; the same edges.
+  for (int64_t m : {1, 48, 129, 150, 1000})
+    for (int64_t k : {16, 400, 1280})
+      for (const char* cfg : {"bn=256,promote=2,overlap=1", "bn=256,promote=2,overlap=1,grid=3,group=1",
+                              "bn=256,promote=2,overlap=1,grid=5,group=2"})
+        for (int ops = 1; ops <= 3; ++ops) {
+          Case c{m, 208, k, OutType::kBF16, (ops & 1) != 0, Inputs::kSmallInts, cfg};
+          c.row_scales = (ops & 2) != 0;
+          expect_exact(c);
+        }
   expect_close({300, 1536, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1"});
   expect_close({512, 2112, 7168, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1"});
   expect_close({333, 1024, 2048, OutType::kFP32, false, Inputs::kUniform, "bn=128,overlap=1"});
+  {
+    Case c{512, 2112, 7168, OutType::kBF16, true, Inputs::kUniform, "bn=256,promote=2,overlap=1"};
+    c.row_scales = true;
+    expect_close(c);
+  }
   // The chooser's own overlapped pick, and FP32 out on a shape where it picks bn=256 (no FP32
   // twin: it runs without the overlap).
   expect_close({1024, 4096, 2048, OutType::kBF16, false, Inputs::kUniform, nullptr});
@@ -550,7 +585,12 @@ TEST_F(Fp8GemmGpu, OverlappedEpilogueRejectsWhatIsNotCompiled) {
                           "bn=256,promote=2,overlap=1,cluster=2", "bn=176,promote=2,overlap=1",
                           "bn=128,promote=2,overlap=1"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
-  EXPECT_EQ(run_forced("bn=128,overlap=1", 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
+  // A bias runs the overlapped staged 256-wide kernel (BF16 out only); the 128-wide tile has no
+  // staged twin (it tied, W1 v20).
+  EXPECT_TRUE(run_forced("bn=256,promote=2,overlap=1", 256, true).ok()) << "a bias";
+  EXPECT_EQ(run_forced("bn=128,overlap=1", 256, true).code(), StatusCode::kInvalidArgument) << "a bias, bn=128";
+  EXPECT_EQ(run_forced("bn=256,promote=2,overlap=1", 256, true, OutType::kFP32).code(), StatusCode::kInvalidArgument)
+      << "a bias, FP32 out";
   // The FP32 twin of bn=256 is not compiled (it spilled).
   EXPECT_EQ(run_forced("bn=256,promote=2,overlap=1", 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(run_forced("bn=128,overlap=1", 256, false, OutType::kFP32).ok());
@@ -574,6 +614,20 @@ TEST_F(Fp8GemmGpu, UnevenColumnsExact) {
   expect_exact({300, 8192, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,overlap=1,uneven=1"});
   expect_close({512, 8192, 4096, OutType::kBF16, false, Inputs::kUniform, "bn=256,promote=2,overlap=1,uneven=1"});
   expect_close({1024, 8192, 2048, OutType::kBF16, false, Inputs::kUniform, nullptr});
+  // The staged twin (W1 v20): each tile's bias and per-channel slice start where the tile does.
+  for (int64_t n : {480, 496, 976, 2000})
+    for (int64_t m : {1, 300})
+      for (const char* cfg : {"bn=256,promote=2,overlap=1,uneven=1", "bn=256,promote=2,overlap=1,uneven=1,grid=5,group=2"})
+        for (int ops = 1; ops <= 3; ++ops) {
+          Case c{m, n, 400, OutType::kBF16, (ops & 1) != 0, Inputs::kSmallInts, cfg};
+          c.row_scales = (ops & 2) != 0;
+          expect_exact(c);
+        }
+  {
+    Case c{512, 8192, 4096, OutType::kBF16, true, Inputs::kUniform, "bn=256,promote=2,overlap=1,uneven=1"};
+    c.row_scales = true;
+    expect_close(c);
+  }
 }
 
 TEST_F(Fp8GemmGpu, UnevenColumnsRejectWhatTheyCannotRun) {
@@ -581,8 +635,9 @@ TEST_F(Fp8GemmGpu, UnevenColumnsRejectWhatTheyCannotRun) {
                           "bn=256,promote=2,overlap=1,uneven=1,cluster=2"})
     EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
   const char* ok = "bn=256,promote=2,overlap=1,uneven=1";
-  EXPECT_EQ(run_forced(ok, 256, true).code(), StatusCode::kInvalidArgument) << "a bias";
+  EXPECT_TRUE(run_forced(ok, 256, true).ok()) << "a bias (the staged twin, W1 v20)";
   EXPECT_EQ(run_forced(ok, 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument) << "FP32 out";
+  EXPECT_EQ(run_forced(ok, 256, true, OutType::kFP32).code(), StatusCode::kInvalidArgument) << "FP32 out, a bias";
   // N = 608 is not a sum of 240s and 256s (2 x 256 < 608 < 3 x 240); N = 240 is narrower than
   // one tile.
   for (int64_t n : {608, 240}) {

@@ -90,18 +90,19 @@ struct Fp8GemmConfig {
   // largest such grid). Chosen by default where it applies and the tiles fill a wave.
   bool resident_rows = false;
   // The next tile's first MMAs are issued before this tile's epilogue, so the tensor cores work
-  // while the consumers stage and store the output. Compiled for bn=256 with promote=2 (BF16
-  // out) and bn=128 with promote=1: the plain epilogue without a bias, splits=1, no cluster;
-  // and for resident=1 with the bias and row broadcast only (a chooser's resident pick
-  // carries it and runs without it when the call has an activation or residual; a config
-  // written with it is refused there). The chooser takes it where it was measured to win
-  // (docs/perf.md W1 v11, W2 v5).
+  // while the consumers stage and store the output. Compiled for splits=1 and no cluster: bn=256
+  // with promote=2 (BF16 out), with the plain epilogue or the staged one (a bias, per-row scales)
+  // without a residual; bn=128 with promote=1, the plain epilogue (BF16 or FP32 out); and
+  // resident=1 with the bias and row broadcast only. A chooser's pick carries it and runs
+  // without it when the call has what its kernel does not apply (an activation, a residual);
+  // a config written with it is refused there. The chooser takes it where it was measured to
+  // win (docs/perf.md W1 v11, v20, W2 v5).
   bool overlap = false;
   // Uneven columns: each row of tiles covers N exactly with tiles of 240 and 256 columns, as many
   // as fill the waves best (at least ceil(N / 256)), so the tile count fills whole waves where
   // 256 leaves the last one partial (N = 8192: 33 tiles a row, 2112 of them at M = 8192: 16
   // waves of 132 SMs). Compiled for bn=256, promote=2, overlap=1, BF16 out, the plain epilogue
-  // without a bias; N must be one that 240- and 256-wide tiles cover exactly (every N >= 3360,
+  // and the staged one without a residual; N must be one that 240- and 256-wide tiles cover exactly (every N >= 3360,
   // or 240k..256k for a smaller k). The chooser takes it where its model says it fills the
   // waves better (docs/perf.md W1 session 27).
   bool uneven = false;

@@ -36,6 +36,20 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   (void)cuda::ptx::mbarrier_arrive(bar);
 }
 
+// One arrival where `arrive` holds, as a predicated instruction rather than a branch: the
+// overlapped kernels arrive from one lane per warp while wgmmas are in flight, where a branch
+// would make ptxas serialize them (C7518). cuda::ptx has no predicated form.
+__device__ __forceinline__ void mbarrier_arrive_if(bool arrive, uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %0, 0;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%1];\n"
+      "}\n" ::"r"(static_cast<int>(arrive)),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+      : "memory");
+}
+
 // The producer's arrival: one arrive plus the number of bytes TMA will complete on it.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,

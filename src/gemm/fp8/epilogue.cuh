@@ -28,8 +28,13 @@ namespace lowbit::fp8 {
 // bulk-copies it while the consumers run the unit's mainloop, and the epilogue reads shared
 // memory only. One buffer: the loader refills it for the next unit once every working consumer
 // warp has read it, which leaves the whole next mainloop to land the copies.
+// The overlapped kernels (T::kOverlapEpilogue) wait for the unit's slices after its mainloop,
+// before the next unit's first MMAs are issued, and release them after the element math with a
+// predicated arrive: with those MMAs in flight a lane's branch would make ptxas serialize the
+// kernel's wgmmas (docs/perf.md W1 v20).
 template <class T>
 struct StagedEpilogueOperands {
+
   // Whether any operand is staged per unit (else nothing is loaded and nothing waits).
   __device__ __forceinline__ static bool any(const Fp8KernelParams& p) {
     return p.epi.bias != nullptr || p.epi.col_scale != nullptr;
@@ -38,10 +43,10 @@ struct StagedEpilogueOperands {
   // Absent operands read as zeros (bias) and ones (scales), so the epilogue math carries no
   // branches.
   __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p,
-                                              int consumer_warps) {
+                                              int consumer_wgs) {
     if (threadIdx.x == 0) {
       hopper::mbarrier_init(&ss.ops.full, 1);
-      hopper::mbarrier_init(&ss.ops.empty, consumer_warps);
+      hopper::mbarrier_init(&ss.ops.empty, consumer_wgs * 4);  // each working consumer warp
     }
     if (p.epi.bias == nullptr)
       for (int i = threadIdx.x; i < T::kBlockN; i += blockDim.x) ss.ops.bias[i] = __float2bfloat16(0.0f);
@@ -54,7 +59,9 @@ struct StagedEpilogueOperands {
   __device__ __forceinline__ static void load(typename T::SharedStorage& ss, const Fp8KernelParams& p,
                                               const gemm::WorkUnit& w, uint32_t parity) {
     hopper::mbarrier_wait(&ss.ops.empty, parity ^ 1u);  // a fresh barrier lets the first unit through
-    const int col0 = w.n_block * T::kBlockN;
+    // A 240-column tile (uneven columns) stages 256 columns where N has them: the last 16 are
+    // never read.
+    const int col0 = gemm::tile_col0<T>(w);
     const uint32_t cols = static_cast<uint32_t>(p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN);
     // n % 16 == 0: both slices are whole 16-byte units.
     const uint32_t bias_bytes = p.epi.bias ? cols * 2 : 0u;
@@ -73,7 +80,11 @@ struct StagedEpilogueOperands {
   __device__ __forceinline__ static void release(typename T::SharedStorage& ss) {
     hopper::fence_async_shared();
     __syncwarp();
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty);
+    if constexpr (T::kOverlapEpilogue) {
+      hopper::mbarrier_arrive_if(threadIdx.x % 32 == 0, &ss.ops.empty);
+    } else {
+      if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&ss.ops.empty);
+    }
   }
 };
 
@@ -112,33 +123,35 @@ struct Fp8Epilogue {
     return consumer_wg == 0 ? hopper::NamedBarrier::kEpilogueWg0 : hopper::NamedBarrier::kEpilogueWg1;
   }
 
-  // The staged epilogue's scale of this thread's two fragment rows (16w + l/4 and 8 below):
-  // alpha times their per-token scales. Loaded before the unit's mainloop, so the loads land
-  // under it; rows past M read nothing (their outputs are clipped).
+  // The staged epilogue's per-token scales of this thread's two fragment rows (16w + l/4 and 8
+  // below), ones where there are none. Loaded before the unit's mainloop and first used in its
+  // epilogue (apply multiplies them by alpha), so the loads land under the mainloop; scaled here,
+  // the multiply waited for them before the mainloop started (docs/perf.md W1 v20). Rows past M
+  // read nothing (their outputs are clipped).
   __device__ __forceinline__ static float2 row_scales(const Fp8KernelParams& p, const gemm::WorkUnit& w,
-                                                      int consumer_wg, float alpha) {
-    float2 s = make_float2(alpha, alpha);
+                                                      int consumer_wg) {
+    float2 s = make_float2(1.0f, 1.0f);
     if (p.epi.row_scale == nullptr) return s;
     const int t = threadIdx.x % 128;
     const int r = w.m_block * T::kBlockM + consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
-    if (r < p.m) s.x *= __ldg(p.epi.row_scale + r);
-    if (r + 8 < p.m) s.y *= __ldg(p.epi.row_scale + r + 8);
+    if (r < p.m) s.x = __ldg(p.epi.row_scale + r);
+    if (r + 8 < p.m) s.y = __ldg(p.epi.row_scale + r + 8);
     return s;
   }
 
   // The element math, reading the staged bias and per-channel scales (StagedEpilogueOperands::wait
-  // first); `rows` is row_scales' (staged variants) or alpha twice.
+  // first); `rows` is row_scales' (staged variants; ignored by the others).
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
-                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float2 rows,
-                                               float (&acc)[T::kBlockN / 2]) {
+                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
+                                               float2 token_scales, float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
     // A whole warpgroup slice below the matrix (small M) computes rows that are never stored:
     // no early return (a branch on the warpgroup's rows took every non-overlapped kernel's K loop
     // off the uniform datapath, docs/perf.md block-scaled v7).
     const int tile_col = 2 * (lane % 4);
-    const float alpha = rows.x;
     if constexpr (T::kStaged) {
+      const float2 rows = make_float2(alpha * token_scales.x, alpha * token_scales.y);
       // The residual beside per-row scales or FP16 output (the fused epilogue, which adds it
       // otherwise, has no room for the per-channel slice): one uniform branch per unit, none in
       // the overlapped kernels (which run no residual).

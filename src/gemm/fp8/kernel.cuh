@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   using StagedOps = StagedEpilogueOperands<T>;
   using Fused = FusedEpilogue<T>;
   if constexpr (T::kFused) Fused::init(ss, p);
-  else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs * 4);
+  else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs);
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
   if (threadIdx.x == 0) {
     ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
@@ -201,28 +201,43 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float acc[T::kBlockN / 2];
     if constexpr (T::kOverlapEpilogue) {
       // Each unit's first group is in flight while the previous unit is scaled, staged and
-      // stored. No split-K fix-up here (the launcher refuses splits), no staged bias, and
-      // resident rows are waited for once, up front: nothing waits or branches per lane while
-      // the group runs.
+      // stored. No split-K fix-up here (the launcher refuses splits), and resident rows are
+      // waited for once, up front: nothing waits or branches per lane while the group runs.
+      // Staged operands (a bias, per-channel scales) are waited for before the next unit's group
+      // is issued and released without a branch; the per-token scales of a unit are loaded
+      // before its first group, as in the unoverlapped loop (W1 v20).
       // The loop is shaped so that every path into its next iteration has just issued the
       // group (a merge of an issued and an idle partial made ptxas serialize the wgmmas, C7514),
       // and the last unit's epilogue runs with nothing in flight.
+      constexpr bool kStagedOps = T::kStaged && !T::kFused;
       if constexpr (T::kFused) Fused::wait_resident(ss);
       if (first < units) {
         int u = first;
+        [[maybe_unused]] uint32_t parity = 0;  // the staged slices' phase
         auto w = problems.unit(u, p);
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
+        float2 rows = make_float2(1.0f, 1.0f);  // the unit's per-token scales
+        if constexpr (kStagedOps) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg);
         consumer.promotion.start_unit(p, w);
         consumer.start(w);
         if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w, consumer_wg);
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
+          // Nothing in flight: the unit's staged slices have had its whole mainloop to land.
+          if constexpr (kStagedOps) {
+            if (staged) StagedOps::wait(ss, parity);
+            parity ^= 1u;
+          }
           // The element math runs after the next unit's first group is issued, so the tensor
           // cores have work while both warpgroups scale their fragments (W1 v14).
           auto apply = [&] {
-            if constexpr (T::kFused) Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
-            else if constexpr (!kScatter) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, make_float2(alpha, alpha), acc);
+            if constexpr (T::kFused) {
+              Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
+            } else if constexpr (!kScatter) {
+              Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
+              if constexpr (kStagedOps) StagedOps::release(ss);  // whether anything was staged or not
+            }
           };
           const int next = u + unit_step;
           if (next >= units) {
@@ -235,6 +250,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // group branches and loads its descriptor.
           auto w_next = problems.unit(next, p);
           if constexpr (kWalksGroups<T>) w_next = Problems::warp_uniform(w_next);
+          float2 rows_next = rows;
+          if constexpr (kStagedOps) rows_next = Fp8Epilogue<T>::row_scales(p, w_next, consumer_wg);
           consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
           if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w_next, consumer_wg);
@@ -244,6 +261,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           else epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
           u = next;
           w = w_next;
+          rows = rows_next;
         }
       }
     } else {
@@ -251,8 +269,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       for (int u = first; u < units; u += unit_step, parity ^= 1u) {
         auto w = problems.unit(u, p);
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
-        float2 rows = make_float2(alpha, alpha);
-        if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg, alpha);
+        float2 rows = make_float2(1.0f, 1.0f);  // the unit's per-token scales
+        if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg);
         // Mainloop.
         consumer.promotion.start_unit(p, w);
         consumer.run(w, acc);
@@ -278,7 +296,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           if constexpr (T::kStaged)
             if (staged) StagedOps::wait(ss, parity);
-          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, rows, acc);
+          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }

@@ -206,13 +206,21 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              "multiple of the N tiles (" + std::to_string(tn) + "), at most the SM count; config " +
                              cfg.to_string());
   }
-  // The overlapped resident kernel applies the bias and row broadcast only: a config written
-  // with overlap=1 is refused for more, the chooser's pick runs without the overlap.
+  // The overlapped resident kernel applies the bias and row broadcast only, and the overlapped
+  // staged kernels no residual (W1 v20): a config written with overlap=1 is refused for more, the
+  // chooser's pick runs without the overlap (and so with even columns).
   if (cfg.overlap && fused && (args.activation != Activation::kNone || args.residual != nullptr)) {
     if (forced)
       return Status::Invalid("fp8_gemm: overlap=1 with a fused epilogue applies the bias and row broadcast only "
                              "(no activation or residual); config " + cfg.to_string());
     cfg.overlap = false;
+  }
+  if (cfg.overlap && staged_epilogue(args) && args.residual != nullptr) {
+    if (forced)
+      return Status::Invalid("fp8_gemm: overlap=1 with per-row scales or FP16 output adds no residual; config " +
+                             cfg.to_string());
+    cfg.overlap = false;
+    cfg.uneven = false;  // compiled with the overlap only
   }
   const int line = fp8::find_fp8_variant(cfg.block_m, cfg.block_n, args.out_type,
                                          fused                    ? fp8::VariantEpilogue::kFused

@@ -85,15 +85,16 @@ struct RegisterSplit {
 // each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
 // kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
 // tensor cores work while the consumers scale, stage and store (Consumer::start). Only where
-// nothing in the epilogue waits or branches per lane while the group is in flight: the plain epilogue
-// without a bias, or the fused one with resident rows and neither activation nor residual
-// (FusedEpilogue::apply_overlapped); no split-K fix-up (the launcher refuses splits), single
-// CTAs. A divergent path with a wgmma group in flight makes ptxas serialize every wgmma of the
-// kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is issued by a predicated
-// instruction.
+// nothing in the epilogue waits or branches per lane while the group is in flight: the plain
+// epilogue; the staged one without a residual, whose operands are waited for before the group is
+// issued and released by every thread without a branch (W1 v20); or the fused one with resident
+// rows and neither activation nor residual (FusedEpilogue::apply_overlapped). No split-K fix-up
+// (the launcher refuses splits), single CTAs. A divergent path with a wgmma group in flight makes
+// ptxas serialize every wgmma of the kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is
+// issued by a predicated instruction.
 // kUneven_: uneven columns (gemm::UnevenColumnLayout): tiles of 256 and 240 columns, so that the
 // tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
-// overlapped 256-wide tile promoting every two K blocks, BF16 out, plain without a bias.
+// overlapped 256-wide tile promoting every two K blocks, BF16 out, plain or staged.
 // kOutFp16_: 16-bit outputs in FP16 instead of BF16 (the staged epilogue only).
 // kEpiSlots_: epilogue staging slots per consumer warpgroup (EpilogueStaging); a family whose
 // stages carry more (the block-scaled A scales) may trade one for a stage.
@@ -119,10 +120,10 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr bool kOverlapEpilogue = kOverlap_;
   static constexpr bool kUneven = kUneven_;
   static_assert(!kUneven_ || (kOverlap_ && kBlockN_ == 256 && kPromoteEvery_ == 2 && kBlockM_ == 128 && !kOutFp32_ &&
-                              !kFused_ && !kStaged_ && kClusterM_ == 1),
-                "uneven columns: the overlapped 256-wide tile, promote=2, BF16 out, plain without a bias");
-  static_assert(!kOverlap_ || (kClusterM_ == 1 && (kFused_ ? kResidentRows_ > 0 : !kStaged_)),
-                "the overlapped epilogue: plain and unstaged, or fused with resident rows; single CTAs");
+                              !kFused_ && kClusterM_ == 1),
+                "uneven columns: the overlapped 256-wide tile, promote=2, BF16 out, plain or staged");
+  static_assert(!kOverlap_ || (kClusterM_ == 1 && (!kFused_ || kResidentRows_ > 0)),
+                "the overlapped epilogue: plain, staged, or fused with resident rows; single CTAs");
   static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
