@@ -141,9 +141,9 @@ TEST(Fp8Config, LeadIsGone) {
   EXPECT_EQ(parse_fp8_config("bn=256,promote=2,lead=1", &c).code(), StatusCode::kInvalidArgument);
 }
 
-// The overlapped epilogue: compiled for bn=256 promote=2 (BF16 out) and bn=128 promote=1, plain
-// epilogue, unsplit; the chooser takes it where it was measured to win, and a candidate whose
-// output or epilogue has no overlapped twin runs without it.
+// The overlapped epilogue: compiled for bn=256 promote=2 (BF16 out; plain and staged, W1 v20) and
+// bn=128 promote=1 (plain), unsplit; the chooser takes it where it was measured to win, and a
+// candidate whose output or epilogue has no overlapped twin runs without it.
 TEST(Fp8Config, OverlappedEpilogue) {
   Fp8GemmConfig c;
   ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1", &c).ok());
@@ -151,7 +151,9 @@ TEST(Fp8Config, OverlappedEpilogue) {
   EXPECT_NE(c.to_string().find("overlap=1"), std::string::npos) << c.to_string();
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, false));
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, true));  // FP32 out
-  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false));
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false));   // a bias, per-row scales
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false, true));  // FP16 out
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kFused, false));
   Fp8GemmConfig usable = c;
   ASSERT_TRUE(fp8::fp8_usable_config(&usable, Fp8EpilogueKind::kPlain, true));
   EXPECT_FALSE(usable.overlap);
@@ -162,6 +164,11 @@ TEST(Fp8Config, OverlappedEpilogue) {
   }
   ASSERT_TRUE(parse_fp8_config("bn=128,overlap=1", &c).ok());
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, true));
+  // Its staged twin tied at M <= 128 and is not compiled (W1 v20): the pick runs without overlap.
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, false));
+  usable = c;
+  ASSERT_TRUE(fp8::fp8_usable_config(&usable, Fp8EpilogueKind::kBias, false));
+  EXPECT_FALSE(usable.overlap);
   EXPECT_EQ(parse_fp8_config("bn=128,overlap=2", &c).code(), StatusCode::kInvalidArgument);
 
   // M = 4096: the 256-wide tile, overlapped; W1's square shapes too (8192^3 went from the 176-wide
@@ -240,7 +247,8 @@ TEST(Fp8Config, UnevenColumnLayout) {
   EXPECT_NE(c.to_string().find("uneven=1"), std::string::npos);
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain, /*out_fp32=*/true));
-  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));
+  EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias));  // the staged twin (W1 v20)
+  EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kBias, /*out_fp32=*/false, /*out_fp16=*/true));
   c.overlap = false;
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   EXPECT_FALSE(parse_fp8_config("bn=256,uneven=2", &c).ok());
