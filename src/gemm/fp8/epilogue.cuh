@@ -34,7 +34,6 @@ namespace lowbit::fp8 {
 // kernel's wgmmas (docs/perf.md W1 v20).
 template <class T>
 struct StagedEpilogueOperands {
-
   // Whether any operand is staged per unit (else nothing is loaded and nothing waits).
   __device__ __forceinline__ static bool any(const Fp8KernelParams& p) {
     return p.epi.bias != nullptr || p.epi.col_scale != nullptr;
@@ -125,8 +124,8 @@ struct Fp8Epilogue {
 
   // The staged epilogue's per-token scales of this thread's two fragment rows (16w + l/4 and 8
   // below), ones where there are none. Loaded before the unit's mainloop and first used in its
-  // epilogue (apply multiplies them by alpha), so the loads land under the mainloop; scaled here,
-  // the multiply waited for them before the mainloop started (docs/perf.md W1 v20). Rows past M
+  // epilogue (apply multiplies them by alpha), so the loads land under the mainloop; multiplied
+  // here, they were waited for before the mainloop started (docs/perf.md W1 v20). Rows past M
   // read nothing (their outputs are clipped).
   __device__ __forceinline__ static float2 row_scales(const Fp8KernelParams& p, const gemm::WorkUnit& w,
                                                       int consumer_wg) {
@@ -140,7 +139,7 @@ struct Fp8Epilogue {
   }
 
   // The element math, reading the staged bias and per-channel scales (StagedEpilogueOperands::wait
-  // first); `rows` is row_scales' (staged variants; ignored by the others).
+  // first); `token_scales` is row_scales' (staged variants; the others apply alpha alone).
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
                                                const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
                                                float2 token_scales, float (&acc)[T::kBlockN / 2]) {

@@ -87,7 +87,7 @@ struct RegisterSplit {
 // tensor cores work while the consumers scale, stage and store (Consumer::start). Only where
 // nothing in the epilogue waits or branches per lane while the group is in flight: the plain
 // epilogue; the staged one without a residual, whose operands are waited for before the group is
-// issued and released by every thread without a branch (W1 v20); or the fused one with resident
+// issued and released by a predicated arrive (W1 v20); or the fused one with resident
 // rows and neither activation nor residual (FusedEpilogue::apply_overlapped). No split-K fix-up
 // (the launcher refuses splits), single CTAs. A divergent path with a wgmma group in flight makes
 // ptxas serialize every wgmma of the kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is
