@@ -1,7 +1,8 @@
 // lowbit-bench: times lowbit kernels against same-process baselines on the same inputs.
-//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
+//   lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|W7-fp8|W7-held|BS-grouped|BS-dense] [--shape MxNxK ...] [--config bn=128,splits=2]
 //                [--out bf16|fp16|fp32] [--bias] [--rowwise] [--samples N] [--seed N] [--json FILE] [--explain]
 //                [--no-baseline] [--list] [--alt CONFIG]...  (alternates timed interleaved with the rest)
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -93,6 +94,25 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     for (int64_t m : ms)
       for (const auto& p : nk) v.push_back({"W1-llm", m, p[0], p[1]});
   }
+  // W7, the models suite (shared/workloads.md), on the dense FP8 GEMM (per-tensor, or --rowwise):
+  // the q/k/v, o, gate/up and down projections of Llama-3.1-8B, Llama-3.1-70B and Qwen2.5-72B
+  // (which shares the 70B's attention shapes) and DeepSeek-V3's six dense pairs, at every batch an
+  // engine sees. W7-held: models in no suite, never tuned on, reported apart (Qwen2.5-7B,
+  // Qwen2.5-14B, Gemma-2-9B).
+  if (suite == "W7-fp8" || suite == "W7-held") {
+    const int64_t ms[] = {1, 16, 64, 256, 1024, 4096};
+    const std::vector<std::array<int64_t, 2>> models = {
+        {6144, 4096},  {4096, 4096},  {28672, 4096}, {4096, 14336},                 // Llama-3.1-8B
+        {10240, 8192}, {8192, 8192},  {57344, 8192}, {8192, 28672},                 // Llama-3.1-70B
+        {59136, 8192}, {8192, 29568},                                               // Qwen2.5-72B's MLP
+        {2112, 7168},  {24576, 1536}, {32768, 512},  {7168, 16384}, {4096, 7168}, {7168, 2048}};  // DeepSeek-V3
+    const std::vector<std::array<int64_t, 2>> held = {
+        {4608, 3584}, {3584, 3584}, {37888, 3584}, {3584, 18944},  // Qwen2.5-7B
+        {7168, 5120}, {5120, 5120}, {27648, 5120}, {5120, 13824},  // Qwen2.5-14B
+        {8192, 3584}, {3584, 4096}, {28672, 3584}, {3584, 14336}};  // Gemma-2-9B
+    for (int64_t m : ms)
+      for (const auto& p : suite == "W7-fp8" ? models : held) v.push_back({suite, m, p[0], p[1]});
+  }
   return v;
 }
 
@@ -137,16 +157,17 @@ const char* baseline_name(const std::string& suite, const Options& opt) {
 // The shapes main hands to run_fp8_shape, the dense FP8 GEMM: the only kernel here with FP16
 // output and per-row scales.
 bool dense_fp8(const Shape& sh, const Options& opt) {
-  return sh.suite == "W1-square" || sh.suite == "W1-llm" || (sh.suite == "custom" && opt.sparse.empty());
+  return sh.suite == "W1-square" || sh.suite == "W1-llm" || sh.suite == "W7-fp8" || sh.suite == "W7-held" ||
+         (sh.suite == "custom" && opt.sparse.empty());
 }
 
 const char* out_name(OutType t) { return t == OutType::kFP32 ? "fp32" : t == OutType::kFP16 ? "fp16" : "bf16"; }
 
 void usage() {
   std::printf(
-      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk] | GxMxNxK (grouped)]... [--config bn=128,splits=1,group=8,grid=0]\n"
-      "             [--out bf16|fp16|fp32 (fp16: W1 and custom dense shapes)] [--bias] [--samples N>=50] [--seed N]\n"
-      "             [--rowwise (W1 and custom dense shapes: random per-token x per-channel scales, against cuBLASLt's\n"
+      "lowbit-bench [--suite default|W1-square|W1-llm|W2|W3|W3-fp8|W3-f16|W4|W5|W6|W7-fp8|W7-held|BS-grouped|BS-dense] [--shape MxNxK[/experts/topk] | GxMxNxK (grouped)]... [--config bn=128,splits=1,group=8,grid=0]\n"
+      "             [--out bf16|fp16|fp32 (fp16: W1, W7 and custom dense shapes)] [--bias] [--samples N>=50] [--seed N]\n"
+      "             [--rowwise (W1, W7 and custom dense shapes: random per-token x per-channel scales, against cuBLASLt's\n"
       "              outer-vector scaling, as torch._scaled_mm's rowwise)] [--json FILE] [--explain]\n"
       "             [--no-baseline] [--list] [--alt CONFIG (not W6)]... [--sparse e4m3|f16 (custom shapes: the 2:4 GEMM)]\n"
       "             [--fast-accum (W3 E4M3: the reported and --alt configs accumulate in the tensor cores)]\n"
@@ -241,8 +262,8 @@ int main(int argc, char** argv) {
     for (const auto& sh : shapes) {
       if (dense_fp8(sh, opt)) continue;
       std::fprintf(stderr,
-                   "--rowwise and --out fp16 apply to the dense FP8 GEMM only (--suite W1-square or W1-llm, or "
-                   "--shape MxNxK), not to %s %lldx%lldx%lld\n",
+                   "--rowwise and --out fp16 apply to the dense FP8 GEMM only (--suite W1-square, W1-llm, W7-fp8 or "
+                   "W7-held, or --shape MxNxK), not to %s %lldx%lldx%lld\n",
                    sh.suite.c_str(), (long long)sh.m, (long long)sh.n, (long long)sh.k);
       return 2;
     }
