@@ -104,7 +104,7 @@ struct Fp8GemmConfig {
   // waves of 132 SMs). Compiled for bn=256, promote=2, overlap=1, BF16 out, the plain epilogue
   // and the staged one without a residual; N must be one that 240- and 256-wide tiles cover
   // exactly (every N >= 3360, or 240k..256k for a smaller k). The chooser takes it where its model
-  // says it fills the waves better (docs/perf.md W1 session 27).
+  // says it fills the waves better (docs/perf.md W1 v13).
   bool uneven = false;
   // Split K: 1 reduces a tile's splits within a cluster of `splits` CTAs through distributed shared
   // memory (no workspace; compiled for the 64-wide tiles with BF16 out, the plain and bias
