@@ -365,6 +365,32 @@ TEST(Fp8Config, PromoteEveryTwo) {
   }
 }
 
+// The tile classes' measured rates (docs/perf.md W1 v21): the 128-wide tile promoting every K block
+// runs faster per FLOP than promoting every two and about as fast as the overlapped 256-wide tile, so
+// it takes the middle of M where its rounds fit; the large-M picks stay; a family passes its own rates.
+TEST(Fp8Config, TileRatesAsMeasured) {
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  // 1024 x 10240 x 8192: 129.3 us promoting every block against 139.0 every two (call 139).
+  EXPECT_EQ(best(1024, 10240, 8192).block_n, 128);
+  EXPECT_EQ(best(1024, 10240, 8192).promote_every, 1) << best(1024, 10240, 8192).to_string();
+  // 512 x 2112 x 7168: the unsplit 128 x 64 tile (14.5 us) ahead of the 176-wide split in two (20.7).
+  EXPECT_EQ(best(512, 2112, 7168).block_n, 64) << best(512, 2112, 7168).to_string();
+  EXPECT_EQ(best(512, 2112, 7168).splits, 1);
+  // 2048 x 9216 x 7168: 78 units of 128 x 256 in one round; with the last unit's epilogue unhidden
+  // the 128-wide tile's 1.2 rounds of 576 units go ahead (212.8 against 224.6 us).
+  EXPECT_EQ(best(2048, 9216, 7168).block_n, 128) << best(2048, 9216, 7168).to_string();
+  // Where the overlapped 256-wide tile measured best, it stays (calls 139-140, W1).
+  for (const auto& shape : {std::array<int64_t, 3>{4096, 8192, 8192}, {2048, 10240, 8192}, {1024, 32768, 6144}}) {
+    const auto c = best(shape[0], shape[1], shape[2]);
+    EXPECT_TRUE(c.block_n == 256 && c.overlap) << c.to_string();
+  }
+  // A family's own rates replace the per-tensor ones: with every class at one rate, the 128-wide
+  // tile loses its lead at 1024 x 10240 x 8192.
+  fp8::Fp8ScoreOptions flat;
+  flat.tile_efficiency = [](int, int, int) { return 0.5; };
+  EXPECT_NE(fp8::score_fp8_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
+}
+
 TEST(Fp8Config, WorkspaceSize) {
   Fp8GemmConfig c;
   c.block_n = 128;

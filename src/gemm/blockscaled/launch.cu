@@ -125,6 +125,13 @@ bool full_wave_of_short_tiles(int64_t m, int64_t n, int64_t k, int sms, const Fp
   const int64_t units = (m + c.block_m - 1) / c.block_m * ((n + c.block_n - 1) / c.block_n);
   return units <= sms && 10 * units >= 8 * static_cast<int64_t>(sms);
 }
+// The tensor rate per tile class that the block-scaled picks were tuned with (block-scaled v4-v18
+// against DeepGEMM): the per-tensor kernels' rates before W1 v21. The block-scaled kernels promote
+// every K block with two scales and have their own K loop; their classes were not re-measured.
+double bs_tile_efficiency(int block_m, int block_n, int /*promote_every*/) {
+  if (block_m == 64) return 0.40;
+  return block_n == 64 ? 0.50 : 0.80;
+}
 // The model's candidates over the MODEL tiles, or the WAVE tiles (variants.def).
 std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int sms, OutType out,
                                            const ClusterCapacity& capacity, bool wave_only) {
@@ -139,6 +146,7 @@ std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int 
   o.cluster_splits = tiles.cluster_splits;
   o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
   o.capacity = capacity;
+  o.tile_efficiency = bs_tile_efficiency;
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }
 // What the last wave of the model's first choice that the call can run (`runs`: its split-K

@@ -45,11 +45,23 @@ constexpr double kFullBandwidthShare = 0.5;
 // ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
 // instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
 // last wave empty (4096 x 7168 x 16384: 751 vs 781 us; 8192^3: 904 vs 928) and loses on short K.
+// W1 v21 measured every class again on today's kernels (calls 139-140: 109 shapes, M = 256 ... 4096,
+// each compiled tile timed beside the pick). Per K block of 128 x 128 output, over unsplit units
+// that fill at least a wave, relative to the overlapped 256-wide tile (kOverlapEfficiency): the
+// 128-wide tile promoting every block 0.953, every two blocks 0.879 (its double-buffered mainloop is
+// the per-block one: promoting every two ran 4-10% slower at every M); 176-wide 0.948; 192-wide
+// 0.909; 128 x 64 0.666. The 64-row tiles and the wide tiles promoting every block were not
+// re-measured.
 double tile_efficiency(int block_m, int block_n, int promote_every) {
   if (block_m == 64) return 0.40;  // one consumer warpgroup: nobody's MMAs cover its promotion adds
-  if (block_n == 64) return 0.50;
-  if (promote_every != 2) return 0.80;
-  return block_n == 176 ? 0.963 : 0.93;
+  if (block_n == 64) return 0.666;
+  if (promote_every != 2) return block_n == 128 ? 0.953 : 0.80;
+  switch (block_n) {
+    case 128: return 0.879;
+    case 176: return 0.948;
+    case 192: return 0.909;
+    default: return 0.93;
+  }
 }
 // Fraction of the DRAM bandwidth a tile streams at small M: the double-buffered tiles (64, 128)
 // keep a K block queued while they promote; the serial ones (192, 256) do not. Measured: 64 x
@@ -70,6 +82,10 @@ bool overlap_pays(int block_m, int block_n, int promote_every, int splits, int64
 // epilogue (1.5 us without).
 constexpr double kOverlapEfficiency = 0.963;
 constexpr double kOverlapUnitOverheadUs = 0.3;
+// A CTA's last unit has no next unit to hide its epilogue under: it pays the plain overhead once
+// (W1 v21: in one or two rounds the overlapped tile's overhead per round fits 1.9-2.2 us, against
+// 0.8 at M >= 2048).
+constexpr double kOverlapLastUnitUs = kUnitOverheadUs - kOverlapUnitOverheadUs;
 }  // namespace model
 
 // A grid that gives every CTA the same number of units, where the last round would be partial
@@ -268,11 +284,13 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const double unit_flops = 2.0 * work_rows * v.block_n * 128.0 * unit_kb;
       const bool overlap = model::overlap_pays(v.block_m, v.block_n, promote, splits, m);
       const bool overlap_256 = overlap && v.block_n == 256;
+      const auto tile_efficiency = options.tile_efficiency ? options.tile_efficiency : model::tile_efficiency;
       const double efficiency =
-          overlap_256 ? model::kOverlapEfficiency : model::tile_efficiency(work_rows, v.block_n, promote);
+          overlap_256 ? model::kOverlapEfficiency : tile_efficiency(work_rows, v.block_n, promote);
       const double unit_us = unit_flops / (model::kFp8TflopsPerSm * efficiency * 1e6);
       c.t_compute_us =
-          rounds * (unit_us + (overlap_256 ? model::kOverlapUnitOverheadUs : model::kUnitOverheadUs));
+          rounds * (unit_us + (overlap_256 ? model::kOverlapUnitOverheadUs : model::kUnitOverheadUs)) +
+          (overlap_256 ? model::kOverlapLastUnitUs : 0.0);
       const double out_bytes = static_cast<double>(m) * n * 2.0;
       const double partial_bytes =
           splits > 1 && !in_cluster ? 2.0 * tiles * splits * v.block_m * v.block_n * 4.0 : 0.0;
@@ -331,7 +349,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         u.units = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(tiles_m) * uneven_tn, INT_MAX / 32));
         u.waves = static_cast<double>(u.units) / sm_count;
         const double width = static_cast<double>(n) / uneven_tn;
-        u.t_compute_us = std::ceil(u.waves) * (unit_us * width / v.block_n + model::kOverlapUnitOverheadUs);
+        u.t_compute_us = std::ceil(u.waves) * (unit_us * width / v.block_n + model::kOverlapUnitOverheadUs) +
+                         model::kOverlapLastUnitUs;
         // Whole waves: the balanced grid's case never arises (and the layout spreads the wide
         // tiles over one CTA per SM).
         u.t_total_us = std::max({u.t_compute_us, u.t_memory_us, u.t_stream_us});

@@ -41,6 +41,9 @@ struct Fp8ScoreOptions {
   const int* cluster_splits = nullptr;
   double cluster_fixup_us = 0.0;
   gemm::ClusterCapacity capacity;
+  // The fraction of the nominal tensor rate each tile class sustains in the family's kernels, by
+  // (working rows, block_n, promote_every) (null: the per-tensor kernels', model::tile_efficiency).
+  double (*tile_efficiency)(int block_m, int block_n, int promote_every) = nullptr;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
