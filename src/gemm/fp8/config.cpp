@@ -49,7 +49,7 @@ constexpr double kFullBandwidthShare = 0.5;
 // each compiled tile timed beside the pick). Per K block of 128 x 128 output, over unsplit units
 // that fill at least a wave, relative to the overlapped 256-wide tile (kOverlapEfficiency): the
 // 128-wide tile promoting every block 0.953, every two blocks 0.879 (its double-buffered mainloop is
-// the per-block one: promoting every two ran 4-10% slower at every M); 176-wide 0.948; 192-wide
+// the per-block one: promoting every two ran 6-13% slower, median by M); 176-wide 0.948; 192-wide
 // 0.909; 128 x 64 0.666. The 64-row tiles and the wide tiles promoting every block were not
 // re-measured.
 double tile_efficiency(int block_m, int block_n, int promote_every) {
