@@ -24,23 +24,23 @@ constexpr double kFp8TflopsPerSm = 1979.0 / 132.0;  // nominal, per SM
 constexpr double kDramTBs = 3.0;
 constexpr double kUnitOverheadUs = 1.5;  // pipeline fill + epilogue not hidden behind the next unit
 // What one CTA streams at most: ~200 KB in flight (the ring) over DRAM latency under load.
-// Measured (session 11, 64-row tiles, K = 7168): 917 KB per CTA in 12-13 us whether 64 or 128
+// Measured (W1 v7, 64-row tiles, K = 7168): 917 KB per CTA in 12-13 us whether 64 or 128
 // CTAs ran (64 x 4096: 14.0 us, 128 x 4096: 13.9, 128 x 2112 without a split: 12.7).
 constexpr double kSmStreamGBs = 75.0;
-// The last split's extra latency: store its partial, count in, read the others back. Session 11:
+// The last split's extra latency: store its partial, count in, read the others back. W1 v7:
 // 64-row tiles at 64 x 4096 x 7168 ran 14.0 us unsplit on 64 SMs and 15.0 split in two on 128.
 constexpr double kSplitFixupUs = 1.5;
-// The share of SMs that, streaming, already saturate DRAM. Session 11: 64 CTAs (0.48 of the SMs)
+// The share of SMs that, streaming, already saturate DRAM. W1 v7: 64 CTAs (0.48 of the SMs)
 // pulled 30 MB in 13.7 us at 64 x 4096 x 7168 (2.2 TB/s with launch and fill), no slower than 128
 // split units; 0.7 before made the chooser split K there for a 7% loss.
 constexpr double kFullBandwidthShare = 0.5;
-// Measured 2026-11-22, session 6 (docs/perf.md W1 v4): at M = 4096, once wave quantization is
-// counted, 128-, 192- and 256-wide tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 /
-// 225 us for 8 / 9 / 8 tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 /
-// 4.5 / 6). The narrow tile pays its promotion adds over fewer MMAs.
-// Session 8 (W1 v5): with promotion every two K blocks the 128/192/256 tiles run 7-16% faster at
+// docs/perf.md W1 v4: at M = 4096, once wave quantization is counted, 128-, 192- and 256-wide
+// tiles sustain the same tensor rate (4096x4096x7168: 221 / 247 / 225 us for 8 / 9 / 8
+// tile-rounds of 128x128 work; 4096x2112x7168: 134 / 120 / 162 us for 5 / 4.5 / 6). The narrow
+// tile pays its promotion adds over fewer MMAs.
+// W1 v5: with promotion every two K blocks the 128/192/256 tiles run 7-16% faster at
 // M = 4096, depending on the board (4096x8192x8192 bn=256: 537 -> 462 us and 519 -> 481 us).
-// Session 9 (128 x 176 tiles): per tile round, t = c * K + overhead fits every measured shape to
+// W1 v6 (128 x 176 tiles): per tile round, t = c * K + overhead fits every measured shape to
 // ~3% (H100, promote=2): bn=256 c = 6.71 ns per K, 1.7 us; bn=176 4.45 ns, 2.1 us; bn=192 ~5.12
 // ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
 // instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
@@ -77,7 +77,7 @@ bool overlap_pays(int block_m, int block_n, int promote_every, int splits, int64
   if (block_m != 128 || splits != 1) return false;
   return (block_n == 256 && promote_every == 2 && m > 64) || (block_n == 128 && promote_every == 1 && m <= 128);
 }
-// The overlapped 256-wide tile, fitted at M = 4096 and 8192 (session 24): per round it runs like
+// The overlapped 256-wide tile, fitted at M = 4096 and 8192 (W1 v11): per round it runs like
 // the 176-wide tile's mainloop (0.963 of the model's rate) and hides all but ~0.3 us of its
 // epilogue (1.5 us without).
 constexpr double kOverlapEfficiency = 0.963;
@@ -91,7 +91,7 @@ constexpr double kOverlapLastUnitUs = kUnitOverheadUs - kOverlapUnitOverheadUs;
 // A grid that gives every CTA the same number of units, where the last round would be partial
 // and units are long (at least 32 K blocks): ceil(units / rounds) CTAs run the same rounds as one
 // per SM, without a last round that leaves some SMs idle. Measured against one CTA per SM
-// (docs/perf.md W1 session 25, same process): 8192^3 1.004-1.014 (four runs), 4096 x 8192 x 8192
+// (docs/perf.md W1 v12, same process): 8192^3 1.004-1.014 (four runs), 4096 x 8192 x 8192
 // 0.999-1.008, 4096 x 4096 x 7168 and 4096 x 7168 x 16384 1.002-1.003, the 2:4 sparse kernel
 // 1.009; short units lose (4096 x 24576 x 1536 0.972, 4096 x 32768 x 512 0.982), and so did the
 // 176-wide tile at 4096 x 2112 x 7168 (0.995, three rounds), so the choosers apply it to the
@@ -257,8 +257,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       if (splits > 1 && units > 2 * sm_count) break;
       // The 64 x 112 tile only where it was measured to win: two tile rows (64 < M <= 128) whose
       // unsplit tiles fill 90-100% of one wave, e.g. N = 7168 (128 units where 128 x 64 tiles give
-      // 112). At 64 x 24576 x 1536 and 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, session 22);
-      // elsewhere it is unmeasured.
+      // 112). At 64 x 24576 x 1536 and 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what
+      // cuBLASLt runs, and a 64 x 112 tile"); elsewhere it is unmeasured.
       if (v.block_n == 112 && !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
         continue;
       Fp8Candidate c;
@@ -323,8 +323,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
       c.config.reason = reason;
-      // (It replaced the staggered consumers, lead=1, removed in session 24: at 4096 x 32768 x 512
-      // it ran 157.1 us against the lead's 167.2, docs/perf.md W1 v11.)
+      // (It replaced the staggered consumers, lead=1, removed in docs/perf.md W1 v11: at
+      // 4096 x 32768 x 512 it ran 157.1 us against the lead's 167.2.)
       if (overlap) {
         c.config.overlap = true;
         c.config.reason += "; overlap=1 (the next unit's first MMAs run under the epilogue)";
@@ -339,7 +339,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // with the tiles' mean width (a 240-column tile costs 15/16 of a 256-column one: the wgmma
       // rate is linear in N) and its own rounds.
       // Long units only (as the balanced grid): on short K the kernel streams its output and the
-      // twin ran 2-3% slower (4096 x 24576 x 1536, 4096 x 32768 x 512; docs/perf.md W1 session 27).
+      // twin ran 2-3% slower (4096 x 24576 x 1536, 4096 x 32768 x 512; docs/perf.md W1 v13).
       const int uneven_tn = overlap_256 && splits == 1 && unit_kb >= 32
                                 ? fp8_uneven_tiles_n(m, n, v.block_m, v.block_n, sm_count)
                                 : 0;
@@ -383,14 +383,15 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       return a.t_total_us < b.t_total_us;
     // Bandwidth-bound ties go to more units first (more SMs streaming): at 64 x 24576 x 1536 the
     // 64 x 112 tile (220 units) tied the 64 x 64 one (384) in the model and ran 2-3% slower
-    // (session 22, three interleaved rounds).
+    // (docs/perf.md W1, the 64 x 112 tile; three interleaved rounds).
     if (a.bound[0] != 't' && b.bound[0] != 't' && a.units != b.units) return a.units > b.units;
     // The same width and units in another ring: at M <= 64 the 128-row tile (an A box of at most
     // 64 rows, 8 stages at bn = 64) and the 64-row tile (13 stages) do the same work. DRAM-bound, the
     // 128-row tile ran faster (64 x 7168 x 16384: 44.0 vs 45.3 us; 64 x 24576 x 1536: 16.9 vs
     // 17.1; 64 x 7168 x 2048: 8.3 vs 8.4); with few units, each CTA's own stream binding, the
     // deeper ring did (64 x 4096 x 7168: 13.7 vs 14.4), two interleaved rounds each
-    // (docs/perf.md W1, session 23). Elsewhere (unmeasured) the deeper ring, as before.
+    // (docs/perf.md W1, "small-M tile ties by what binds"). Elsewhere (unmeasured) the deeper
+    // ring, as before.
     if (a.config.block_n == b.config.block_n && a.units == b.units && a.config.block_m != b.config.block_m &&
         std::strcmp(a.bound, b.bound) == 0)
       return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
