@@ -7,5 +7,9 @@
 namespace lowbit::bench {
 
 cudaError_t launch_empty_like_gemm(cudaStream_t stream);
+// The same launch with fewer parameter bytes, to see what the parameters cost: the four tensor
+// maps alone (512 B), and one pointer (8 B).
+cudaError_t launch_empty_maps_only(cudaStream_t stream);
+cudaError_t launch_empty_one_pointer(cudaStream_t stream);
 
 }  // namespace lowbit::bench
