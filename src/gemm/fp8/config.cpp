@@ -45,8 +45,8 @@ constexpr double kFullBandwidthShare = 0.5;
 // ns. Per FLOP the 176 mainloop runs 3.5% faster than 256's (5 stages instead of 4, one partial
 // instead of two parts) and pays more per tile, so it wins on long K and where 256 leaves the
 // last wave empty (4096 x 7168 x 16384: 751 vs 781 us; 8192^3: 904 vs 928) and loses on short K.
-// W1 v21 measured every class again on today's kernels (calls 139-140: 109 shapes, M = 256 ... 4096,
-// each compiled tile timed beside the pick). Per K block of 128 x 128 output, over unsplit units
+// W1 v21 measured every class again on the kernels of W1 v20 (109 shapes, M = 256 ... 4096, each
+// compiled tile timed beside the pick). Per K block of 128 x 128 output, over unsplit units
 // that fill at least a wave, relative to the overlapped 256-wide tile (kOverlapEfficiency): the
 // 128-wide tile promoting every block 0.953, every two blocks 0.879 (its double-buffered mainloop is
 // the per-block one: promoting every two ran 6-13% slower, median by M); 176-wide 0.948; 192-wide
