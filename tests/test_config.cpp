@@ -14,6 +14,7 @@
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
+#include "gemm/launch_common.h"
 #include "lowbit/gemm.h"
 
 using namespace lowbit;
@@ -389,6 +390,34 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   fp8::Fp8ScoreOptions flat;
   flat.tile_efficiency = [](int, int, int) { return 0.5; };
   EXPECT_NE(fp8::score_fp8_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
+}
+
+// Split only the last wave (Fp8GemmConfig::head_cols, docs/perf.md W1 v22): parsed and printed,
+// the workspace sized for the tail's tiles, candidates whose head covers the whole waves' worth of
+// tile columns, none over two tile rows or fewer, and none for a family that sets `heads` false.
+TEST(Fp8Config, SplitTailHead) {
+  Fp8GemmConfig c;
+  ASSERT_TRUE(parse_fp8_config("bn=128,splits=5,head=33", &c).ok());
+  EXPECT_EQ(c.head_cols, 33);
+  EXPECT_NE(c.to_string().find("head=33"), std::string::npos) << c.to_string();
+  // 1024 x 4608: 8 x 36 tiles of 128; the tail is 8 x 3 tiles, split 5 ways.
+  EXPECT_EQ(fp8_gemm_workspace_size(1024, 4608, 8192, c), gemm::split_k_workspace_bytes(24, 5, 128, 128));
+  c.head_cols = 0;
+  EXPECT_EQ(fp8_gemm_workspace_size(1024, 4608, 8192, c), gemm::split_k_workspace_bytes(288, 5, 128, 128));
+  int heads = 0;
+  for (const auto& cand : fp8::score_fp8_candidates(1024, 4608, 8192, 132)) {
+    if (cand.config.head_cols == 0) continue;
+    ++heads;
+    const int64_t tiles_m = 8, tiles_n = (4608 + cand.config.block_n - 1) / cand.config.block_n;
+    EXPECT_EQ(cand.config.head_cols, tiles_m * tiles_n / 132 * 132 / tiles_m) << cand.config.to_string();
+    EXPECT_GE(cand.config.splits, 2);
+    EXPECT_FALSE(cand.config.overlap || cand.config.uneven);
+  }
+  EXPECT_GT(heads, 0);
+  for (const auto& cand : fp8::score_fp8_candidates(256, 28672, 4096, 132)) EXPECT_EQ(cand.config.head_cols, 0);
+  fp8::Fp8ScoreOptions none;
+  none.heads = false;
+  for (const auto& cand : fp8::score_fp8_candidates(1024, 4608, 8192, 132, none)) EXPECT_EQ(cand.config.head_cols, 0);
 }
 
 TEST(Fp8Config, WorkspaceSize) {

@@ -650,6 +650,63 @@ TEST_F(Fp8GemmGpu, UnevenColumnsRejectWhatTheyCannotRun) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+// Split only the last wave (Fp8GemmConfig::head_cols, docs/perf.md W1 v22): the head's tile
+// columns in one launch, the rest split in a second that writes its own columns of D (its B rows,
+// bias and per-channel scales offset, D's row pitch the call's). Every element checked, exact on
+// small integers: a head of one column and of all but one, a partial last column (N = 1008),
+// 64- to 192-wide tiles, both promotions, splits of 2 to 4, small grids (many units a CTA), one
+// tile row, and the bias and per-row scales through the staged epilogue; FP32 and FP16 out.
+TEST_F(Fp8GemmGpu, SplitTailExact) {
+  for (int64_t m : {1, 300})
+    for (const char* cfg : {"bn=128,splits=2,head=5", "bn=128,splits=3,head=1", "bn=128,splits=2,head=7",
+                            "bn=64,splits=2,head=9", "bn=176,promote=2,splits=2,head=3", "bn=192,splits=4,head=2",
+                            "bn=128,splits=2,head=4,grid=3,group=1", "bn=128,promote=2,splits=2,head=6,grid=5"})
+      for (int ops = 0; ops <= 3; ++ops) {
+        Case c{m, 1008, 400, OutType::kBF16, (ops & 1) != 0, Inputs::kSmallInts, cfg};
+        c.row_scales = (ops & 2) != 0;
+        expect_exact(c);
+      }
+  expect_exact({300, 1008, 400, OutType::kFP32, false, Inputs::kSmallInts, "bn=128,splits=2,head=5"});
+  expect_exact({300, 1008, 400, OutType::kFP32, true, Inputs::kSmallInts, "bn=128,splits=3,head=2"});
+  {
+    Case c{300, 1008, 400, OutType::kFP16, true, Inputs::kSmallInts, "bn=128,splits=2,head=5"};
+    expect_exact(c);
+  }
+  expect_exact({1000, 4608, 1280, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,splits=5,head=33"});
+  expect_close({1024, 4608, 8192, OutType::kBF16, false, Inputs::kUniform, "bn=128,splits=5,head=33"});
+  expect_close({1024, 4608, 8192, OutType::kBF16, false, Inputs::kUniform, nullptr});
+  {
+    Case c{1024, 4608, 8192, OutType::kBF16, true, Inputs::kUniform, nullptr};
+    c.row_scales = true;
+    expect_close(c);
+  }
+}
+
+TEST_F(Fp8GemmGpu, SplitTailRejectsWhatItCannotRun) {
+  // N = 256 is two 128-wide tile columns: a head of 2 leaves no tail; no split; the overlapped,
+  // uneven and paired kernels; a cluster reduction.
+  for (const char* bad : {"bn=128,splits=2,head=2", "bn=128,head=1", "bn=256,promote=2,overlap=1,splits=2,head=1",
+                          "bn=128,splits=2,head=1,cluster=2", "bn=64,splits=2,head=1,creduce=1"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  Fp8GemmConfig c;
+  EXPECT_EQ(parse_fp8_config("bn=128,splits=2,head=-1", &c).code(), StatusCode::kInvalidArgument);
+  // A residual (fused epilogue, or beside per-row scales) takes a column range the head cannot split.
+  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 2), R(256 * 256 * 2);
+  Fp8GemmArgs a;
+  a.m = 256;
+  a.n = 256;
+  a.k = 512;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.residual = R.p;
+  ASSERT_TRUE(parse_fp8_config("bn=64,splits=2,head=2", &c).ok());
+  const Status s = fp8_gemm(a, nullptr, &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head"), std::string::npos) << s.message();
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size
 // and left tiles unwritten); the largest one runs, every element checked.
 TEST_F(Fp8GemmGpu, ForcedRasterGroupIsBounded) {

@@ -112,6 +112,15 @@ struct Fp8GemmConfig {
   // cluster wherever compiled. The chooser's pick says which: within a cluster where compiled and
   // the clusters fit in one wave.
   int cluster_reduce = -1;
+  // Split only the last wave: the first `head_cols` tile columns run unsplit in one launch, the
+  // rest (every tile row of the remaining columns) split `splits` ways through the workspace in a
+  // second launch on the same stream. For shapes whose tiles fill 1.3 to 1.8 waves, where an
+  // unsplit last wave leaves SMs idle and splitting every tile costs every tile a fix-up
+  // (docs/perf.md W1 v22). 0 = off; needs splits > 1, 0 < head_cols < the tile columns, no
+  // cluster, overlap, uneven or resident rows, and the plain or staged epilogue (no row broadcast
+  // or residual). The chooser sets it where its model says the two launches beat every one-launch
+  // config.
+  int head_cols = 0;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;
 };
@@ -129,9 +138,10 @@ enum class Fp8EpilogueKind { kPlain, kBias, kFused };
 
 // The configuration lowbit would pick for this shape, epilogue and output type on this device,
 // with its reason (`row_bcast_rows`: the fused call's row-broadcast period, 0 without one). It
-// assumes the
-// workspace its splits need (fp8_gemm_workspace_size); fp8_gemm without a forced config and
-// with less workspace takes the best candidate that fits instead. Refuses shapes fp8_gemm refuses.
+// assumes the workspace its splits need (fp8_gemm_workspace_size); fp8_gemm without a forced
+// config and with less workspace takes the best candidate that fits instead. Its kBias pick may
+// carry a head (Fp8GemmConfig::head_cols), which a call with a residual refuses; fp8_gemm's own
+// pick knows the residual. Refuses shapes fp8_gemm refuses.
 Status choose_fp8_config(int64_t m, int64_t n, int64_t k, Fp8GemmConfig* out,
                          Fp8EpilogueKind epilogue = Fp8EpilogueKind::kPlain, int64_t row_bcast_rows = 0,
                          OutType out_type = OutType::kBF16);

@@ -86,6 +86,11 @@ constexpr double kOverlapUnitOverheadUs = 0.3;
 // (W1 v21: in one or two rounds the overlapped tile's overhead per round fits 1.9-2.2 us, against
 // 0.8 at M >= 2048).
 constexpr double kOverlapLastUnitUs = kUnitOverheadUs - kOverlapUnitOverheadUs;
+// A second launch on the same stream (Fp8GemmConfig::head_cols): the gap between the kernels, the
+// second one's prologue and fill, and A read again. Fitted in the model's own microseconds to the
+// head-against-one-launch ratios of 13 shapes (docs/perf.md W1 v22: 2.0 put a head ahead where it
+// ran 2-7% slower).
+constexpr double kSecondLaunchUs = 6.0;
 }  // namespace model
 
 // A grid that gives every CTA the same number of units, where the last round would be partial
@@ -179,6 +184,9 @@ bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool 
 }
 
 bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
+  // A head's two launches each take a column range of the output: not the fused epilogue's row
+  // broadcast or residual (Fp8GemmConfig::head_cols).
+  if (c->head_cols > 0 && epilogue == Fp8EpilogueKind::kFused) return false;
   if (fp8_config_compiled(*c, epilogue, out_fp32, out_fp16)) return true;
   if (!c->overlap) return false;
   c->overlap = false;
@@ -217,7 +225,7 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
 }
 
 bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType out) {
-  return c.splits > 1 && c.cluster_reduce != 0 &&
+  return c.splits > 1 && c.cluster_reduce != 0 && c.head_cols == 0 &&
          find_fp8_variant(c.block_m, c.block_n, out, variant_epilogue(epilogue), c.cluster, c.promote_every,
                           c.resident_rows, c.overlap, c.uneven, c.splits) >= 0;
 }
@@ -365,6 +373,54 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         out.push_back(u);
       }
     }
+    // Split only the last wave (Fp8GemmConfig::head_cols): the whole waves' worth of tile columns
+    // unsplit, the rest split in a second launch, which pays its start and one fix-up. 128-row
+    // tiles over more than two tile rows (two rows stream B from DRAM: the stream term's regime).
+    const int64_t tiles_m64 = (m + v.block_m - 1) / v.block_m, tiles_n64 = (n + v.block_n - 1) / v.block_n;
+    const int64_t head = v.block_m == 128 && tiles_m64 > 2 && tiles_m64 * tiles_n64 < INT_MAX / 32
+                             ? (tiles_m64 * tiles_n64 / sm_count) * sm_count / tiles_m64
+                             : 0;
+    if (options.heads && head >= 1 && head < tiles_n64) {
+      const int head_tiles = static_cast<int>(tiles_m64 * head);
+      const int tail_tiles = static_cast<int>(tiles_m64 * (tiles_n64 - head));
+      const double efficiency =
+          (options.tile_efficiency ? options.tile_efficiency : model::tile_efficiency)(128, v.block_n, promote);
+      const double rate = model::kFp8TflopsPerSm * efficiency * 1e6;
+      const double head_us = std::ceil(static_cast<double>(head_tiles) / sm_count) *
+                             (2.0 * 128 * v.block_n * 128.0 * groups * promote / rate + model::kUnitOverheadUs);
+      for (int splits = 2; splits <= std::min(groups, 8); ++splits) {
+        const int tail_units = tail_tiles * splits;
+        const int unit_kb = (groups + splits - 1) / splits * promote;
+        Fp8Candidate c;
+        c.config.block_m = 128;
+        c.config.block_n = v.block_n;
+        c.config.stages = v.stages;
+        c.config.splits = splits;
+        c.config.promote_every = promote;
+        c.config.raster_group = raster_group_for(sm_count, 128, v.block_n);
+        c.config.head_cols = static_cast<int>(head);
+        c.units = head_tiles + tail_units;
+        c.waves = static_cast<double>(c.units) / sm_count;
+        c.t_compute_us = head_us +
+                         std::ceil(static_cast<double>(tail_units) / sm_count) *
+                             (2.0 * 128 * v.block_n * 128.0 * unit_kb / rate + model::kUnitOverheadUs) +
+                         model::kSplitFixupUs + model::kSecondLaunchUs;
+        // A is read by both launches; the tail's partials go through the workspace.
+        const double bytes = 2.0 * m * k + static_cast<double>(n) * k + static_cast<double>(m) * n * 2.0 +
+                             2.0 * tail_units * 128.0 * v.block_n * 4.0;
+        c.t_memory_us = bytes / (model::kDramTBs * 1e6 * model::stream_efficiency(v.block_n));
+        c.t_stream_us = 0.0;
+        c.t_total_us = std::max(c.t_compute_us, c.t_memory_us);
+        c.bound = c.t_total_us == c.t_compute_us ? "tensor" : "memory";
+        char reason[200];
+        std::snprintf(reason, sizeof(reason),
+                      "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us; head=%d (the first %d tile "
+                      "columns unsplit, the rest split in a second launch)",
+                      c.units, sm_count, c.waves, c.bound, c.t_total_us, c.config.head_cols, c.config.head_cols);
+        c.config.reason = reason;
+        out.push_back(c);
+      }
+    }
   }
   // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
   // the lower estimate (beyond 1%), then to the wider tile (less L2 traffic per FLOP) -- but not
@@ -414,6 +470,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (overlap) os << ",overlap=1";
   if (uneven) os << ",uneven=1";
   if (cluster_reduce >= 0) os << ",creduce=" << cluster_reduce;
+  if (head_cols > 0) os << ",head=" << head_cols;
   return os.str();
 }
 
@@ -433,13 +490,15 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "overlap" && (value == 0 || value == 1)) c.overlap = value == 1;
     else if (key == "uneven" && (value == 0 || value == 1)) c.uneven = value == 1;
     else if (key == "creduce" && (value == 0 || value == 1)) c.cluster_reduce = value;
+    else if (key == "head" && value >= 0) c.head_cols = value;
+    else if (key == "head") return Status::Invalid("head must be >= 0");
     else if (key == "creduce") return Status::Invalid("creduce must be 0 or 1");
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "uneven") return Status::Invalid("uneven must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
                                 "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, uneven, "
-                                "creduce)");
+                                "creduce, head)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -535,8 +594,12 @@ size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8Gem
   if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
     return 0;
   if (config.cluster_reduce == 1) return 0;  // split within a cluster: no workspace
-  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, config.block_m, config.block_n)),
-                                       config.splits, config.block_m, config.block_n);
+  // With a head (Fp8GemmConfig::head_cols) only the tail's tiles split.
+  const int64_t tail_n = n - static_cast<int64_t>(config.head_cols) * config.block_n;
+  return gemm::split_k_workspace_bytes(
+      static_cast<size_t>(fp8::fp8_tiles(m, config.head_cols > 0 && tail_n > 0 ? tail_n : n, config.block_m,
+                                         config.block_n)),
+      config.splits, config.block_m, config.block_n);
 }
 
 }  // namespace lowbit

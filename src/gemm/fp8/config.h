@@ -44,6 +44,9 @@ struct Fp8ScoreOptions {
   // The fraction of the nominal tensor rate each tile class sustains in the family's kernels, by
   // (working rows, block_n, promote_every) (null: the per-tensor kernels', model::tile_efficiency).
   double (*tile_efficiency)(int block_m, int block_n, int promote_every) = nullptr;
+  // Candidates that split only the last wave (Fp8GemmConfig::head_cols), which fp8_gemm's launch
+  // runs; a family whose launch does not sets false.
+  bool heads = true;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of

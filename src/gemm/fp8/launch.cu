@@ -121,6 +121,16 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            std::to_string(c.block_n - gemm::UnevenColumnLayout::kTrim) + " and " +
                            std::to_string(c.block_n) + " columns (every N >= 3360 is; below, N in [240k, 256k]); N = " +
                            std::to_string(a.n));
+  if (c.head_cols < 0) return Status::Invalid("fp8_gemm: head must be >= 0");
+  if (c.head_cols > 0) {
+    const int64_t tiles_n = (a.n + c.block_n - 1) / c.block_n;
+    if (c.splits < 2 || c.head_cols >= tiles_n || c.cluster != 1 || c.overlap || c.uneven || c.resident_rows ||
+        c.cluster_reduce == 1 || fused_epilogue(a) || a.residual != nullptr)
+      return Status::Invalid("fp8_gemm: head=C runs the first C tile columns unsplit and the rest split: it needs "
+                             "splits > 1, 0 < C < the tile columns (" + std::to_string(tiles_n) +
+                             "), no cluster, overlap, uneven or resident rows, creduce=0, and the plain or staged "
+                             "epilogue without a residual; config " + c.to_string());
+  }
   // Its rows hold up to N / 240 tiles: the unit count must stay in range with those too.
   if (c.uneven)
     LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles(
@@ -159,7 +169,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       return Status::Invalid("fp8_gemm: creduce=1 needs splits > 1 on a kernel compiled to reduce that many within a "
                              "cluster for this epilogue and output; config " + cfg.to_string() + " (" +
                              fp8::compiled_variants_text(cfg.block_m, cfg.block_n) + ")");
-    cfg.cluster_reduce = in_cluster ? 1 : 0;
+    cfg.cluster_reduce = in_cluster && cfg.head_cols == 0 ? 1 : 0;  // a head's tail splits through the workspace
     const size_t need = fp8_gemm_workspace_size(args.m, args.n, args.k, cfg);
     if (need > args.workspace_bytes)
       return Status::Error(StatusCode::kWorkspaceTooSmall,
@@ -169,7 +179,9 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     // Best candidate whose workspace the caller can hold (splits = 1 needs none) and that is
     // compiled for this epilogue; memoized per signature (common/choice_cache.h).
     static ChoiceCache<7, Fp8GemmConfig> chosen;
-    const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k, static_cast<int64_t>(epilogue_kind(args)),
+    // A residual in the staged epilogue rules out a head (Fp8GemmConfig::head_cols): keyed apart.
+    const ChoiceKey<7> key{{dev.device, args.m, args.n, args.k,
+                            static_cast<int64_t>(epilogue_kind(args)) * 2 + (args.residual ? 1 : 0),
                             static_cast<int64_t>(args.out_type), check::extent_of(args.workspace_bytes)}};
     // The pick says which split-K transport it runs (cluster_reduce 0 or 1).
     const Fp8EpilogueKind epilogue = epilogue_kind(args);
@@ -178,6 +190,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
         [&](Fp8GemmConfig* c) {
           if (!fp8::fp8_usable_config(c, epilogue, args.out_type == OutType::kFP32, args.out_type == OutType::kFP16))
             return false;
+          if (c->head_cols > 0 && args.residual) return false;
           c->cluster_reduce = fp8::fp8_cluster_by_default(*c, args.m, args.n, epilogue, args.out_type,
                                                           fp8::fp8_cluster_capacity(dev.device))
                                   ? 1
@@ -236,82 +249,102 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                              " bytes of shared memory per block; the device allows " +
                              std::to_string(dev.smem_per_block_optin));
 
-  CUtensorMap tm_a, tm_b, tm_d;
-  hopper::TensorMap2dSpec sa;
-  sa.base = args.a;
-  sa.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  sa.elem_bytes = 1;
-  sa.rows = static_cast<uint64_t>(args.m);
-  sa.cols = static_cast<uint64_t>(args.k);
-  sa.row_stride_bytes = static_cast<uint64_t>(args.k);
-  const int a_box_rows = gemm::a_box_rows(args.m, cfg.block_m);
-  sa.box_rows = static_cast<uint32_t>(a_box_rows);
-  sa.box_cols = 128;
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
-  hopper::TensorMap2dSpec sb = sa;
-  sb.base = args.b;
-  sb.rows = static_cast<uint64_t>(args.n);
-  sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
-  // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
-  // not a multiple of 128 bytes, swizzled to its width.
-  const int ob = out_bytes(args.out_type);
-  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
-  const CUtensorMapDataType d_type = args.out_type == OutType::kFP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                     : args.out_type == OutType::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  hopper::TensorMap2dSpec sd =
-      hopper::dense_2d(args.d, d_type, ob, args.m, args.n, 64, static_cast<uint32_t>(chunk_bytes / ob));
-  sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
-               : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
-                                   : hopper::TmaSwizzle::k32B;
-  sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
-  // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns in the 128-byte swizzle
-  // (gemm/fp8/epilogue_fused.cuh); with uneven columns, B's map for the trimmed tiles (a box
-  // kTrim rows shorter). Unused (tm_d stands in) otherwise.
-  CUtensorMap tm_bcast = tm_d;
-  if (cfg.uneven) {
-    hopper::TensorMap2dSpec st = sb;
-    st.box_rows = static_cast<uint32_t>(cfg.block_n - gemm::UnevenColumnLayout::kTrim);
-    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_bcast));
-  }
-  if (args.row_bcast)
-    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
-        hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),
-        &tm_bcast));
+  // One launch of `cfg` over `args` (a column range of the call's output, d_ld columns apart).
+  auto run_part = [&](const Fp8GemmArgs& args, int64_t d_ld, const Fp8GemmConfig& cfg) -> Status {
+    CUtensorMap tm_a, tm_b, tm_d;
+    hopper::TensorMap2dSpec sa;
+    sa.base = args.a;
+    sa.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    sa.elem_bytes = 1;
+    sa.rows = static_cast<uint64_t>(args.m);
+    sa.cols = static_cast<uint64_t>(args.k);
+    sa.row_stride_bytes = static_cast<uint64_t>(args.k);
+    const int a_box_rows = gemm::a_box_rows(args.m, cfg.block_m);
+    sa.box_rows = static_cast<uint32_t>(a_box_rows);
+    sa.box_cols = 128;
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &tm_a));
+    hopper::TensorMap2dSpec sb = sa;
+    sb.base = args.b;
+    sb.rows = static_cast<uint64_t>(args.n);
+    sb.box_rows = static_cast<uint32_t>(cfg.block_n / cfg.cluster);  // each CTA of a pair loads half of B
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &tm_b));
+    // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
+    // not a multiple of 128 bytes, swizzled to its width.
+    const int ob = out_bytes(args.out_type);
+    const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
+    const CUtensorMapDataType d_type = args.out_type == OutType::kFP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                       : args.out_type == OutType::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    hopper::TensorMap2dSpec sd =
+        hopper::dense_2d(args.d, d_type, ob, args.m, args.n, 64, static_cast<uint32_t>(chunk_bytes / ob));
+    sd.row_stride_bytes = static_cast<uint64_t>(d_ld) * ob;
+    sd.swizzle = chunk_bytes == 128 ? hopper::TmaSwizzle::k128B
+                 : chunk_bytes == 64 ? hopper::TmaSwizzle::k64B
+                                     : hopper::TmaSwizzle::k32B;
+    sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
+    // The fused epilogue's row-broadcast boxes: 8 rows x 64 BF16 columns in the 128-byte swizzle
+    // (gemm/fp8/epilogue_fused.cuh); with uneven columns, B's map for the trimmed tiles (a box
+    // kTrim rows shorter). Unused (tm_d stands in) otherwise.
+    CUtensorMap tm_bcast = tm_d;
+    if (cfg.uneven) {
+      hopper::TensorMap2dSpec st = sb;
+      st.box_rows = static_cast<uint32_t>(cfg.block_n - gemm::UnevenColumnLayout::kTrim);
+      LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_bcast));
+    }
+    if (args.row_bcast)
+      LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
+          hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),
+          &tm_bcast));
 
-  Fp8KernelParams p{};
-  // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
-  // with a block past K, which TMA fills with zeros).
-  // Uneven columns: as many tiles a row as fill the waves of the grid best (one CTA per SM at
-  // most for these kernels).
-  const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
-  p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
-                              cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
-  p.walk = gemm::TileWalk::of(p.sched);
-  if (cfg.uneven)
-    p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
-  p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
-  p.epi.row_scale = args.a_row_scale;
-  p.epi.col_scale = args.b_row_scale;
-  p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
-  p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
-  p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);
-  p.epi.residual = static_cast<const __nv_bfloat16*>(args.residual);
-  p.epi.activation = static_cast<int>(args.activation == Activation::kGelu   ? gemm::EpilogueActivation::kGelu
-                                      : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
-                                                                             : gemm::EpilogueActivation::kNone);
-  if (cfg.cluster_reduce != 1 || cfg.splits == 1) gemm::bind_split_k_workspace(p, args.workspace);
-  const int units = p.sched.num_units();
-  int launched = 0;
-  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
-  auto describe = [&] {
-    return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
-           cfg.to_string();
+    Fp8KernelParams p{};
+    // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
+    // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
+    // with a block past K, which TMA fills with zeros).
+    // Uneven columns: as many tiles a row as fill the waves of the grid best (one CTA per SM at
+    // most for these kernels).
+    const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
+    p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
+                                cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
+    p.walk = gemm::TileWalk::of(p.sched);
+    if (cfg.uneven)
+      p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
+    p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
+    p.epi.row_scale = args.a_row_scale;
+    p.epi.col_scale = args.b_row_scale;
+    p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);
+    p.epi.row_bcast = static_cast<const __nv_bfloat16*>(args.row_bcast);
+    p.epi.row_period = static_cast<int>(args.row_bcast ? args.row_bcast_rows : 1);
+    p.epi.residual = static_cast<const __nv_bfloat16*>(args.residual);
+    p.epi.activation = static_cast<int>(args.activation == Activation::kGelu   ? gemm::EpilogueActivation::kGelu
+                                        : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
+                                                                               : gemm::EpilogueActivation::kNone);
+    if (cfg.cluster_reduce != 1 || cfg.splits == 1) gemm::bind_split_k_workspace(p, args.workspace);
+    const int units = p.sched.num_units();
+    int launched = 0;
+    const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
+    auto describe = [&] {
+      return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
+             cfg.to_string();
+    };
+    return gemm::launch_status(e, describe, launched, units);
   };
-  return gemm::launch_status(e, describe, launched, units);
+  if (cfg.head_cols == 0) return run_part(args, args.n, cfg);
+  // Split only the last wave (Fp8GemmConfig::head_cols): the head's tile columns unsplit, then the
+  // rest split, on the same stream; both write their own columns of D.
+  const int64_t col0 = static_cast<int64_t>(cfg.head_cols) * cfg.block_n;
+  Fp8GemmArgs head = args;
+  head.n = col0;
+  Fp8GemmConfig head_cfg = cfg;
+  head_cfg.splits = 1;
+  LOWBIT_RETURN_IF_ERROR(run_part(head, args.n, head_cfg));
+  Fp8GemmArgs tail = args;
+  tail.n = args.n - col0;
+  tail.b = static_cast<const uint8_t*>(args.b) + col0 * args.k;
+  tail.d = static_cast<uint8_t*>(args.d) + col0 * out_bytes(args.out_type);
+  if (args.bias) tail.bias = static_cast<const uint8_t*>(args.bias) + col0 * 2;
+  if (args.b_row_scale) tail.b_row_scale = args.b_row_scale + col0;
+  return run_part(tail, args.n, cfg);
 }
 
 }  // namespace lowbit
