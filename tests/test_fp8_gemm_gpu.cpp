@@ -271,15 +271,16 @@ void expect_close(const Case& c) {
 }
 
 // The Status of a forced config on an M x 256 x 512 problem (4 K blocks), with or without a
-// bias: for the configs the launcher must refuse.
-Status run_forced(const char* config, int64_t m, bool with_bias, OutType out = OutType::kBF16, int64_t n = 256) {
+// bias (or a BF16 residual): for the configs the launcher must refuse.
+Status run_forced(const char* config, int64_t m, bool with_bias, OutType out = OutType::kBF16, int64_t n = 256,
+                  bool with_residual = false) {
   Fp8GemmConfig cfg;
   const Status parsed = parse_fp8_config(config, &cfg);
   if (!parsed.ok()) {  // a typo in the test must not pass as a refusal
     ADD_FAILURE() << "test config does not parse: " << config;
     return Status::Ok();
   }
-  Buf A(m * 512), B(n * 512), D(m * n * 4), bias(n * 2);
+  Buf A(m * 512), B(n * 512), D(m * n * 4), bias(n * 2), residual(with_residual ? m * n * 2 : 0);
   Fp8GemmArgs a;
   a.m = m;
   a.n = n;
@@ -288,6 +289,7 @@ Status run_forced(const char* config, int64_t m, bool with_bias, OutType out = O
   a.b = B.p;
   a.d = D.p;
   a.bias = with_bias ? bias.p : nullptr;
+  a.residual = with_residual ? residual.p : nullptr;
   a.out_type = out;
   return fp8_gemm(a, nullptr, &cfg);
 }
@@ -691,17 +693,7 @@ TEST_F(Fp8GemmGpu, SplitTailRejectsWhatItCannotRun) {
   Fp8GemmConfig c;
   EXPECT_EQ(parse_fp8_config("bn=128,splits=2,head=-1", &c).code(), StatusCode::kInvalidArgument);
   // A residual (fused epilogue, or beside per-row scales) takes a column range the head cannot split.
-  Buf A(256 * 512), B(256 * 512), D(256 * 256 * 2), R(256 * 256 * 2);
-  Fp8GemmArgs a;
-  a.m = 256;
-  a.n = 256;
-  a.k = 512;
-  a.a = A.p;
-  a.b = B.p;
-  a.d = D.p;
-  a.residual = R.p;
-  ASSERT_TRUE(parse_fp8_config("bn=64,splits=2,head=2", &c).ok());
-  const Status s = fp8_gemm(a, nullptr, &c);
+  const Status s = run_forced("bn=64,splits=2,head=2", 256, false, OutType::kBF16, 256, /*with_residual=*/true);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("head"), std::string::npos) << s.message();
   CUDA_OK(cudaDeviceSynchronize());

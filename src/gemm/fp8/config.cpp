@@ -259,6 +259,17 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     // Capped so tiles x splits (at most 16) stays an int; no real shape comes near it.
     const int tiles = static_cast<int>(std::min<int64_t>(fp8_tiles(m, n, v.block_m, v.block_n), INT_MAX / 32));
     const int groups = fp8_promotion_groups(k, promote);
+    // This kernel's config at a split count (the raster band from the device's SMs).
+    auto candidate = [&](int splits) {
+      Fp8Candidate c;
+      c.config.block_m = v.block_m;
+      c.config.block_n = v.block_n;
+      c.config.stages = v.stages;
+      c.config.splits = splits;
+      c.config.promote_every = promote;
+      c.config.raster_group = raster_group_for(sm_count, v.block_m, v.block_n);
+      return c;
+    };
     for (int splits = 1; splits <= std::min(groups, 16); ++splits) {
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
@@ -269,13 +280,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // cuBLASLt runs, and a 64 x 112 tile"); elsewhere it is unmeasured.
       if (v.block_n == 112 && !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
         continue;
-      Fp8Candidate c;
-      c.config.block_m = v.block_m;
-      c.config.block_n = v.block_n;
-      c.config.stages = v.stages;
-      c.config.splits = splits;
-      c.config.promote_every = promote;
-      c.config.raster_group = raster_group_for(sm_count, v.block_m, v.block_n);
+      Fp8Candidate c = candidate(splits);
       c.units = units;
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
       const bool in_cluster = splits > 1 && splits <= cluster_splits && promote == 1;
@@ -391,13 +396,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       for (int splits = 2; splits <= std::min(groups, 8); ++splits) {
         const int tail_units = tail_tiles * splits;
         const int unit_kb = (groups + splits - 1) / splits * promote;
-        Fp8Candidate c;
-        c.config.block_m = 128;
-        c.config.block_n = v.block_n;
-        c.config.stages = v.stages;
-        c.config.splits = splits;
-        c.config.promote_every = promote;
-        c.config.raster_group = raster_group_for(sm_count, 128, v.block_n);
+        Fp8Candidate c = candidate(splits);  // a 128-row tile (the head's condition)
         c.config.head_cols = static_cast<int>(head);
         c.units = head_tiles + tail_units;
         c.waves = static_cast<double>(c.units) / sm_count;
