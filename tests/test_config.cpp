@@ -528,6 +528,91 @@ TEST(TileSchedule, WalkMatchesTheRaster) {
         }
 }
 
+// StreamKWalk deals out every tail K block exactly once, in runs of q or q + 1 per lane, each CTA's
+// units as its loop walks them (b, b + grid, ... up to end_unit(b)); whole tiles ahead of the tail,
+// whole waves of the lanes; the CTAs of a lane walk the same stacks and K ranges, one row each
+// (in step: the tiles of a column read B together); each tile's pieces numbered 0 ... parts - 1 in
+// K order, and their workspace slots (first_slot + split) distinct and below partial_slots. One
+// band (stacks of tiles_m rows) and several (single tiles), tails with fewer K blocks than lanes,
+// one CTA, one K block, grids that leave CTAs idle.
+TEST(TileSchedule, StreamKWalkCoversEveryKBlockOnce) {
+  using lowbit::gemm::StreamKWalk;
+  for (int tm : {1, 2, 3, 7})
+    for (int tn : {1, 5, 33})
+      for (int kb : {1, 2, 3, 37, 108})
+        for (int grid : {1, 3, 7, 132, 200})
+          for (int group : {3, 7})
+            for (int sk = 1; sk <= 2; ++sk) {
+              lowbit::gemm::TileSchedule s;
+              s.tiles_m = tm;
+              s.tiles_n = tn;
+              s.k_blocks = kb;
+              s.group_m = std::min(group, tm);
+              const int tiles = s.num_tiles();
+              const auto walk = lowbit::gemm::TileWalk::of(s);
+              const auto w = StreamKWalk::of(s, grid, sk);
+              const std::string at = std::to_string(tm) + "x" + std::to_string(tn) + " kb " + std::to_string(kb) +
+                                     " grid " + std::to_string(grid) + " group " + std::to_string(group) + " sk " +
+                                     std::to_string(sk);
+              ASSERT_EQ(w.rows, s.group_m == tm && tm > 1 && tm <= grid ? tm : 1) << at;
+              ASSERT_EQ(w.lanes, grid / w.rows) << at;
+              ASSERT_EQ(w.head_stacks % w.lanes, 0) << at;
+              ASSERT_EQ((w.head_stacks + w.tail_stacks) * w.rows, tiles) << at;
+              const int head = w.head_stacks * w.rows;
+              const int64_t slots = w.partial_slots();
+              std::vector<int> covered(static_cast<size_t>(tiles) * kb, 0);
+              std::vector<int> pieces(tiles, 0), parts(tiles, 0), next_kb(tiles, 0);
+              std::vector<int> slot_used(static_cast<size_t>(std::max<int64_t>(slots, 1)), 0);
+              std::vector<std::vector<std::array<int, 3>>> walked(grid);  // (stack, kb_begin, kb_end) per CTA
+              for (int b = 0; b < grid; ++b) {
+                int run = 0;
+                for (int u = b; u < w.end_unit(b); u += grid) {
+                  const auto unit = w.unit(s, walk, u);
+                  const bool whole = unit.parts == 1 && unit.kb_begin == 0 && unit.kb_end == kb;
+                  int mb = 0, nb = 0;
+                  int tile = -1;
+                  for (int t = 0; t < tiles && tile < 0; ++t) {
+                    lowbit::gemm::raster_tile(t, tm, tn, s.group_m, &mb, &nb);
+                    if (mb == unit.m_block && nb == unit.n_block) tile = t;
+                  }
+                  ASSERT_GE(tile, 0) << at << " u " << u;
+                  ASSERT_EQ(tile % w.rows, b % w.rows) << at << ": CTA " << b << " left its row";
+                  ASSERT_LT(unit.kb_begin, unit.kb_end) << at << " u " << u;
+                  walked[b].push_back({tile / w.rows, unit.kb_begin, unit.kb_end});
+                  if (tile < head) {
+                    ASSERT_TRUE(whole) << at;
+                    ASSERT_EQ(unit.parts, 1) << at;
+                  } else {
+                    ASSERT_EQ(unit.tile, tile - head) << at;
+                    run += unit.kb_end - unit.kb_begin;
+                    // Pieces of a tile come in K order, so split s starts where s - 1 ended.
+                    ASSERT_EQ(unit.split, pieces[tile]) << at;
+                    ASSERT_EQ(unit.kb_begin, next_kb[tile]) << at;
+                    next_kb[tile] = unit.kb_end;
+                    ++pieces[tile];
+                    ASSERT_TRUE(parts[tile] == 0 || parts[tile] == unit.parts) << at;
+                    parts[tile] = unit.parts;
+                    if (unit.parts > 1) {
+                      const int64_t slot = StreamKWalk::first_slot(unit) + unit.split;
+                      ASSERT_GE(slot, 0) << at;
+                      ASSERT_LT(slot, slots) << at;
+                      ASSERT_EQ(slot_used[slot]++, 0) << at << ": slot " << slot << " taken twice";
+                    }
+                  }
+                  for (int x = unit.kb_begin; x < unit.kb_end; ++x) ++covered[static_cast<size_t>(tile) * kb + x];
+                }
+                if (w.tail_stacks > 0 && b < w.lanes * w.rows) {
+                  const int64_t tail = static_cast<int64_t>(w.tail_stacks) * kb;
+                  ASSERT_TRUE(run == tail / w.lanes || run == tail / w.lanes + 1) << at << " CTA " << b << " run " << run;
+                }
+              }
+              for (int b = 0; b < grid; ++b)  // a lane's rows walk the same stacks and K ranges
+                ASSERT_EQ(walked[b], walked[b - b % w.rows]) << at << " CTA " << b;
+              for (size_t x = 0; x < covered.size(); ++x) ASSERT_EQ(covered[x], 1) << at << " K block " << x;
+              for (int t = head; t < tiles; ++t) ASSERT_EQ(pieces[t], parts[t]) << at << " tile " << t;
+            }
+}
+
 // The compiled kernels are the lines of gemm/fp8/variants.def: each is found as itself (no two
 // lines describe one kernel) and the compiled-config rule says yes to each, no to a neighbour
 // that is not a line (the 256-wide tile has no fused kernel).
@@ -537,7 +622,7 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
   for (int i = 0; i < kNumFp8VariantSpecs; ++i) {
     const Fp8VariantSpec& s = kFp8VariantSpecs[i];
     EXPECT_EQ(find_fp8_variant(s.block_m, s.block_n, s.out, s.epilogue, s.cluster, s.promote_every, s.resident_rows > 0,
-                               s.overlap, s.uneven, s.cluster_splits),
+                               s.overlap, s.uneven, s.cluster_splits, s.stream_k),
               i)
         << "line " << i << ": " << s.reason;
     // A kernel that splits within a cluster has its workspace twin (the transport a forced
@@ -559,6 +644,7 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
     c.resident_rows = s.resident_rows > 0;
     c.overlap = s.overlap;
     c.uneven = s.uneven;
+    c.stream_k = s.stream_k ? 1 : 0;
     const Fp8EpilogueKind kind = s.epilogue == VariantEpilogue::kFused    ? Fp8EpilogueKind::kFused
                                  : s.epilogue == VariantEpilogue::kStaged ? Fp8EpilogueKind::kBias
                                                                          : Fp8EpilogueKind::kPlain;

@@ -699,6 +699,77 @@ TEST_F(Fp8GemmGpu, SplitTailRejectsWhatItCannotRun) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+// Stream-K (Fp8GemmConfig::stream_k): the tail's runs cross tile boundaries, so every tile of a
+// few-tile shape is summed from pieces of several CTAs. Grids of 3 and 7 CTAs (runs of many K
+// blocks, several tiles each), 200 (more CTAs than SMs), and the default, where 4 tiles of 4 K
+// blocks leave most CTAs one block or none; M = 1, 129, 300; a bias, per-row scales; sk=2.
+TEST_F(Fp8GemmGpu, StreamKExact) {
+  for (int64_t m : {1, 129, 300})
+    for (const char* cfg : {"bn=128,sk=1", "bn=128,sk=2", "bn=128,sk=1,grid=3", "bn=128,sk=2,grid=3",
+                            "bn=128,sk=1,grid=7,group=1", "bn=128,sk=2,grid=200"})
+      for (int ops = 0; ops <= 3; ++ops)
+        for (int64_t k : {400, 2944}) {
+          if (k > 400 && ops != 3) continue;  // long K: runs of many blocks; with every operand
+          Case c{m, 1008, k, OutType::kBF16, (ops & 1) != 0, Inputs::kSmallInts, cfg};
+          c.row_scales = (ops & 2) != 0;
+          expect_exact(c);
+        }
+  expect_exact({129, 256, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,sk=1"});
+  expect_exact({256, 5120, 1664, OutType::kBF16, false, Inputs::kSmallInts, "bn=128,sk=1"});
+  {
+    Case c{256, 5120, 1664, OutType::kBF16, true, Inputs::kSmallInts, "bn=128,sk=2"};
+    c.row_scales = true;
+    expect_exact(c);
+  }
+  expect_close({256, 5120, 13824, OutType::kBF16, false, Inputs::kUniform, "bn=128,sk=1"});
+  expect_close({1024, 3584, 2048, OutType::kBF16, false, Inputs::kUniform, "bn=128,sk=2"});
+}
+
+// A stream-K tile's pieces are summed in K order by whichever arrives last: the same bits every run.
+TEST_F(Fp8GemmGpu, StreamKDeterministic) {
+  for (const char* cfg : {"bn=128,sk=1", "bn=128,sk=2,grid=7"}) {
+    Case c{300, 2048, 4096, OutType::kBF16, false, Inputs::kUniform, cfg};
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 3; ++run) {
+      Outcome o;
+      run_case(c, &o);
+      EXPECT_EQ(o.ours.nonfinite, 0) << describe(c) << ": unwritten (poisoned) or non-finite outputs";
+      if (run == 0) first = o.raw;
+      else EXPECT_EQ(o.raw, first) << describe(c) << ": run " << run << " differs from run 0";
+    }
+  }
+}
+
+TEST_F(Fp8GemmGpu, StreamKRejectsWhatItCannotRun) {
+  // Splits, clusters, the overlap, uneven columns and a head deal out K their own way; bn=64 and
+  // FP32 out have no stream-K kernel.
+  for (const char* bad : {"bn=128,sk=1,splits=2", "bn=128,sk=1,cluster=2", "bn=128,sk=1,overlap=1",
+                          "bn=256,promote=2,overlap=1,uneven=1,sk=1", "bn=128,sk=1,splits=2,head=1", "bn=64,sk=1",
+                          "bn=128,promote=2,sk=1"})
+    EXPECT_EQ(run_forced(bad, 256, false).code(), StatusCode::kInvalidArgument) << bad;
+  EXPECT_EQ(run_forced("bn=128,sk=1", 256, false, OutType::kFP32).code(), StatusCode::kInvalidArgument);
+  Fp8GemmConfig c;
+  EXPECT_EQ(parse_fp8_config("bn=128,sk=3", &c).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_fp8_config("bn=128,sk=-1", &c).code(), StatusCode::kInvalidArgument);
+  // The workspace: the tail's partial slots on the config's grid, and too little is refused.
+  ASSERT_TRUE(parse_fp8_config("bn=128,sk=2,grid=7", &c).ok());
+  // 300 x 1008: 8 columns of 3 tiles, walked by 2 lanes of 3 CTAs (one idles); 6 columns whole (3
+  // waves less one), 2 dealt out: 3 rows of 2 + 2 - 1 slots.
+  EXPECT_EQ(fp8_gemm_workspace_size(300, 1008, 4096, c), 16384u + 9u * 128 * 128 * 4);
+  Buf A(300 * 4096), B(1008 * 4096), D(300 * 1008 * 2), W(16384 + 8 * 128 * 128 * 4);
+  Fp8GemmArgs a;
+  a.m = 300;
+  a.n = 1008;
+  a.k = 4096;
+  a.a = A.p;
+  a.b = B.p;
+  a.d = D.p;
+  a.workspace = W.p;
+  a.workspace_bytes = 16384 + 8 * 128 * 128 * 4;
+  EXPECT_EQ(fp8_gemm(a, nullptr, &c).code(), StatusCode::kWorkspaceTooSmall);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // A forced raster band past kMaxRasterGroup is refused (2^30 + 1 once overflowed the band size
 // and left tiles unwritten); the largest one runs, every element checked.
 TEST_F(Fp8GemmGpu, ForcedRasterGroupIsBounded) {

@@ -30,12 +30,12 @@ namespace lowbit::gemm {
 // Partials are stored in fragment order ([tile][split][reg/4][thread] as float4), so each
 // thread reads back exactly the values it would have held: coalesced, and no layout change.
 // Returns true in the split that must finish the tile. All `threads` consumer threads call it.
+// `base`: the tile's split 0 partial (split_k_fixup, split_k_fixup_at).
 template <int kRegs>
-__device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUnit& w, int splits,
-                                              float* partials, int* tile_counters, int thread, int threads) {
+__device__ __forceinline__ bool split_k_fixup_from(float (&acc)[kRegs], const WorkUnit& w, int splits, float4* base,
+                                                   int* tile_counters, int thread, int threads) {
   static_assert(kRegs % 4 == 0, "fragments are stored as float4");
   constexpr int kVec = kRegs / 4;
-  float4* base = reinterpret_cast<float4*>(partials) + static_cast<size_t>(w.tile) * splits * kVec * threads;
   // Split s's float4 j of this thread.
   const auto slot = [&](int s, int j) { return base + (static_cast<size_t>(s) * kVec + j) * threads + thread; };
 #pragma unroll
@@ -83,6 +83,24 @@ __device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUni
     }
   }
   return true;
+}
+
+// Every tile has `splits` partials, tile t's from slot t * splits on.
+template <int kRegs>
+__device__ __forceinline__ bool split_k_fixup(float (&acc)[kRegs], const WorkUnit& w, int splits,
+                                              float* partials, int* tile_counters, int thread, int threads) {
+  constexpr int kVec = kRegs / 4;
+  float4* base = reinterpret_cast<float4*>(partials) + static_cast<size_t>(w.tile) * splits * kVec * threads;
+  return split_k_fixup_from(acc, w, splits, base, tile_counters, thread, threads);
+}
+
+// The tile's partials from slot `first_slot` on (a stream-K tile's pieces: StreamKWalk).
+template <int kRegs>
+__device__ __forceinline__ bool split_k_fixup_at(float (&acc)[kRegs], const WorkUnit& w, int splits, int64_t first_slot,
+                                                 float* partials, int* tile_counters, int thread, int threads) {
+  constexpr int kVec = kRegs / 4;
+  float4* base = reinterpret_cast<float4*>(partials) + static_cast<size_t>(first_slot) * kVec * threads;
+  return split_k_fixup_from(acc, w, splits, base, tile_counters, thread, threads);
 }
 
 // The most splits T's kernel reduces within a cluster (T::kClusterSplits; 0 where T has no

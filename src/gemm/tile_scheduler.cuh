@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>  // __host__ __device__ for host-only includers
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -26,6 +27,9 @@ struct WorkUnit {
   // the columns it is short of the full width (0 or kTrim; its B box is that much shorter too).
   int col0;
   int trim;
+  // Stream-K walks only (StreamKWalk::unit; unset otherwise, as col0 and trim): how many units sum
+  // into this unit's tile (1: a whole tile, no fix-up); col0 then holds the tile's first lane.
+  int parts;
 };
 
 // The most work units one launch walks. Persistent loops step `u += grid` in an int, and a grid
@@ -149,6 +153,124 @@ struct TileWalk {
     return w;
   }
 };
+
+// Stream-K over the last tiles (Fp8GemmConfig::stream_k; docs/perf.md W1 v23). The walk deals in
+// stacks of `rows` tiles: the tiles of one raster column where the raster is one band (rows =
+// tiles_m), else single tiles (rows = 1). CTA b works on row b % rows of the stacks of lane
+// b / rows; the lanes' rows-many CTAs run in step, so the tiles of a column read each B block at
+// the same time, as the unsplit raster does (dealt one tile at a time, M = 256 ran 1.7x slower:
+// the two rows read B at different times, twice from DRAM). The first head_stacks stacks (whole
+// waves of the lanes) are whole units, stack c on lane c % lanes. The K blocks of the other
+// stacks, stack after stack, are dealt out as one contiguous run per lane, q or q + 1 blocks
+// each: every lane does the same work where whole tiles (or K split in equal fractions) leave
+// the last wave part empty. A run crosses stack boundaries; each piece of a tile is a unit, and
+// CTA b walks b, b + grid, ... up to end_unit(b) as every walk does: its i-th unit is its i-th
+// head stack, then its pieces. The pieces of a tile sum through the split-K fix-up
+// (WorkUnit::parts of them, in lane order: the same bits whichever finishes last); lane l's
+// piece of tail stack t keeps its partial in slot row * row_slots + t + l, so a tile's pieces are
+// adjacent and the next stack's start past them (partial_slots). The grid's last grid % rows CTAs idle. No CTA
+// waits on another, so the grid need not be resident at once.
+struct StreamKWalk {
+  int rows = 1;         // tiles per stack
+  int lanes = 1;        // grid / rows
+  int head_stacks = 0;  // a multiple of lanes
+  int tail_stacks = 0;
+  int k_blocks = 1;
+  int q = 0;  // K blocks of a lane's run ...
+  int r = 0;  // ... plus one for the first r lanes
+  int row_slots = 0;  // partial slots per row of stacks: tail_stacks + (lanes that get K blocks) - 1
+  FastDiv grid_div, rows_div, kb_div, q_div, q1_div;
+
+  // Host only. `rows` is tiles_m where the raster is one band, else 1; stream_k 1 or 2. The tail's
+  // K blocks (tail_stacks * k_blocks) must stay below 2^31 (the launchers check).
+  static StreamKWalk of(const TileSchedule& s, int grid, int stream_k) {
+    StreamKWalk w;
+    w.rows = stacks_rows(s, grid);
+    w.lanes = (grid < 1 ? 1 : grid) / w.rows;
+    w.k_blocks = s.k_blocks < 1 ? 1 : s.k_blocks;
+    const int stacks = s.num_tiles() / w.rows;
+    w.head_stacks = head_of(stacks, w.lanes, stream_k);
+    w.tail_stacks = stacks - w.head_stacks;
+    const int64_t tail = static_cast<int64_t>(w.tail_stacks) * w.k_blocks;
+    w.q = static_cast<int>(tail / w.lanes);
+    w.r = static_cast<int>(tail - static_cast<int64_t>(w.q) * w.lanes);
+    w.row_slots = w.tail_stacks == 0 ? 0 : w.tail_stacks + static_cast<int>(std::min<int64_t>(w.lanes, tail)) - 1;
+    w.grid_div = FastDiv(grid < 1 ? 1 : grid);
+    w.rows_div = FastDiv(w.rows);
+    w.kb_div = FastDiv(w.k_blocks);
+    w.q_div = FastDiv(w.q);
+    w.q1_div = FastDiv(w.q + 1);
+    return w;
+  }
+  static int stacks_rows(const TileSchedule& s, int grid) {
+    return s.group_m >= s.tiles_m && s.tiles_m > 1 && s.tiles_m <= grid ? s.tiles_m : 1;
+  }
+  // The stacks that run whole: the lanes' whole waves, less stream_k - 1 of them.
+  static int head_of(int stacks, int lanes, int stream_k) {
+    const int waves = stacks / lanes - (stream_k - 1);
+    return waves > 0 ? waves * lanes : 0;
+  }
+  // The workspace's partial slots (0 without a tail).
+  int64_t partial_slots() const { return static_cast<int64_t>(rows) * row_slots; }
+  int64_t tail_tiles() const { return static_cast<int64_t>(tail_stacks) * rows; }
+
+  // Lane l's first tail K block (its run ends at start(l + 1)).
+  __host__ __device__ __forceinline__ int start(int l) const { return l * q + (l < r ? l : r); }
+  // The lane whose run holds tail K block x.
+  __host__ __device__ __forceinline__ int owner(int x) const {
+    const int big = r * (q + 1);
+    return x < big ? q1_div.div(x) : r + q_div.div(x - big);
+  }
+  // One past CTA b's last unit: the bound of its walk.
+  __host__ __device__ __forceinline__ int end_unit(int b) const {
+    const int l = rows_div.div(b);
+    if (l >= lanes) return 0;
+    const int s = start(l), e = start(l + 1);
+    const int units = head_stacks / lanes + (s == e ? 0 : kb_div.div(e - 1) - kb_div.div(s) + 1);
+    return units == 0 ? 0 : (units - 1) * grid_div.d + b + 1;
+  }
+  // Where the pieces of a tail unit's tile keep their partials, from its split 0 on (set by unit()).
+  __host__ __device__ __forceinline__ static int first_slot(const WorkUnit& w) { return w.col0; }
+  __host__ __device__ __forceinline__ WorkUnit unit(const TileSchedule& s, const TileWalk& walk, int u) const {
+    WorkUnit w;
+    const int i = grid_div.div(u);
+    const int b = u - i * grid_div.d;
+    const int l = rows_div.div(b);
+    const int row = b - l * rows;
+    const int head_units = head_stacks / lanes;
+    int stack;
+    if (i < head_units) {
+      stack = l + i * lanes;
+      w.tile = stack * rows + row;
+      w.split = 0;
+      w.parts = 1;
+      w.kb_begin = 0;
+      w.kb_end = k_blocks;
+    } else {
+      const int first_kb = start(l), end_kb = first_kb + q + (l < r ? 1 : 0);
+      const int t = kb_div.div(first_kb) + (i - head_units);
+      const int x0 = t * k_blocks;
+      stack = head_stacks + t;
+      w.tile = t * rows + row;  // the fix-up's counter: tail tiles from 0
+      w.kb_begin = first_kb > x0 ? first_kb - x0 : 0;
+      w.kb_end = end_kb - x0 < k_blocks ? end_kb - x0 : k_blocks;
+      const int first_lane = owner(x0);
+      w.split = l - first_lane;
+      w.parts = owner(x0 + k_blocks - 1) - first_lane + 1;
+      // Where the tile's pieces keep their partials (first_slot; stream-K kernels have even columns).
+      w.col0 = row * row_slots + t + first_lane;
+    }
+    int band;
+    walk.place_tile(s, stack * rows + row, &band, &w.m_block, &w.n_block);
+    return w;
+  }
+};
+
+// Whether T walks stream-K (T::kStreamK; StreamKWalk): traits without the member do not.
+template <class T, class = void>
+struct StreamK : std::false_type {};
+template <class T>
+struct StreamK<T, std::void_t<decltype(T::kStreamK)>> : std::bool_constant<T::kStreamK> {};
 
 // Uneven columns (Fp8GemmConfig::uneven): a row of tiles_n tiles covers exactly n columns with
 // tiles `width` and `width - kTrim` wide, so that N = 8192 is 33 tiles of 240 / 256 columns

@@ -91,6 +91,13 @@ constexpr double kOverlapLastUnitUs = kUnitOverheadUs - kOverlapUnitOverheadUs;
 // head-against-one-launch ratios of 13 shapes (docs/perf.md W1 v22: 2.0 put a head ahead where it
 // ran 2-7% slower).
 constexpr double kSecondLaunchUs = 6.0;
+// Stream-K (Fp8GemmConfig::stream_k): what the tail costs beyond its K blocks at the tile's rate,
+// a unit's overhead per piece and one fix-up: the partials' stores and the walk's placing.
+constexpr double kStreamKUs = 0.5;
+// Each piece of a tile past three: the finisher reads one more partial. W1 v23: with up to three
+// pieces a tile the tail cost 2-6 us more than its K blocks at M = 1024 (the charges above: 5); at
+// 1024 x 2112 x 7168, runs of 3-4 K blocks and 16 pieces a tile, 15 us.
+constexpr double kStreamKPartUs = 0.8;
 }  // namespace model
 
 // A grid that gives every CTA the same number of units, where the last round would be partial
@@ -159,6 +166,20 @@ int fp8_uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid)
   return best;
 }
 
+// Whether a stream-K kernel is compiled for the tile (any epilogue and output; the launcher's
+// lookup narrows it).
+bool fp8_tile_streams_k(int block_m, int block_n, int promote_every) {
+  for (const Fp8VariantSpec& v : kFp8VariantSpecs)
+    if (v.stream_k && v.block_m == block_m && v.block_n == block_n && v.promote_every == promote_every) return true;
+  return false;
+}
+
+gemm::StreamKWalk fp8_stream_k_walk(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, int sm_count) {
+  const gemm::TileSchedule s = fp8_schedule(m, n, fp8_promotion_groups(k, c.promote_every), c.block_m, c.block_n, 1, 1,
+                                            c.raster_group, sm_count, 0);
+  return gemm::StreamKWalk::of(s, c.grid > 0 ? c.grid : sm_count, c.stream_k);
+}
+
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n) {
   // Saturated at INT64_MAX: the size queries call it with any shape a caller passes.
   const int64_t tm = m / block_m + (m % block_m != 0), tn = n / block_n + (n % block_n != 0);
@@ -180,7 +201,7 @@ bool fp8_variant_exists(int block_m, int block_n, int* stages) {
 bool fp8_config_compiled(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
   const OutType out = out_fp32 ? OutType::kFP32 : out_fp16 ? OutType::kFP16 : OutType::kBF16;
   return find_fp8_variant(c.block_m, c.block_n, out, variant_epilogue(epilogue), c.cluster, c.promote_every,
-                          c.resident_rows, c.overlap, c.uneven) >= 0;
+                          c.resident_rows, c.overlap, c.uneven, 0, c.stream_k > 0) >= 0;
 }
 
 bool fp8_usable_config(Fp8GemmConfig* c, Fp8EpilogueKind epilogue, bool out_fp32, bool out_fp16) {
@@ -225,7 +246,7 @@ void fp8_make_resident(Fp8GemmConfig* c, int64_t n, int sm_count) {
 }
 
 bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType out) {
-  return c.splits > 1 && c.cluster_reduce != 0 && c.head_cols == 0 &&
+  return c.splits > 1 && c.cluster_reduce != 0 && c.head_cols == 0 && c.stream_k == 0 &&
          find_fp8_variant(c.block_m, c.block_n, out, variant_epilogue(epilogue), c.cluster, c.promote_every,
                           c.resident_rows, c.overlap, c.uneven, c.splits) >= 0;
 }
@@ -420,6 +441,63 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         out.push_back(c);
       }
     }
+    // Stream-K over the last tiles (Fp8GemmConfig::stream_k): the whole waves before them as whole
+    // tiles, the rest's K blocks evenly over every SM (sk=2: the last whole wave's too).
+    const bool streams_k =
+        options.stream_k ? options.stream_k(v.block_m, v.block_n, promote) : fp8_tile_streams_k(v.block_m, v.block_n, promote);
+    const int64_t all_tiles = fp8_tiles(m, n, v.block_m, v.block_n);
+    int sk1_head = -1;
+    for (int sk = 1; streams_k && sk <= 2 && all_tiles > 0 && all_tiles < INT_MAX / 32 && groups * promote < INT_MAX / 2;
+         ++sk) {
+      Fp8Candidate c = candidate(1);
+      c.config.stream_k = sk;
+      c.config.grid = sm_count;
+      const gemm::StreamKWalk walk = fp8_stream_k_walk(m, n, k, c.config, sm_count);
+      // Nothing to deal out, or the same schedule as sk=1. Stacks of four tile rows or more only:
+      // at two rows the tail ran 20-30% slower per K block than whole tiles, at every K, and lost
+      // to the unsplit or split pick everywhere (docs/perf.md W1 v23); single tiles (several
+      // raster bands) are unmeasured.
+      if (walk.tail_stacks == 0 || walk.head_stacks == sk1_head || walk.rows < 4) continue;
+      // Where the tail is the whole walk (fewer tiles than a wave) it ran 15% slower than the
+      // unsplit or split picks at four rows too (512 x 3584 x 14336 and x 18944, W1 v23): only the
+      // last wave is dealt out.
+      if (walk.head_stacks == 0) continue;
+      sk1_head = walk.head_stacks;
+      const int kb = walk.k_blocks * promote;
+      const int work_rows = m <= 64 ? 64 : v.block_m;
+      const double efficiency =
+          (options.tile_efficiency ? options.tile_efficiency : model::tile_efficiency)(work_rows, v.block_n, promote);
+      const double kb_us = 2.0 * work_rows * v.block_n * 128.0 / (model::kFp8TflopsPerSm * efficiency * 1e6);
+      const double head_rounds = static_cast<double>(walk.head_stacks / walk.lanes);
+      const double run_kb = static_cast<double>(walk.q + (walk.r > 0 ? 1 : 0)) * promote;
+      const double pieces = std::ceil(run_kb / kb) + 1.0;  // a run's pieces, at most
+      // A tile's pieces, at most: its finisher reads all but its own (short runs: many).
+      const double parts = walk.q > 0 ? std::ceil(static_cast<double>(walk.k_blocks - 1) / walk.q) + 1.0 : walk.k_blocks;
+      c.units = walk.head_stacks * walk.rows + walk.lanes * walk.rows * static_cast<int>(pieces);
+      c.waves = static_cast<double>(all_tiles) / sm_count;
+      c.t_compute_us = head_rounds * (kb * kb_us + model::kUnitOverheadUs) + run_kb * kb_us +
+                       pieces * model::kUnitOverheadUs + model::kSplitFixupUs + model::kStreamKUs +
+                       std::max(0.0, parts - 3.0) * model::kStreamKPartUs;
+      const int ctas = walk.lanes * walk.rows;
+      const double partial_bytes = 2.0 * ctas * 2.0 * v.block_m * v.block_n * 4.0;
+      const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + static_cast<double>(m) * n * 2.0 +
+                           partial_bytes;
+      c.t_memory_us = bytes / (model::kDramTBs * 1e6 * std::min(1.0, static_cast<double>(ctas) / sm_count) *
+                               model::stream_efficiency(v.block_n));
+      const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
+      c.t_stream_us = tiles_m > 2 ? 0.0
+                                  : (head_rounds * kb + run_kb) * (work_rows + v.block_n) * 128.0 /
+                                        (model::kSmStreamGBs * 1e3);
+      c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
+      c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
+      char reason[220];
+      std::snprintf(reason, sizeof(reason),
+                    "model: %d whole stacks of %d tiles, then %d stacks' K blocks over %d lanes (%.0f each), "
+                    "%s-bound, est %.1f us; sk=%d (stream-K)",
+                    walk.head_stacks, walk.rows, walk.tail_stacks, walk.lanes, run_kb, c.bound, c.t_total_us, sk);
+      c.config.reason = reason;
+      out.push_back(c);
+    }
   }
   // Ties (within 3%) go to fewer splits, then to per-block promotion (cuBLASLt's error), then to
   // the lower estimate (beyond 1%), then to the wider tile (less L2 traffic per FLOP) -- but not
@@ -430,7 +508,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
   std::stable_sort(out.begin(), out.end(), [&](const Fp8Candidate& a, const Fp8Candidate& b) {
     if (std::fabs(a.t_total_us - b.t_total_us) > 0.03 * std::min(a.t_total_us, b.t_total_us))
       return a.t_total_us < b.t_total_us;
-    if (a.config.splits != b.config.splits) return a.config.splits < b.config.splits;
+    // Stream-K ties as a split: its tail splits tiles.
+    const int a_splits = a.config.stream_k ? 2 : a.config.splits, b_splits = b.config.stream_k ? 2 : b.config.splits;
+    if (a_splits != b_splits) return a_splits < b_splits;
     if (a.config.promote_every != b.config.promote_every) return a.config.promote_every < b.config.promote_every;
     // Same split and promotion: the estimate decides down to 1% (176 vs 256 at 8192^3 is 2.8%
     // in the model and 2.6% measured), then the wider tile.
@@ -470,6 +550,7 @@ std::string Fp8GemmConfig::to_string() const {
   if (uneven) os << ",uneven=1";
   if (cluster_reduce >= 0) os << ",creduce=" << cluster_reduce;
   if (head_cols > 0) os << ",head=" << head_cols;
+  if (stream_k > 0) os << ",sk=" << stream_k;
   return os.str();
 }
 
@@ -491,13 +572,15 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
     else if (key == "creduce" && (value == 0 || value == 1)) c.cluster_reduce = value;
     else if (key == "head" && value >= 0) c.head_cols = value;
     else if (key == "head") return Status::Invalid("head must be >= 0");
+    else if (key == "sk" && value >= 0 && value <= 2) c.stream_k = value;
+    else if (key == "sk") return Status::Invalid("sk must be 0, 1 or 2");
     else if (key == "creduce") return Status::Invalid("creduce must be 0 or 1");
     else if (key == "overlap") return Status::Invalid("overlap must be 0 or 1");
     else if (key == "uneven") return Status::Invalid("uneven must be 0 or 1");
     else if (key == "resident") return Status::Invalid("resident must be 0 or 1");
     else return Status::Invalid("unknown config key '" + key +
                                 "' (bn, bm, splits, group, grid, stages, cluster, promote, resident, overlap, uneven, "
-                                "creduce, head)");
+                                "creduce, head, sk)");
     return Status::Ok();
   }));
   int stages = 0;
@@ -587,12 +670,24 @@ std::string explain_fp8_config(int64_t m, int64_t n, int64_t k) {
   return os.str();
 }
 
-size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t /*k*/, const Fp8GemmConfig& config) {
+size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& config) {
   // 0 for what no launch takes (block_n = 0 divided by zero; a negative M wrapped the size);
   // past size_t, SIZE_MAX (gemm::split_k_workspace_bytes).
   if (m <= 0 || n <= 0 || config.splits < 1 || !fp8::fp8_variant_exists(config.block_m, config.block_n, nullptr))
     return 0;
   if (config.cluster_reduce == 1) return 0;  // split within a cluster: no workspace
+  if (config.stream_k > 0) {
+    // The tail's partial slots (gemm::StreamKWalk::partial_slots), on the device's SMs for the
+    // raster band and the default grid.
+    const DeviceInfo* dev = nullptr;
+    if (!current_device(&dev).ok()) return SIZE_MAX;
+    if (fp8::fp8_tiles(m, n, config.block_m, config.block_n) > INT_MAX / 2) return SIZE_MAX;
+    const int64_t slots = fp8::fp8_stream_k_walk(m, n, k, config, dev->sm_count).partial_slots();
+    if (slots == 0) return 0;
+    return check::sat_add(gemm::kSplitKCounterBytes,
+                          check::sat_mul(static_cast<size_t>(slots),
+                                         static_cast<size_t>(config.block_m) * config.block_n * sizeof(float)));
+  }
   // With a head (Fp8GemmConfig::head_cols) only the tail's tiles split.
   const int64_t tail_n = n - static_cast<int64_t>(config.head_cols) * config.block_n;
   return gemm::split_k_workspace_bytes(

@@ -47,6 +47,9 @@ struct Fp8ScoreOptions {
   // Candidates that split only the last wave (Fp8GemmConfig::head_cols), which fp8_gemm's launch
   // runs; a family whose launch does not sets false.
   bool heads = true;
+  // Whether the family compiles a stream-K kernel for a tile (Fp8GemmConfig::stream_k; null: the
+  // per-tensor kernels', gemm/fp8/variants.def).
+  bool (*stream_k)(int block_m, int block_n, int promote_every) = nullptr;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
@@ -93,6 +96,9 @@ gemm::UnevenColumnLayout fp8_uneven_layout(int64_t n, int block_n, const gemm::T
 int raster_group_for(int sm_count, int block_m, int block_n);
 // Output tiles, in 64 bits (M and N up to 2^31 each overflow an int).
 int64_t fp8_tiles(int64_t m, int64_t n, int block_m, int block_n);
+// Stream-K (Fp8GemmConfig::stream_k): the walk a config's launch takes on a device of `sm_count`
+// SMs (its raster band, and its grid where the config's is 0).
+gemm::StreamKWalk fp8_stream_k_walk(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, int sm_count);
 bool fp8_variant_exists(int block_m, int block_n, int* stages);
 // Whether a kernel is compiled for the config with that epilogue and output: a line of
 // gemm/fp8/variants.def.

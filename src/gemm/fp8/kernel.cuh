@@ -1,7 +1,8 @@
 // FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
 // consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
 // into FP32 registers, optional split-K (through the workspace, or within a cluster where T has
-// the slots: gemm/split_k.cuh), TMA-store epilogue (gemm/fp8/epilogue.cuh; the
+// the slots: gemm/split_k.cuh) or stream-K over the last tiles (T::kStreamK, gemm::StreamKWalk),
+// TMA-store epilogue (gemm/fp8/epilogue.cuh; the
 // fused steps, with a producer warp per consumer warpgroup staging their operands:
 // gemm/fp8/epilogue_fused.cuh). The operand path is T's:
 // dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
@@ -283,6 +284,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                    gemm::split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
                                                 reinterpret_cast<float4*>(&ss.epi[0][0][0]), parity, thread,
                                                 128 * consumer_wgs);
+        else if constexpr (gemm::StreamK<T>::value)  // a whole tile, or one of its w.parts pieces
+          finish = w.parts == 1 || gemm::split_k_fixup_at(acc, w, w.parts, gemm::StreamKWalk::first_slot(w),
+                                                          p.partials, p.tile_counters, thread, 128 * consumer_wgs);
         else
           finish = p.sched.splits == 1 || gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                                               thread, 128 * consumer_wgs);

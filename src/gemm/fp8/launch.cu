@@ -131,6 +131,14 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                              "), no cluster, overlap, uneven or resident rows, creduce=0, and the plain or staged "
                              "epilogue without a residual; config " + c.to_string());
   }
+  if (c.stream_k < 0 || c.stream_k > 2) return Status::Invalid("fp8_gemm: sk must be 0, 1 or 2");
+  if (c.stream_k > 0) {
+    if (c.splits != 1 || c.cluster != 1 || c.overlap || c.uneven || c.resident_rows || c.head_cols > 0 ||
+        c.cluster_reduce == 1)
+      return Status::Invalid("fp8_gemm: sk=1|2 (stream-K) deals out the last tiles' K blocks itself: it needs "
+                             "splits=1, no cluster, overlap, uneven, resident rows or head, and creduce=0; config " +
+                             c.to_string());
+  }
   // Its rows hold up to N / 240 tiles: the unit count must stay in range with those too.
   if (c.uneven)
     LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles(
@@ -240,7 +248,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                          : staged_epilogue(args) ? fp8::VariantEpilogue::kStaged
                                                                  : fp8::VariantEpilogue::kPlain,
                                          cfg.cluster, cfg.promote_every, cfg.resident_rows, cfg.overlap, cfg.uneven,
-                                         cfg.cluster_reduce == 1 && cfg.splits > 1 ? cfg.splits : 0);
+                                         cfg.cluster_reduce == 1 && cfg.splits > 1 ? cfg.splits : 0, cfg.stream_k > 0);
   if (line < 0) return Status::Invalid("fp8_gemm: no kernel for config " + cfg.to_string());
   const fp8::VariantLauncher& entry = fp8::kFp8VariantLaunchers[line]();
   if (static_cast<size_t>(entry.smem_bytes) > dev.smem_per_block_optin)
@@ -320,9 +328,25 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
                                         : args.activation == Activation::kSilu ? gemm::EpilogueActivation::kSilu
                                                                                : gemm::EpilogueActivation::kNone);
     if (cfg.cluster_reduce != 1 || cfg.splits == 1) gemm::bind_split_k_workspace(p, args.workspace);
-    const int units = p.sched.num_units();
+    int units = p.sched.num_units();
+    int grid = cfg.grid;
+    if (cfg.stream_k > 0) {
+      // The walk is laid out for exactly `grid` CTAs: single CTAs launch as many as asked
+      // (hopper::persistent_grid oversubscribes), whatever is resident, and no CTA waits on another.
+      grid = cfg.grid > 0 ? cfg.grid : dev.sm_count;
+      p.sk = gemm::StreamKWalk::of(p.sched, grid, cfg.stream_k);
+      // The tail's K blocks are counted in an int, its tiles in the split-K counters.
+      LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", p.sk.tail_tiles(), 2));
+      if (static_cast<int64_t>(p.sk.tail_stacks) * p.sk.k_blocks >= INT_MAX)
+        return Status::Invalid("fp8_gemm: sk=" + std::to_string(cfg.stream_k) + " deals out " +
+                               std::to_string(p.sk.tail_tiles()) + " tiles of " + std::to_string(p.sk.k_blocks) +
+                               " K blocks: at most 2^31 - 1 K blocks in all; use sk=0");
+      p.tile_counters = static_cast<int*>(args.workspace);
+      p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + gemm::kSplitKCounterBytes);
+      units = std::max(units, grid);
+    }
     int launched = 0;
-    const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
+    const cudaError_t e = entry.launch(grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
     auto describe = [&] {
       return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
              cfg.to_string();

@@ -26,15 +26,18 @@ struct DenseProblems {
   __device__ __forceinline__ static DenseProblems make(bool /*issues_tma*/) {
     return DenseProblems{};
   }
-  // Units of the whole walk (read once, before the role split).
+  // Units of the whole walk (read once, before the role split); with stream-K, one past this CTA's
+  // last (gemm::StreamKWalk::end_unit).
   __device__ __forceinline__ static int num_units(const Fp8KernelParams& p) {
-    return p.sched.num_units();
+    if constexpr (gemm::StreamK<T>::value) return p.sk.end_unit(static_cast<int>(blockIdx.x));  // this CTA's
+    else return p.sched.num_units();
   }
   // The kernel's parameters come with each call (a walk holds no pointer: docs/perf.md
   // block-scaled "Grouped on the core" and "Grouped v2").
   __device__ __forceinline__ static Unit unit(int u, const Fp8KernelParams& p) {
     gemm::WorkUnit w;
     if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
+    else if constexpr (gemm::StreamK<T>::value) w = p.sk.unit(p.sched, p.walk, u);
     else w = p.walk.unit(p.sched, u);
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;

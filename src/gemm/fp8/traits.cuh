@@ -102,7 +102,8 @@ struct RegisterSplit {
 // (gemm::split_k_cluster_reduce; the landing slots join SharedStorage); 0: through the workspace.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
-          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2, int kClusterSplits_ = 0>
+          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2, int kClusterSplits_ = 0,
+          bool kStreamK_ = false>
 struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -119,6 +120,11 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr int kResidentRows = kResidentRows_;
   static constexpr bool kOverlapEpilogue = kOverlap_;
   static constexpr bool kUneven = kUneven_;
+  // Stream-K over the last tiles (gemm::StreamKWalk): split units and their fix-up, so no overlap,
+  // cluster, fused epilogue or split in a cluster.
+  static constexpr bool kStreamK = kStreamK_;
+  static_assert(!kStreamK_ || (!kOverlap_ && kClusterM_ == 1 && !kFused_ && kClusterSplits_ == 0 && !kUneven_),
+                "stream-K: split units through the workspace, single CTAs, the plain or staged epilogue");
   static_assert(!kUneven_ || (kOverlap_ && kBlockN_ == 256 && kPromoteEvery_ == 2 && kBlockM_ == 128 && !kOutFp32_ &&
                               !kFused_ && kClusterM_ == 1),
                 "uneven columns: the overlapped 256-wide tile, promote=2, BF16 out, plain or staged");
@@ -258,6 +264,9 @@ struct Fp8KernelParams {
     int target_div;
     bool add;
   } scatter;
+  // Stream-K (T::kStreamK only, gemm::StreamKWalk): last, so every other kernel keeps its
+  // parameter layout.
+  gemm::StreamKWalk sk;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,

@@ -17,6 +17,7 @@ struct Fp8VariantSpec {
   int cluster, promote_every, resident_rows;
   bool overlap, uneven;
   int cluster_splits;  // > 1: split K reduced within a cluster of up to this many CTAs; 0: the workspace
+  bool stream_k;       // the last tiles' K blocks dealt out over the grid (gemm::StreamKWalk)
   const char* reason;
 };
 
@@ -27,9 +28,9 @@ constexpr VariantEpilogue Plain = VariantEpilogue::kPlain, Staged = VariantEpilo
 }  // namespace variant_def
 
 inline constexpr Fp8VariantSpec kFp8VariantSpecs[] = {
-#define LOWBIT_FP8_VARIANT(bm, bn, out, epi, cluster, promote, resident, overlap, uneven, csplit, reason) \
+#define LOWBIT_FP8_VARIANT(bm, bn, out, epi, cluster, promote, resident, overlap, uneven, csplit, stream_k, reason) \
   Fp8VariantSpec{bm, bn, variant_def::out, variant_def::epi, cluster, promote, resident, overlap != 0, uneven != 0, \
-                 csplit, reason},
+                 csplit, stream_k != 0, reason},
 #include "gemm/fp8/variants.def"
 #undef LOWBIT_FP8_VARIANT
 };
@@ -37,14 +38,15 @@ inline constexpr int kNumFp8VariantSpecs = static_cast<int>(sizeof(kFp8VariantSp
 
 // The line of the kernel for these choices, or -1 where none is compiled: split K through the
 // workspace (cluster_splits = 0), or the first line that reduces at least `cluster_splits` splits
-// within a cluster.
+// within a cluster; walked stream-K or not.
 constexpr int find_fp8_variant(int block_m, int block_n, OutType out, VariantEpilogue epilogue, int cluster,
-                               int promote_every, bool resident, bool overlap, bool uneven, int cluster_splits = 0) {
+                               int promote_every, bool resident, bool overlap, bool uneven, int cluster_splits = 0,
+                               bool stream_k = false) {
   for (int i = 0; i < kNumFp8VariantSpecs; ++i) {
     const Fp8VariantSpec& s = kFp8VariantSpecs[i];
     if (s.block_m == block_m && s.block_n == block_n && s.out == out && s.epilogue == epilogue &&
         s.cluster == cluster && s.promote_every == promote_every && (s.resident_rows > 0) == resident &&
-        s.overlap == overlap && s.uneven == uneven &&
+        s.overlap == overlap && s.uneven == uneven && s.stream_k == stream_k &&
         (cluster_splits == 0 ? s.cluster_splits == 0 : s.cluster_splits >= cluster_splits))
       return i;
   }
@@ -71,6 +73,7 @@ inline std::string compiled_variants_text(int block_m, int block_n) {
     if (s.overlap) text += " overlap=1";
     if (s.uneven) text += " uneven=1";
     if (s.cluster_splits) text += " creduce=1 (up to " + std::to_string(s.cluster_splits) + " splits)";
+    if (s.stream_k) text += " sk=1|2";
   }
   return "bm=" + std::to_string(block_m) + ",bn=" + std::to_string(block_n) + " is compiled for: " +
          (text.empty() ? std::string("nothing") : text);
