@@ -262,6 +262,12 @@ bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8Epi
   return ctas > 0 && fp8_tiles(m, n, c.block_m, c.block_n) * c.splits < ctas;
 }
 
+// A candidate's estimate: the slowest of its terms, and which one binds.
+static void settle(Fp8Candidate* c) {
+  c->t_total_us = std::max({c->t_compute_us, c->t_memory_us, c->t_stream_us});
+  c->bound = c->t_total_us == c->t_compute_us ? "tensor" : c->t_total_us == c->t_memory_us ? "memory" : "stream";
+}
+
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
   std::vector<Fp8Candidate> out;
@@ -351,8 +357,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.t_stream_us =
           tiles_m > 2 ? 0.0 : rounds * (work_rows + v.block_n) * 128.0 * unit_kb / (stream_gbs * 1e3);
       if (splits > 1) c.t_memory_us += in_cluster ? options.cluster_fixup_us : model::kSplitFixupUs;
-      c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
-      c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
+      settle(&c);
       char reason[160];
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us",
                     units, sm_count, c.waves, c.bound, c.t_total_us);
@@ -387,8 +392,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
                          model::kOverlapLastUnitUs;
         // Whole waves: the balanced grid's case never arises (and the layout spreads the wide
         // tiles over one CTA per SM).
-        u.t_total_us = std::max({u.t_compute_us, u.t_memory_us, u.t_stream_us});
-        u.bound = u.t_total_us == u.t_compute_us ? "tensor" : u.t_total_us == u.t_memory_us ? "memory" : "stream";
+        settle(&u);
         char why[200];
         std::snprintf(why, sizeof(why),
                       "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us; overlap=1; uneven=1 (%d tiles "
@@ -430,8 +434,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
                              2.0 * tail_units * 128.0 * v.block_n * 4.0;
         c.t_memory_us = bytes / (model::kDramTBs * 1e6 * model::stream_efficiency(v.block_n));
         c.t_stream_us = 0.0;
-        c.t_total_us = std::max(c.t_compute_us, c.t_memory_us);
-        c.bound = c.t_total_us == c.t_compute_us ? "tensor" : "memory";
+        settle(&c);
         char reason[200];
         std::snprintf(reason, sizeof(reason),
                       "model: %d units on %d SMs (%.2f waves), %s-bound, est %.1f us; head=%d (the first %d tile "
@@ -484,12 +487,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
                            partial_bytes;
       c.t_memory_us = bytes / (model::kDramTBs * 1e6 * std::min(1.0, static_cast<double>(ctas) / sm_count) *
                                model::stream_efficiency(v.block_n));
-      const int tiles_m = static_cast<int>((m + v.block_m - 1) / v.block_m);
-      c.t_stream_us = tiles_m > 2 ? 0.0
-                                  : (head_rounds * kb + run_kb) * (work_rows + v.block_n) * 128.0 /
-                                        (model::kSmStreamGBs * 1e3);
-      c.t_total_us = std::max({c.t_compute_us, c.t_memory_us, c.t_stream_us});
-      c.bound = c.t_total_us == c.t_compute_us ? "tensor" : c.t_total_us == c.t_memory_us ? "memory" : "stream";
+      c.t_stream_us = 0.0;  // four tile rows or more: B comes from L2 (the stream term's regime is two)
+      settle(&c);
       char reason[220];
       std::snprintf(reason, sizeof(reason),
                     "model: %d whole stacks of %d tiles, then %d stacks' K blocks over %d lanes (%.0f each), "
