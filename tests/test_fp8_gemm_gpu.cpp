@@ -753,7 +753,7 @@ TEST_F(Fp8GemmGpu, StreamKRejectsWhatItCannotRun) {
   EXPECT_EQ(parse_fp8_config("bn=128,sk=-1", &c).code(), StatusCode::kInvalidArgument);
   // The workspace: the tail's partial slots on the config's grid, and too little is refused.
   ASSERT_TRUE(parse_fp8_config("bn=128,sk=2,grid=7", &c).ok());
-  // 300 x 1008: 8 columns of 3 tiles, walked by 2 lanes of 3 CTAs (one idles); 6 columns whole (3
+  // 300 x 1008: 8 columns of 3 tiles, walked by 2 lanes of 3 CTAs (one idles); 6 columns whole (4
   // waves less one), 2 dealt out: 3 rows of 2 + 2 - 1 slots.
   EXPECT_EQ(fp8_gemm_workspace_size(300, 1008, 4096, c), 16384u + 9u * 128 * 128 * 4);
   Buf A(300 * 4096), B(1008 * 4096), D(300 * 1008 * 2), W(16384 + 8 * 128 * 128 * 4);
