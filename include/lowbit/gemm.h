@@ -122,13 +122,13 @@ struct Fp8GemmConfig {
   // config.
   int head_cols = 0;
   // Stream-K over the last tiles, in one launch: the tiles of the whole waves before them run as
-  // whole tiles, and the K blocks of the rest are dealt out evenly over the grid's CTAs, each a
-  // contiguous run that may cross tile boundaries; a tile's pieces sum through the workspace in a
-  // fixed order (docs/perf.md W1 v23). 1: the tiles past the last whole wave; 2: the last whole
+  // whole tiles, and the K blocks of the rest are dealt out evenly over the grid, one contiguous
+  // run per lane (the tile rows of a raster column, in step), which may cross tile boundaries; a
+  // tile's pieces sum through the workspace in a fixed order (docs/perf.md W1 v23). 1: the tiles past the last whole wave; 2: the last whole
   // wave too (longer runs, one more fix-up per CTA); 0 = off. Compiled for bn=128, promote=1,
   // BF16 out, the plain and staged epilogues (gemm/fp8/variants.def); needs splits=1, no cluster,
-  // overlap, uneven, resident rows or head. Its workspace depends on the grid (0: the current
-  // device's SM count; fp8_gemm_workspace_size).
+  // overlap, uneven, resident rows or head. Its workspace depends on the grid and the raster band,
+  // read from the current device (fp8_gemm_workspace_size).
   int stream_k = 0;
   std::string reason;    // why the chooser picked it ("forced" when parsed from text)
   std::string to_string() const;

@@ -85,12 +85,17 @@ inline Status check_split_tiles(const char* who, int64_t tiles, int splits) {
   return Status::Ok();
 }
 
-// Points the kernel parameters' split-K buffers into the workspace (nothing without a split).
+// Points the kernel parameters' split-K buffers into the workspace where the launch splits K
+// (`split`; by default where the schedule has splits).
 template <class Params>
-void bind_split_k_workspace(Params& p, void* workspace) {
-  if (p.sched.splits <= 1) return;
+void bind_split_k_workspace(Params& p, void* workspace, bool split) {
+  if (!split) return;
   p.tile_counters = static_cast<int*>(workspace);
   p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + kSplitKCounterBytes);
+}
+template <class Params>
+void bind_split_k_workspace(Params& p, void* workspace) {
+  bind_split_k_workspace(p, workspace, p.sched.splits > 1);
 }
 
 // A failed launch or copy as a Status: "<what>: <CUDA's message>". The runtime also kept the

@@ -28,7 +28,8 @@ struct WorkUnit {
   int col0;
   int trim;
   // Stream-K walks only (StreamKWalk::unit; unset otherwise, as col0 and trim): how many units sum
-  // into this unit's tile (1: a whole tile, no fix-up); col0 then holds the tile's first lane.
+  // into this unit's tile (1: a whole tile, no fix-up); col0 then holds the partial slot of the
+  // tile's first piece (StreamKWalk::first_slot).
   int parts;
 };
 
@@ -158,8 +159,8 @@ struct TileWalk {
 // stacks of `rows` tiles: the tiles of one raster column where the raster is one band (rows =
 // tiles_m), else single tiles (rows = 1). CTA b works on row b % rows of the stacks of lane
 // b / rows; the lanes' rows-many CTAs run in step, so the tiles of a column read each B block at
-// the same time, as the unsplit raster does (dealt one tile at a time, M = 256 ran 1.7x slower:
-// the two rows read B at different times, twice from DRAM). The first head_stacks stacks (whole
+// the same time, as the unsplit raster does (dealt one tile at a time, the rows of a column read B
+// at different times, and M = 256-512 ran 13-50% slower). The first head_stacks stacks (whole
 // waves of the lanes) are whole units, stack c on lane c % lanes. The K blocks of the other
 // stacks, stack after stack, are dealt out as one contiguous run per lane, q or q + 1 blocks
 // each: every lane does the same work where whole tiles (or K split in equal fractions) leave
@@ -168,8 +169,8 @@ struct TileWalk {
 // head stack, then its pieces. The pieces of a tile sum through the split-K fix-up
 // (WorkUnit::parts of them, in lane order: the same bits whichever finishes last); lane l's
 // piece of tail stack t keeps its partial in slot row * row_slots + t + l, so a tile's pieces are
-// adjacent and the next stack's start past them (partial_slots). The grid's last grid % rows CTAs idle. No CTA
-// waits on another, so the grid need not be resident at once.
+// adjacent and the next stack's start past them (partial_slots). The grid's last grid % rows CTAs
+// idle. No CTA waits on another, so the grid need not be resident at once.
 struct StreamKWalk {
   int rows = 1;         // tiles per stack
   int lanes = 1;        // grid / rows

@@ -457,9 +457,9 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       c.config.grid = sm_count;
       const gemm::StreamKWalk walk = fp8_stream_k_walk(m, n, k, c.config, sm_count);
       // Nothing to deal out, or the same schedule as sk=1. Stacks of four tile rows or more only:
-      // at two rows the tail ran 20-30% slower per K block than whole tiles, at every K, and lost
-      // to the unsplit or split pick everywhere (docs/perf.md W1 v23); single tiles (several
-      // raster bands) are unmeasured.
+      // at two rows, runs that cross a column part-way cost 13-16 us more than their K blocks, and
+      // the tail lost to the unsplit or split pick everywhere (docs/perf.md W1 v23); single tiles
+      // (several raster bands) are unmeasured.
       if (walk.tail_stacks == 0 || walk.head_stacks == sk1_head || walk.rows < 4) continue;
       // Where the tail is the whole walk (fewer tiles than a wave) it ran 15% slower than the
       // unsplit or split picks at four rows too (512 x 3584 x 14336 and x 18944, W1 v23): only the

@@ -341,8 +341,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
         return Status::Invalid("fp8_gemm: sk=" + std::to_string(cfg.stream_k) + " deals out " +
                                std::to_string(p.sk.tail_tiles()) + " tiles of " + std::to_string(p.sk.k_blocks) +
                                " K blocks: at most 2^31 - 1 K blocks in all; use sk=0");
-      p.tile_counters = static_cast<int*>(args.workspace);
-      p.partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + gemm::kSplitKCounterBytes);
+      gemm::bind_split_k_workspace(p, args.workspace, /*split=*/p.sk.tail_stacks > 0);
       units = std::max(units, grid);
     }
     int launched = 0;
