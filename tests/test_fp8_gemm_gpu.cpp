@@ -313,6 +313,24 @@ TEST_F(Fp8GemmGpu, SmallIntegersExactEveryVariant) {
   }
 }
 
+// The narrow 128-row tiles (80, 96, 112 wide; BF16 out): plain and staged epilogues, split and
+// unsplit, on grids of fewer CTAs than units, at edge shapes whose last tile column is partial.
+TEST_F(Fp8GemmGpu, NarrowTilesExact) {
+  for (const char* cfg : {"bn=80", "bn=96", "bn=112", "bn=80,splits=3", "bn=96,splits=2,grid=5,group=1",
+                          "bn=112,grid=3,group=2"})
+    for (int64_t m : {1, 129, 256})
+      for (int64_t n : {208, 384})
+        for (bool bias : {false, true})
+          for (bool rows : {false, true}) {
+            Case c{m, n, 400, OutType::kBF16, bias, Inputs::kSmallInts, cfg};
+            c.row_scales = rows;
+            expect_exact(c);
+          }
+  // Random inputs against the FP64 reference, a shape where the tile fills one wave at two rows.
+  expect_close({256, 5120, 1024, OutType::kBF16, false, Inputs::kUniform, "bn=80"});
+  expect_close({256, 6144, 1024, OutType::kBF16, true, Inputs::kUniform, "bn=96"});
+}
+
 // Per-token x per-channel scales and FP16 output run every tile's staged epilogue: with and
 // without a bias, split or not, in every output type.
 TEST_F(Fp8GemmGpu, RowScalesExactEveryStagedTile) {
@@ -892,11 +910,11 @@ TEST_F(Fp8GemmGpu, RejectsBadInputOnDevice) {
   cfg.splits = 3;  // K = 256 has only 2 K blocks
   EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
   cfg.splits = 1;
-  cfg.block_n = 96;
+  cfg.block_n = 144;
   EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument);
   // The tiles without a fused epilogue refuse one when forced (the chooser never picks them).
   a.activation = Activation::kGelu;
-  for (const char* wide : {"bn=176", "bn=256", "bn=64,bm=64"}) {
+  for (const char* wide : {"bn=176", "bn=256", "bn=64,bm=64", "bn=80"}) {
     ASSERT_TRUE(parse_fp8_config(wide, &cfg).ok());
     EXPECT_EQ(fp8_gemm(a, nullptr, &cfg).code(), StatusCode::kInvalidArgument) << wide;
   }

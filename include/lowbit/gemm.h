@@ -62,7 +62,8 @@ struct Fp8GemmArgs {
 // One kernel configuration. Every field is visible and can be forced (lowbit-bench --config).
 struct Fp8GemmConfig {
   // Tile width: 64, 128, 176, 192 or 256 (176 and 256 have no row-broadcast / activation /
-  // residual epilogue); 112 with block_m = 64 only.
+  // residual epilogue); 80, 96 and 112 (block_m = 128: plain or bias / per-row-scale epilogue, BF16
+  // out; 112 also with block_m = 64).
   int block_n = 128;
   // Tile rows: 128 (two consumer warpgroups), or 64 (one; block_n = 64 with 13 stages or 112 with
   // 9, plain or bias epilogue, promote = 1, no cluster): small M without split-K.

@@ -301,11 +301,19 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
+      // The narrow 128-row tiles (80, 96, 112) only at two tile rows whose second is more than half
+      // full (192 < M <= 256). There each CTA streams its own B rows from DRAM, and N / 64 columns of
+      // them make one whole wave where the 128-wide tile leaves it 55-85% full or splits K into a
+      // second round: 1.04x over the changed picks at M = 224 and 256, up to 1.39x (docs/perf.md W1
+      // v24). At M = 129-192 the same picks ran 0.80-1.01x; at M <= 64 and four rows and more they
+      // are unmeasured as picks.
+      if (v.block_m == 128 && v.block_n > 64 && v.block_n < 128 && !(m > 192 && m <= 256)) continue;
       // The 64 x 112 tile only where it was measured to win: two tile rows (64 < M <= 128) whose
       // unsplit tiles fill 90-100% of one wave, e.g. N = 7168 (128 units where 128 x 64 tiles give
       // 112). At 64 x 24576 x 1536 and 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what
       // cuBLASLt runs, and a 64 x 112 tile"); elsewhere it is unmeasured.
-      if (v.block_n == 112 && !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
+      if (v.block_m == 64 && v.block_n == 112 &&
+          !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
         continue;
       Fp8Candidate c = candidate(splits);
       c.units = units;
@@ -585,7 +593,8 @@ Status parse_fp8_config(const std::string& text, Fp8GemmConfig* out) {
   int stages = 0;
   if (!fp8::fp8_variant_exists(c.block_m, c.block_n, &stages))
     return Status::Invalid("no compiled FP8 variant with bn=" + std::to_string(c.block_n) + ", bm=" +
-                           std::to_string(c.block_m) + " (bm=128: bn=64, 128, 176, 192, 256; bm=64: bn=64, 112)");
+                           std::to_string(c.block_m) +
+                           " (bm=128: bn=64, 80, 96, 112, 128, 176, 192, 256; bm=64: bn=64, 112)");
   if (text.find("stages=") != std::string::npos && c.stages != stages)
     return Status::Invalid("bn=" + std::to_string(c.block_n) + ", bm=" + std::to_string(c.block_m) +
                            " is compiled with stages=" + std::to_string(stages));

@@ -76,6 +76,13 @@ constexpr Fp8Variant kFp8Variants[] = {
     // N = 7168 is 64 tiles, so M = 128 is 128 units on 132 SMs where 128 x 64 tiles give 112.
     {112, fp8_stages_for(112, false, 64), 0, false, "short and wider: 64-row tiles that fill the SMs at N = 7168",
      64},
+    // 128-row tiles 80, 96 and 112 wide (no fused epilogue, per-block promotion): at two tile rows
+    // (M = 256) the 128-wide tile leaves a wave 55-85% full at N = 4608-7168, and splitting K there
+    // costs a second round; N / 64 columns make one whole wave of 128 units (cuBLASLt's 80 x 128 tile
+    // at 256 x 5120 x 13824; docs/perf.md W1 v24).
+    {80, fp8_stages_for(80), 0, false, "narrow 128-row: one wave at two tile rows, N near 5120"},
+    {96, fp8_stages_for(96), 0, false, "narrow 128-row: one wave at two tile rows, N near 6144"},
+    {112, fp8_stages_for(112), 0, false, "narrow 128-row: one wave at two tile rows, N near 7168"},
 };
 constexpr int kNumFp8Variants = sizeof(kFp8Variants) / sizeof(kFp8Variants[0]);
 
