@@ -331,6 +331,25 @@ TEST_F(Fp8GemmGpu, NarrowTilesExact) {
   expect_close({256, 6144, 1024, OutType::kBF16, true, Inputs::kUniform, "bn=96"});
 }
 
+// The last tile row's A box stops at M (gemm::a_tail): M one past a tile row up to one short of the
+// next, on the plain and staged kernels, split, stream-K and pairs; the fused and uneven kernels keep
+// the whole box. Every element checked against the FP64 reference on small integers.
+TEST_F(Fp8GemmGpu, LastTileRowStopsAtM) {
+  for (int64_t m : {129, 130, 191, 200, 255, 383})
+    for (const char* cfg : {"bn=64", "bn=128", "bn=256", "bn=80", "bn=128,splits=2", "bn=176,promote=2",
+                            "bn=128,sk=1,grid=4", "bn=128,cluster=2", "bn=256,promote=2,overlap=1"})
+      for (bool rows : {false, true}) {
+        if (rows && std::string(cfg).find("cluster=2") != std::string::npos) continue;  // plain epilogue only
+        Case c{m, 384, 400, OutType::kBF16, false, Inputs::kSmallInts, cfg};
+        c.row_scales = rows;
+        expect_exact(c);
+      }
+  // The fused epilogue (a residual and an activation) beside it, whole boxes.
+  Case c{200, 384, 400, OutType::kBF16, true, Inputs::kSmallInts, "bn=128"};
+  c.residual = true;
+  expect_exact(c);
+}
+
 // Per-token x per-channel scales and FP16 output run every tile's staged epilogue: with and
 // without a bias, split or not, in every output type.
 TEST_F(Fp8GemmGpu, RowScalesExactEveryStagedTile) {

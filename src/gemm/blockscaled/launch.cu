@@ -635,6 +635,14 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   const int a_group = blockscaled::a_scale_group(cfg.block_m, cfg.block_n, blockscaled::BsProblems::kDense);
   const int sfa_box = (a_box_rows + 3) / 4 * 4;
   CUtensorMap tm_sfa = tm_d;
+  // Where the tile takes one K block's A scales per stage, the fourth map is the last tile row's A
+  // instead, its box stopping at M (gemm::a_tail; the kernel's kATailMap).
+  const gemm::ATail a_tail = a_group > 1 ? gemm::ATail{} : gemm::a_tail(x.m, cfg.block_m);
+  if (a_tail.rows > 0) {
+    hopper::TensorMap2dSpec st = sa;
+    st.box_rows = static_cast<uint32_t>(a_tail.rows);
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_sfa));
+  }
   if (a_group > 1) {
     hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, fp8::fp8_k_blocks(x.k), x.m,
                                                   static_cast<uint32_t>(a_group), static_cast<uint32_t>(sfa_box));
@@ -649,6 +657,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
                               dev.sm_count);
   p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);
+  p.set_a_tail(a_tail);
   p.epi.row_period = 1;
   p.bs = {x.sfa, x.sfa_ld, x.sfb, k_blocks, sfa_box};
   if (!in_cluster) gemm::bind_split_k_workspace(p, x.workspace);

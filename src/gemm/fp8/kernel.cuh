@@ -62,6 +62,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
                 "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
+  // The last tile row's shorter A box (Fp8KernelParams::a_tail_rows) comes through the fourth map
+  // where nothing else takes it: not the fused epilogue's row broadcast, uneven columns' trimmed B,
+  // the grouped A scales' map or the groups' own maps, and not a stage read by loads (the 2:4-sparse
+  // A, whose map differs).
+  constexpr bool kATailMap = !T::kFused && !gemm::UnevenColumns<T>::value && AScaleGroup<T>::value == 1 &&
+                             !kWalksGroups<T> && !T::Operands::kReadsStage;
+
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
 
@@ -102,7 +109,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
-    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
+    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1 || kATailMap)
       hopper::tma_prefetch_descriptor(&tm_bcast);
   }
   // Peers' barriers must be initialized before the first multicast, remote arrival or st.async.
@@ -156,9 +163,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // tm_bcast: the block-scaled A scales' map (their stage extras); uneven columns: B's map
         // for trimmed tiles (a kTrim rows shorter box).
         auto extra = Operands::template stage_extra<T>(ss, p, w, &tm_bcast);
-        produce_unit<T, decltype(extra), Operands>(ss, a_map(w), b_map(w), w,
-                                                   T::stage_tx_bytes(p.a_box_rows) + extra.tx_bytes(), pos, extra,
-                                                   &tm_bcast);
+        // The last tile row stops its A box at M (Fp8KernelParams::a_tail_rows); the rows past it
+        // keep stale stage bytes, which only reach output rows the store clips.
+        const CUtensorMap* am = a_map(w);
+        int a_rows = p.a_box_rows;
+        if constexpr (kATailMap) {
+          if (p.a_tail_rows > 0 && w.m_block == p.a_tail_block) {
+            am = &tm_bcast;
+            a_rows = p.a_tail_rows;
+          }
+        }
+        produce_unit<T, decltype(extra), Operands>(ss, am, b_map(w), w, T::stage_tx_bytes(a_rows) + extra.tx_bytes(),
+                                                   pos, extra, &tm_bcast);
       }
     } else if (T::kClusterM > 1 && threadIdx.x == 96) {
       // Relay: hands this CTA's released stages on to the peers (StageBarriers::relay_to_peers).

@@ -304,6 +304,14 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
           hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),
           &tm_bcast));
+    // Elsewhere (the plain and staged kernels, even columns) the last tile row's A box, which stops
+    // at M (gemm::a_tail; the kernel's kATailMap).
+    const gemm::ATail a_tail = fused || cfg.uneven ? gemm::ATail{} : gemm::a_tail(args.m, cfg.block_m);
+    if (a_tail.rows > 0) {
+      hopper::TensorMap2dSpec st = sa;
+      st.box_rows = static_cast<uint32_t>(a_tail.rows);
+      LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_bcast));
+    }
 
     Fp8KernelParams p{};
     // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
@@ -318,6 +326,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     if (cfg.uneven)
       p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
     p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
+    p.set_a_tail(a_tail);
     p.epi.row_scale = args.a_row_scale;
     p.epi.col_scale = args.b_row_scale;
     p.epi.bias = static_cast<const __nv_bfloat16*>(args.bias);

@@ -10,6 +10,7 @@
 #include "gemm/epilogue_params.h"
 #include "gemm/fp8/operands.cuh"
 #include "gemm/fp8/variants.h"
+#include "gemm/launch_common.h"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
@@ -218,6 +219,11 @@ struct Fp8KernelParams {
   // boxes past the tensor's last row stream far slower). Consumer warpgroups whose 64 rows start at
   // or past it idle.
   int a_box_rows;
+  // The last tile row's A box where it stops short of a_box_rows (gemm::a_tail): a_tail_rows rows,
+  // loaded by tile row a_tail_block through the kernel's fourth map, in the kernels that have no
+  // other use for it (kATailMap in gemm/fp8/kernel.cuh). 0 rows: every tile loads a_box_rows.
+  int a_tail_rows;
+  int a_tail_block;
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
   // block, blocks of one K block adjacent (meta_block_stride bytes from one K block to the next).
   const uint8_t* sparse_meta;
@@ -275,9 +281,16 @@ struct Fp8KernelParams {
     n = static_cast<int>(n_);
     k = static_cast<int>(k_);
     a_box_rows = a_box_rows_;
+    a_tail_rows = 0;
+    a_tail_block = -1;
     epi.alpha = alpha;
     epi.a_scale = a_scale;
     epi.b_scale = b_scale;
+  }
+  // The last tile row's shorter A box (gemm::a_tail), for a launch that passes its map fourth.
+  void set_a_tail(const gemm::ATail& t) {
+    a_tail_rows = t.rows;
+    a_tail_block = t.block;
   }
 };
 
