@@ -45,6 +45,26 @@ TEST(Fp8Config, ParsesAndRejects) {
   EXPECT_FALSE(parse_fp8_config("bn=128,resident=2", &c).ok());
 }
 
+// The last tile row's A box (gemm::a_tail): only where M spans more than one tile row and stops
+// inside the last; below one tile the whole box already stops at M (gemm::a_box_rows).
+TEST(Fp8Config, LastTileRowBoxStopsAtM) {
+  const std::array<int64_t, 4> cases[] = {
+      // m, block_m, rows, block
+      {129, 128, 1, 1}, {200, 128, 72, 1}, {383, 128, 127, 2}, {1000, 64, 40, 15}, {8191, 128, 127, 63}};
+  for (const auto& c : cases) {
+    const gemm::ATail t = gemm::a_tail(c[0], static_cast<int>(c[1]));
+    EXPECT_EQ(t.rows, c[2]) << c[0];
+    EXPECT_EQ(t.block, c[3]) << c[0];
+    // The box and the tail cover M exactly.
+    EXPECT_EQ(static_cast<int64_t>(t.block) * c[1] + t.rows, c[0]);
+  }
+  for (const auto& mb : {std::array<int64_t, 2>{128, 128}, {256, 128}, {100, 128}, {1, 64}, {4096, 128}, {64, 64}}) {
+    const gemm::ATail t = gemm::a_tail(mb[0], static_cast<int>(mb[1]));
+    EXPECT_EQ(t.rows, 0) << mb[0];
+    EXPECT_EQ(t.block, -1) << mb[0];
+  }
+}
+
 TEST(Fp8Config, ResidentRowsFitAndApply) {
   // 4 stages next to 256 rows of 128 columns, the output staging and the bias.
   EXPECT_EQ(fp8::fp8_stages_for(fp8::kFp8ResidentBlockN, true, 128, fp8::kFp8ResidentMaxRows), 4);
