@@ -305,8 +305,10 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // full (192 < M <= 256). There each CTA streams its own B rows from DRAM, and N / 64 columns of
       // them make one whole wave where the 128-wide tile leaves it 55-85% full or splits K into a
       // second round: 1.04x over the changed picks at M = 224 and 256, up to 1.39x (docs/perf.md W1
-      // v24). At M = 129-192 the same picks ran 0.80-1.01x; at M <= 64 and four rows and more they
-      // are unmeasured as picks.
+      // v24). At M = 129-192 the same picks ran 0.80-1.01x (before W1 v25); at M <= 64 and four rows
+      // and more they are unmeasured as picks. (Their head candidates below, at more than two rows,
+      // stay scored: none won over 60,000 random shapes, and dropping them reordered the 3% ties of
+      // the sort at 640 x 3584 x 18944, unmeasured.)
       if (v.block_m == 128 && v.block_n > 64 && v.block_n < 128 && !(m > 192 && m <= 256)) continue;
       // The 64 x 112 tile only where it was measured to win: two tile rows (64 < M <= 128) whose
       // unsplit tiles fill 90-100% of one wave, e.g. N = 7168 (128 units where 128 x 64 tiles give

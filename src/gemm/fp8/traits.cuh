@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gemm/a_box.h"
 #include "gemm/epilogue_params.h"
 #include "gemm/fp8/operands.cuh"
 #include "gemm/fp8/variants.h"
-#include "gemm/launch_common.h"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
