@@ -1,5 +1,5 @@
-// The A operand's TMA box rows (the launchers' and the kernels' shared arithmetic; no host
-// dependencies, so the kernel parameter block can carry gemm::ATail).
+// The A operand's TMA box rows: arithmetic the launchers and the kernel parameters
+// (Fp8KernelParams::set_a_tail) share, with no host dependencies, so kernel headers can include it.
 #pragma once
 
 #include <cstdint>

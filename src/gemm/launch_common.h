@@ -34,7 +34,6 @@ inline check::ArgCheck& gemm_shape(check::ArgCheck& c, int64_t m, int64_t n, int
       "M x N", m, n, kMaxGemmOutput);
 }
 
-
 // Split-K tile counters live in a fixed region at the start of a workspace (one int per tile, up
 // to kSplitKMaxTiles tiles) that nothing else ever writes. Every split call leaves its counters at
 // zero, so calls of any shape and kind can share one workspace after a single zero-fill; partials
