@@ -268,8 +268,63 @@ static void settle(Fp8Candidate* c) {
   c->bound = c->t_total_us == c->t_compute_us ? "tensor" : c->t_total_us == c->t_memory_us ? "memory" : "stream";
 }
 
+// The tiles the model does not score at this M (where they were measured to lose, or not
+// measured), unsplit: the narrow 128-row tiles (80, 96, 112) outside two tile rows whose second is
+// more than half full (192 < M <= 256), and 64 x 112 outside two tile rows it fills 90-100% of a
+// wave with. three_row_order may still take them first at 128 < M <= 192.
+static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int units, int sm_count) {
+  // Narrow 128-row tiles: there each CTA streams its own B rows from DRAM, and N / 64 columns of
+  // them make one whole wave where the 128-wide tile leaves it 55-85% full or splits K into a
+  // second round: 1.04x over the changed picks at M = 224 and 256, up to 1.39x (docs/perf.md W1
+  // v24). At M <= 64 and four rows and more they are unmeasured as picks. (Their head candidates,
+  // at more than two rows, stay scored: none won over 60,000 random shapes, and dropping them
+  // reordered the 3% ties of the sort at 640 x 3584 x 18944, unmeasured.)
+  if (block_m == 128 && block_n > 64 && block_n < 128 && !(m > 192 && m <= 256)) return true;
+  // 64 x 112: e.g. N = 7168 (128 units where 128 x 64 tiles give 112). At 64 x 24576 x 1536 and
+  // 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what cuBLASLt runs, and a 64 x 112 tile").
+  return block_m == 64 && block_n == 112 &&
+         !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count);
+}
+
+// Three 64-row tile rows (128 < M <= 192; two 128-row rows, the second at most half full). Over 22
+// N x K pairs of the W7 suites at M = 144, 176 and 192 (docs/perf.md W1 v26), unsplit tiles beat
+// the model's picks, which split K or left half of the last 128-row tile row idle:
+//  - where an unsplit tile's units fill 70-100% of one wave, each CTA's own stream binds, and the
+//    tile with the fewest bytes per K block ((rows + columns) x 128) ran fastest at every pair
+//    (64 x 112 at N = 4096 and 4608, 128 x 80 at 5120, 128 x 96 at 6144, 128 x 112 at 7168, 128 x 64
+//    at 3584; 128 x 176 at 10240): up to 1.40x the model's pick (x 5120 x 13824);
+//  - at four waves of 64 x 112 or more (N >= 24576 at 3 rows), 64 x 112, whose three rows waste at
+//    most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x.
+// Elsewhere the model's order stands. Candidates `unscored_tile` admitted only for this rule are
+// dropped unless the rule put them first.
+static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
+  auto unscored = [&](const Fp8Candidate& c) {
+    return unscored_tile(m, c.config.block_m, c.config.block_n, c.config.splits, c.units, sm_count);
+  };
+  auto plain_unsplit = [](const Fp8Candidate& c) {
+    return c.config.splits == 1 && c.config.stream_k == 0 && c.config.head_cols == 0 && !c.config.uneven;
+  };
+  auto one_wave = [&](const Fp8Candidate& c) {
+    return plain_unsplit(c) && c.units <= sm_count && 10 * c.units >= 7 * sm_count;
+  };
+  auto first_other = std::stable_partition(out.begin(), out.end(), one_wave);
+  auto front_end = first_other;
+  if (first_other != out.begin()) {
+    std::stable_sort(out.begin(), first_other, [](const Fp8Candidate& a, const Fp8Candidate& b) {
+      return a.config.block_m + a.config.block_n < b.config.block_m + b.config.block_n;
+    });
+  } else {
+    auto many_waves = [&](const Fp8Candidate& c) {
+      return plain_unsplit(c) && c.config.block_m == 64 && c.config.block_n == 112 && c.units >= 4 * sm_count;
+    };
+    front_end = std::stable_partition(out.begin(), out.end(), many_waves);
+  }
+  out.erase(std::remove_if(front_end, out.end(), unscored), out.end());
+}
+
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
+  const bool three_rows = options.three_rows && m > 128 && m <= 192;
   std::vector<Fp8Candidate> out;
   const double short_tile_stream_gbs = options.short_tile_stream_gbs;
   // Every compiled tile, once per promotion interval it has.
@@ -301,22 +356,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
-      // The narrow 128-row tiles (80, 96, 112) only at two tile rows whose second is more than half
-      // full (192 < M <= 256). There each CTA streams its own B rows from DRAM, and N / 64 columns of
-      // them make one whole wave where the 128-wide tile leaves it 55-85% full or splits K into a
-      // second round: 1.04x over the changed picks at M = 224 and 256, up to 1.39x (docs/perf.md W1
-      // v24). At M = 129-192 the same picks ran 0.80-1.01x (before W1 v25); at M <= 64 and four rows
-      // and more they are unmeasured as picks. (Their head candidates below, at more than two rows,
-      // stay scored: none won over 60,000 random shapes, and dropping them reordered the 3% ties of
-      // the sort at 640 x 3584 x 18944, unmeasured.)
-      if (v.block_m == 128 && v.block_n > 64 && v.block_n < 128 && !(m > 192 && m <= 256)) continue;
-      // The 64 x 112 tile only where it was measured to win: two tile rows (64 < M <= 128) whose
-      // unsplit tiles fill 90-100% of one wave, e.g. N = 7168 (128 units where 128 x 64 tiles give
-      // 112). At 64 x 24576 x 1536 and 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what
-      // cuBLASLt runs, and a 64 x 112 tile"); elsewhere it is unmeasured.
-      if (v.block_m == 64 && v.block_n == 112 &&
-          !(m > 64 && m <= 128 && splits == 1 && units <= sm_count && 10 * units >= 9 * sm_count))
-        continue;
+      // Tiles the model does not score here; unsplit at three tile rows, three_row_order decides.
+      if (unscored_tile(m, v.block_m, v.block_n, splits, units, sm_count) && !(three_rows && splits == 1)) continue;
       Fp8Candidate c = candidate(splits);
       c.units = units;
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
@@ -541,6 +582,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
     return width_rank(a) > width_rank(b);
   });
+  if (three_rows) three_row_order(out, m, sm_count);
   return out;
 }
 
