@@ -402,13 +402,12 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   EXPECT_EQ(best(2048, 9216, 7168).block_n, 128) << best(2048, 9216, 7168).to_string();
   // Two tile rows whose second is more than half full: the narrow 128-row tile that makes one wave
   // (W1 v24: 256 x 5120 x 13824 35.0 us against 48.5 for 128 x 128 split in three; 256 x 7168 x 5120
-  // 19.6 against 20.4). At M = 192 they lost (192 x 5120 x 5120: 18.8 against 15.1) and at M <= 64
-  // they are unmeasured: neither takes them.
+  // 19.6 against 20.4). At M <= 64 and four rows or more they are unmeasured: neither takes them
+  // (three rows: ThreeTileRowsAsMeasured).
   EXPECT_EQ(best(256, 5120, 13824).block_n, 80) << best(256, 5120, 13824).to_string();
   EXPECT_EQ(best(256, 5120, 13824).splits, 1);
   EXPECT_EQ(best(256, 7168, 5120).block_n, 112) << best(256, 7168, 5120).to_string();
-  for (const auto& shape :
-       {std::array<int64_t, 3>{192, 5120, 5120}, {129, 4608, 3584}, {16, 28672, 4096}, {512, 5120, 13824}}) {
+  for (const auto& shape : {std::array<int64_t, 3>{16, 28672, 4096}, {64, 5120, 5120}, {512, 5120, 13824}}) {
     const auto c = best(shape[0], shape[1], shape[2]);
     EXPECT_FALSE(c.block_m == 128 && c.block_n > 64 && c.block_n < 128)
         << shape[0] << "x" << shape[1] << ": " << c.to_string();
@@ -423,6 +422,37 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   fp8::Fp8ScoreOptions flat;
   flat.tile_efficiency = [](int, int, int) { return 0.5; };
   EXPECT_NE(fp8::score_fp8_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
+}
+
+// Three 64-row tile rows (128 < M <= 192; docs/perf.md W1 v26, calls 168-169): the unsplit tile
+// that fills one wave with the fewest bytes per CTA, or 64 x 112 at four waves or more; elsewhere
+// the model. The block-scaled family, unmeasured there, keeps its model's order.
+TEST(Fp8Config, ThreeTileRowsAsMeasured) {
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  struct Pick { int64_t m, n, k; int block_m, block_n; };
+  // us, the pick against the model's (call 168): 32.6 vs 45.6 (128 x 128 split in three); 9.0 vs
+  // 12.1; 13.0 vs 14.3; 50.9 vs 55.9; 9.9 vs 11.1 (64 x 64, 75% of the wave); 66.6 vs 74.0 (four
+  // waves and more); 38.9 vs 41.7 (held out, call 169).
+  for (const Pick& p : {Pick{144, 5120, 13824, 128, 80}, Pick{160, 4608, 3584, 64, 112}, Pick{176, 6144, 4096, 128, 96},
+                        Pick{192, 7168, 16384, 128, 112}, Pick{144, 2112, 7168, 64, 64},
+                        Pick{176, 27648, 5120, 64, 112}, Pick{184, 10240, 8192, 128, 176}}) {
+    const auto c = best(p.m, p.n, p.k);
+    EXPECT_TRUE(c.block_m == p.block_m && c.block_n == p.block_n && c.splits == 1)
+        << p.m << "x" << p.n << "x" << p.k << ": " << c.to_string();
+  }
+  // Not the 256-wide tile as the one wave (168 x 16384 x 3072: 26.3 against 25.1 us, held out), and
+  // nothing at 128 or 193 rows.
+  EXPECT_NE(best(168, 16384, 3072).block_n, 256) << best(168, 16384, 3072).to_string();
+  for (int64_t m : {128, 193}) {
+    fp8::Fp8ScoreOptions off;
+    off.three_rows = false;
+    EXPECT_EQ(best(m, 4608, 3584).to_string(),
+              fp8::score_fp8_candidates(m, 4608, 3584, 132, off).front().config.to_string()) << m;
+  }
+  fp8::Fp8ScoreOptions bs;
+  bs.three_rows = false;
+  const auto model = fp8::score_fp8_candidates(160, 4608, 3584, 132, bs).front().config;
+  EXPECT_FALSE(model.block_m == 64 && model.block_n == 112) << model.to_string();
 }
 
 // Split only the last wave (Fp8GemmConfig::head_cols, docs/perf.md W1 v22): parsed and printed,

@@ -292,9 +292,12 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 //  - where an unsplit tile's units fill 70-100% of one wave, each CTA's own stream binds, and the
 //    tile with the fewest bytes per K block ((rows + columns) x 128) ran fastest at every pair
 //    (64 x 112 at N = 4096 and 4608, 128 x 80 at 5120, 128 x 96 at 6144, 128 x 112 at 7168, 128 x 64
-//    at 3584; 128 x 176 at 10240): up to 1.40x the model's pick (x 5120 x 13824);
-//  - at four waves of 64 x 112 or more (N >= 24576 at 3 rows), 64 x 112, whose three rows waste at
-//    most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x.
+//    at 3584, 64 x 64 at 2112 (75% of the wave); 128 x 176 at 10240): up to 1.40x the model's pick
+//    (x 5120 x 13824). Not the 256-wide tile, whose two column parts retire one by one: as the one
+//    wave at N = 16384 it ran 3-5% slower than the model's two waves of 128 x 128 (held out);
+//  - at four waves of 64 x 112 or more (N >= 21888 at three rows), 64 x 112, whose three rows waste
+//    at most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x; held out
+//    0.93-1.08x, 1.02x over 15 shapes.
 // Elsewhere the model's order stands. Candidates `unscored_tile` admitted only for this rule are
 // dropped unless the rule put them first.
 static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
@@ -305,7 +308,7 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
     return c.config.splits == 1 && c.config.stream_k == 0 && c.config.head_cols == 0 && !c.config.uneven;
   };
   auto one_wave = [&](const Fp8Candidate& c) {
-    return plain_unsplit(c) && c.units <= sm_count && 10 * c.units >= 7 * sm_count;
+    return plain_unsplit(c) && c.config.block_n <= 192 && c.units <= sm_count && 10 * c.units >= 7 * sm_count;
   };
   auto first_other = std::stable_partition(out.begin(), out.end(), one_wave);
   auto front_end = first_other;
