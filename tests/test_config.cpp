@@ -424,6 +424,26 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   EXPECT_NE(fp8::score_fp8_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
 }
 
+// The narrow 128-row tiles at four to eight tile rows (384 < M <= 1024; docs/perf.md W1 v27, calls
+// 170-172), scored at their measured rates: they fill the waves where 128 leaves the last one
+// part-empty. Past eight rows (held out: 0.81-1.04x at M = 2560 and 3000) and at three 128-row rows
+// (unmeasured) the model does not take them.
+TEST(Fp8Config, NarrowTilesFourToEightRows) {
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  // us, the pick against the model's before (call 170): 28.2 vs 35.3; 108.2 vs 118.0; 30.9 vs 35.6.
+  for (const auto& shape : {std::array<int64_t, 4>{1024, 4608, 3584, 96}, {1024, 3584, 18944, 112}, {512, 7168, 5120, 112}}) {
+    const auto c = best(shape[0], shape[1], shape[2]);
+    EXPECT_TRUE(c.block_m == 128 && c.block_n == shape[3] && c.splits == 1)
+        << shape[0] << "x" << shape[1] << "x" << shape[2] << ": " << c.to_string();
+  }
+  for (const auto& shape : {std::array<int64_t, 3>{3000, 7168, 20480}, {2560, 2048, 10944}, {1280, 10240, 8192},
+                            {300, 4608, 3584}, {384, 3584, 14336}}) {
+    const auto c = best(shape[0], shape[1], shape[2]);
+    EXPECT_FALSE(c.block_m == 128 && c.block_n > 64 && c.block_n < 128 && c.head_cols == 0)
+        << shape[0] << "x" << shape[1] << "x" << shape[2] << ": " << c.to_string();
+  }
+}
+
 // Three 64-row tile rows (128 < M <= 192; docs/perf.md W1 v26, calls 168-169): the unsplit tile
 // that fills one wave with the fewest bytes per CTA, or 64 x 112 at four waves or more; elsewhere
 // the model. The block-scaled family, unmeasured there, keeps its model's order.

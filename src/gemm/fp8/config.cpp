@@ -52,10 +52,21 @@ constexpr double kFullBandwidthShare = 0.5;
 // the per-block one: promoting every two ran 6-13% slower, median by M); 176-wide 0.948; 192-wide
 // 0.909; 128 x 64 0.666. The 64-row tiles and the wide tiles promoting every block were not
 // re-measured.
+// W1 v27 measured the narrow 128-row tiles at four tile rows and more (M = 512, 1024, 2048 over 22
+// W7 pairs, each beside the unsplit 128-wide tile in one process): per K block of output, the
+// geomean of their rate over the 128-wide tile's is 0.979 (112 wide), 0.998 (96) and 0.828 (80).
 double tile_efficiency(int block_m, int block_n, int promote_every) {
   if (block_m == 64) return 0.40;  // one consumer warpgroup: nobody's MMAs cover its promotion adds
   if (block_n == 64) return 0.666;
-  if (promote_every != 2) return block_n == 128 ? 0.953 : 0.80;
+  if (promote_every != 2) {
+    switch (block_n) {
+      case 128: return 0.953;
+      case 112: return 0.953 * 0.979;
+      case 96: return 0.953 * 0.998;
+      case 80: return 0.953 * 0.828;
+      default: return 0.80;
+    }
+  }
   switch (block_n) {
     case 128: return 0.879;
     case 176: return 0.948;
@@ -269,17 +280,23 @@ static void settle(Fp8Candidate* c) {
 }
 
 // The tiles the model does not score at this M (where they were measured to lose, or not
-// measured), unsplit: the narrow 128-row tiles (80, 96, 112) outside two tile rows whose second is
-// more than half full (192 < M <= 256), and 64 x 112 outside two tile rows it fills 90-100% of a
-// wave with. three_row_order may still take them first at 128 < M <= 192.
+// measured), unsplit: the narrow 128-row tiles (80, 96, 112) at one tile row, at three 64-row rows,
+// at three 128-row rows and past eight (M <= 192, 256 < M <= 384, M > 1024), and 64 x 112 outside
+// two tile rows it fills 90-100% of a wave with. three_row_order may still take them first at
+// 128 < M <= 192.
 static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int units, int sm_count) {
-  // Narrow 128-row tiles: there each CTA streams its own B rows from DRAM, and N / 64 columns of
-  // them make one whole wave where the 128-wide tile leaves it 55-85% full or splits K into a
-  // second round: 1.04x over the changed picks at M = 224 and 256, up to 1.39x (docs/perf.md W1
-  // v24). At M <= 64 and four rows and more they are unmeasured as picks. (Their head candidates,
-  // at more than two rows, stay scored: none won over 60,000 random shapes, and dropping them
-  // reordered the 3% ties of the sort at 640 x 3584 x 18944, unmeasured.)
-  if (block_m == 128 && block_n > 64 && block_n < 128 && !(m > 192 && m <= 256)) return true;
+  // Narrow 128-row tiles:
+  //  - at two tile rows whose second is more than half full (192 < M <= 256) each CTA streams its
+  //    own B rows from DRAM, and N / 64 columns of them make one whole wave where the 128-wide tile
+  //    leaves it 55-85% full or splits K into a second round: 1.04x over the changed picks at
+  //    M = 224 and 256, up to 1.39x (docs/perf.md W1 v24);
+  //  - at four to eight tile rows (384 < M <= 1024) they run about as fast per K block as the
+  //    128-wide tile (tile_efficiency) and fill the waves at N where 128 leaves the last one
+  //    part-empty: 1.028x over the 22 W7 pairs at M = 512, 1024 and 2048, up to 1.25x (W1 v27).
+  //    Past eight rows they lost, held out: 0.81-1.04x at M = 2560 and 3000, mixed at 1280 and
+  //    1536, where long K makes the GEMM compute-bound and their L2 bytes per FLOP tell.
+  // At M <= 64 and at three 128-row rows they are unmeasured as picks.
+  if (block_m == 128 && block_n > 64 && block_n < 128 && (m <= 192 || (m > 256 && m <= 384) || m > 1024)) return true;
   // 64 x 112: e.g. N = 7168 (128 units where 128 x 64 tiles give 112). At 64 x 24576 x 1536 and
   // 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what cuBLASLt runs, and a 64 x 112 tile").
   return block_m == 64 && block_n == 112 &&
