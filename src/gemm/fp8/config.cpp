@@ -315,9 +315,16 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 //  - at four waves of 64 x 112 or more (N >= 21888 at three rows), 64 x 112, whose three rows waste
 //    at most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x; held out
 //    0.93-1.08x, 1.02x over 15 shapes.
+// Three 128-row tile rows (256 < M <= 384; W1 v28): the same one-wave order over the 128-row
+// tiles. At M = 320 and 384 over the 22 W7 pairs it took the fastest tile, or one within 3%, at
+// every pair that has a one-wave tile but two (128 x 192 at 8192, where 128 x 96 in two waves ran
+// 6-7% faster): 128 x 96 at N = 3584 and 4096 (up to 1.37x), 128 x 112 at 4608, 128 x 128 at 5120,
+// 128 x 176 at 7168. The 64-row tiles, five or six rows there, are not taken: at 300 and 352 x 2048
+// x 10944 64 x 112 ran 1.2-1.4x slower than the fastest tile.
 // Elsewhere the model's order stands. Candidates `unscored_tile` admitted only for this rule are
 // dropped unless the rule put them first.
 static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
+  const bool rows_of_128 = m > 256;
   auto unscored = [&](const Fp8Candidate& c) {
     return unscored_tile(m, c.config.block_m, c.config.block_n, c.config.splits, c.units, sm_count);
   };
@@ -325,7 +332,8 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
     return c.config.splits == 1 && c.config.stream_k == 0 && c.config.head_cols == 0 && !c.config.uneven;
   };
   auto one_wave = [&](const Fp8Candidate& c) {
-    return plain_unsplit(c) && c.config.block_n <= 192 && c.units <= sm_count && 10 * c.units >= 7 * sm_count;
+    return plain_unsplit(c) && c.config.block_n <= 192 && (!rows_of_128 || c.config.block_m == 128) &&
+           c.units <= sm_count && 10 * c.units >= 7 * sm_count;
   };
   auto first_other = std::stable_partition(out.begin(), out.end(), one_wave);
   auto front_end = first_other;
@@ -333,7 +341,7 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
     std::stable_sort(out.begin(), first_other, [](const Fp8Candidate& a, const Fp8Candidate& b) {
       return a.config.block_m + a.config.block_n < b.config.block_m + b.config.block_n;
     });
-  } else {
+  } else if (!rows_of_128) {
     auto many_waves = [&](const Fp8Candidate& c) {
       return plain_unsplit(c) && c.config.block_m == 64 && c.config.block_n == 112 && c.units >= 4 * sm_count;
     };
@@ -344,7 +352,7 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
-  const bool three_rows = options.three_rows && m > 128 && m <= 192;
+  const bool three_rows = options.three_rows && ((m > 128 && m <= 192) || (m > 256 && m <= 384));
   std::vector<Fp8Candidate> out;
   const double short_tile_stream_gbs = options.short_tile_stream_gbs;
   // Every compiled tile, once per promotion interval it has.

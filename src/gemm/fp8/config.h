@@ -50,9 +50,10 @@ struct Fp8ScoreOptions {
   // Whether the family compiles a stream-K kernel for a tile (Fp8GemmConfig::stream_k; null: the
   // per-tensor kernels', gemm/fp8/variants.def).
   bool (*stream_k)(int block_m, int block_n, int promote_every) = nullptr;
-  // Three 64-row tile rows (128 < M <= 192): the unsplit tile that fills one wave with the fewest
-  // bytes per CTA, or 64 x 112 at four waves or more, goes first (fp8::three_row_order; measured on
-  // the per-tensor kernels). A family whose kernels were not measured there sets false.
+  // Three tile rows (128 < M <= 192 in 64-row tiles, 256 < M <= 384 in 128-row ones): the unsplit
+  // tile that fills one wave with the fewest bytes per CTA goes first; at three 64-row rows, 64 x
+  // 112 at four waves or more (fp8::three_row_order; measured on the per-tensor kernels). A family
+  // whose kernels were not measured there sets false.
   bool three_rows = true;
 };
 
