@@ -282,8 +282,8 @@ static void settle(Fp8Candidate* c) {
 // The tiles the model does not score at this M (where they were measured to lose, or not
 // measured), unsplit: the narrow 128-row tiles (80, 96, 112) at one tile row, at three 64-row rows,
 // at three 128-row rows and past eight (M <= 192, 256 < M <= 384, M > 1024), and 64 x 112 outside
-// two tile rows it fills 90-100% of a wave with. three_row_order may still take them first at
-// 128 < M <= 192.
+// two tile rows it fills 90-100% of a wave with. few_rows_order may still take them first at
+// 128 < M <= 384.
 static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int units, int sm_count) {
   // Narrow 128-row tiles:
   //  - at two tile rows whose second is more than half full (192 < M <= 256) each CTA streams its
@@ -315,6 +315,11 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 //  - at four waves of 64 x 112 or more (N >= 21888 at three rows), 64 x 112, whose three rows waste
 //    at most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x; held out
 //    0.93-1.08x, 1.02x over 15 shapes.
+// Two 128-row tile rows, the second more than half full (192 < M <= 256; W1 v29): the same
+// one-wave order, 64-row tiles (four rows) included. At M = 224 and 256 over the 22 W7 pairs and at
+// 240 over 25 pairs of models in no suite it took the fastest tile, or one within 2%, wherever a
+// tile makes one wave, where the model's picks split K: 1.04-1.43x at N = 2048-5120 (128 x 64 at
+// 4096, 64 x 64 at 2048 and 2112, 64 x 112 at 3072 and 3584, 128 x 80 at 4608 and 5120).
 // Three 128-row tile rows (256 < M <= 384; W1 v28): the same one-wave order over the 128-row
 // tiles. At M = 320 and 384 over the 22 W7 pairs it took the fastest tile, or one within 3%, at
 // every pair that has a one-wave tile but two (128 x 192 at 8192, where 128 x 96 in two waves ran
@@ -323,7 +328,7 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 // x 10944 64 x 112 ran 1.2-1.4x slower than the fastest tile.
 // Elsewhere the model's order stands. Candidates `unscored_tile` admitted only for this rule are
 // dropped unless the rule put them first.
-static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
+static void few_rows_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
   const bool rows_of_128 = m > 256;
   auto unscored = [&](const Fp8Candidate& c) {
     return unscored_tile(m, c.config.block_m, c.config.block_n, c.config.splits, c.units, sm_count);
@@ -341,7 +346,7 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
     std::stable_sort(out.begin(), first_other, [](const Fp8Candidate& a, const Fp8Candidate& b) {
       return a.config.block_m + a.config.block_n < b.config.block_m + b.config.block_n;
     });
-  } else if (!rows_of_128) {
+  } else if (m <= 192) {
     auto many_waves = [&](const Fp8Candidate& c) {
       return plain_unsplit(c) && c.config.block_m == 64 && c.config.block_n == 112 && c.units >= 4 * sm_count;
     };
@@ -352,7 +357,7 @@ static void three_row_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_co
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
-  const bool three_rows = options.three_rows && ((m > 128 && m <= 192) || (m > 256 && m <= 384));
+  const bool few_rows = options.few_rows && m > 128 && m <= 384;
   std::vector<Fp8Candidate> out;
   const double short_tile_stream_gbs = options.short_tile_stream_gbs;
   // Every compiled tile, once per promotion interval it has.
@@ -384,8 +389,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const int units = tiles * splits;
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
-      // Tiles the model does not score here; unsplit at three tile rows, three_row_order decides.
-      if (unscored_tile(m, v.block_m, v.block_n, splits, units, sm_count) && !(three_rows && splits == 1)) continue;
+      // Tiles the model does not score here; unsplit at two to four tile rows, few_rows_order decides.
+      if (unscored_tile(m, v.block_m, v.block_n, splits, units, sm_count) && !(few_rows && splits == 1)) continue;
       Fp8Candidate c = candidate(splits);
       c.units = units;
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
@@ -610,7 +615,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
     return width_rank(a) > width_rank(b);
   });
-  if (three_rows) three_row_order(out, m, sm_count);
+  if (few_rows) few_rows_order(out, m, sm_count);
   return out;
 }
 

@@ -50,11 +50,11 @@ struct Fp8ScoreOptions {
   // Whether the family compiles a stream-K kernel for a tile (Fp8GemmConfig::stream_k; null: the
   // per-tensor kernels', gemm/fp8/variants.def).
   bool (*stream_k)(int block_m, int block_n, int promote_every) = nullptr;
-  // Three tile rows (128 < M <= 192 in 64-row tiles, 256 < M <= 384 in 128-row ones): the unsplit
-  // tile that fills one wave with the fewest bytes per CTA goes first; at three 64-row rows, 64 x
-  // 112 at four waves or more (fp8::three_row_order; measured on the per-tensor kernels). A family
-  // whose kernels were not measured there sets false.
-  bool three_rows = true;
+  // Two to four tile rows (128 < M <= 384): the unsplit tile that fills one wave with the fewest
+  // bytes per CTA goes first (128-row tiles only past M = 256); at three 64-row rows (M <= 192),
+  // 64 x 112 at four waves or more (fp8::few_rows_order; measured on the per-tensor kernels). A
+  // family whose kernels were not measured there sets false.
+  bool few_rows = true;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
