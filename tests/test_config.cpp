@@ -427,7 +427,7 @@ TEST(Fp8Config, TileRatesAsMeasured) {
 // The narrow 128-row tiles at four to eight tile rows (384 < M <= 1024; docs/perf.md W1 v27, calls
 // 170-172), scored at their measured rates: they fill the waves where 128 leaves the last one
 // part-empty. Past eight rows (held out: 0.81-1.04x at M = 2560 and 3000) the model does not take
-// them (two to four tile rows: ThreeTileRowsAsMeasured).
+// them (two to four tile rows: FewTileRowsAsMeasured).
 TEST(Fp8Config, NarrowTilesFourToEightRows) {
   auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
   // us, the pick against the model's before (call 170): 28.2 vs 35.3; 108.2 vs 118.0; 30.9 vs 35.6.
@@ -446,7 +446,7 @@ TEST(Fp8Config, NarrowTilesFourToEightRows) {
 // Three 64-row tile rows (128 < M <= 192; docs/perf.md W1 v26, calls 168-169): the unsplit tile
 // that fills one wave with the fewest bytes per CTA, or 64 x 112 at four waves or more; elsewhere
 // the model. The block-scaled family, unmeasured there, keeps its model's order.
-TEST(Fp8Config, ThreeTileRowsAsMeasured) {
+TEST(Fp8Config, FewTileRowsAsMeasured) {
   auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
   struct Pick { int64_t m, n, k; int block_m, block_n; };
   // us, the pick against the model's (call 168): 32.6 vs 45.6 (128 x 128 split in three); 9.0 vs
