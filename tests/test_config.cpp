@@ -403,7 +403,7 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   // Two tile rows whose second is more than half full: the narrow 128-row tile that makes one wave
   // (W1 v24: 256 x 5120 x 13824 35.0 us against 48.5 for 128 x 128 split in three; 256 x 7168 x 5120
   // 19.6 against 20.4). At M <= 64 and four rows or more they are unmeasured: neither takes them
-  // (three rows: ThreeTileRowsAsMeasured).
+  // (three rows: FewTileRowsAsMeasured).
   EXPECT_EQ(best(256, 5120, 13824).block_n, 80) << best(256, 5120, 13824).to_string();
   EXPECT_EQ(best(256, 5120, 13824).splits, 1);
   EXPECT_EQ(best(256, 7168, 5120).block_n, 112) << best(256, 7168, 5120).to_string();
