@@ -332,10 +332,11 @@ TEST_F(Fp8GemmGpu, NarrowTilesExact) {
 }
 
 // The last tile row's A box stops at M (gemm::a_tail): M one past a tile row up to one short of the
-// next, on the plain and staged kernels, split, stream-K and pairs; the fused and uneven kernels keep
-// the whole box. Every element checked against the FP64 reference on small integers. Fresh inputs
-// for every case, so the stage rows a box leaves stale never hold this case's A rows by chance
-// (a short box given to the wrong tile row would then still compute right).
+// next, on every dense kernel kind: plain and staged, split, stream-K, pairs, overlapped, and the
+// fused epilogue (a residual, a row broadcast, an activation); uneven columns keep the whole box. Every element checked
+// against the FP64 reference on small integers. Fresh inputs for every case, so the stage rows a box
+// leaves stale never hold this case's A rows by chance (a short box given to the wrong tile row
+// would then still compute right).
 TEST_F(Fp8GemmGpu, LastTileRowStopsAtM) {
   uint64_t fresh = 0;
   for (int64_t m : {129, 130, 191, 200, 255, 383})
@@ -347,10 +348,21 @@ TEST_F(Fp8GemmGpu, LastTileRowStopsAtM) {
         c.row_scales = rows;
         expect_exact(c, ++fresh);
       }
-  // The fused epilogue (a bias and a residual) beside it, whole boxes.
-  Case c{200, 384, 400, OutType::kBF16, true, Inputs::kSmallInts, "bn=128"};
-  c.residual = true;
-  expect_exact(c, ++fresh);
+  for (int64_t m : {129, 200, 383}) {
+    // The fused epilogue: a bias and a residual; a row broadcast; an activation.
+    Case c{m, 384, 400, OutType::kBF16, true, Inputs::kSmallInts, "bn=128"};
+    c.residual = true;
+    expect_exact(c, ++fresh);
+    Case r{m, 384, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=192"};
+    r.row_bcast_rows = 50;
+    expect_exact(r, ++fresh);
+    Case g{m, 384, 400, OutType::kBF16, true, Inputs::kSmallInts, "bn=64"};
+    g.activation = Activation::kSilu;
+    expect_exact(g, ++fresh);
+    // Uneven columns (240- and 256-wide tiles over N = 496).
+    expect_exact({m, 496, 400, OutType::kBF16, false, Inputs::kSmallInts, "bn=256,promote=2,overlap=1,uneven=1"},
+                 ++fresh);
+  }
 }
 
 // Per-token x per-channel scales and FP16 output run every tile's staged epilogue: with and

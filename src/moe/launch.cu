@@ -344,7 +344,7 @@ Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   p.scatter = {m.row_pair, m.row_weight, sums, m.n, m.deterministic ? 1 : m.top_k, !m.deterministic};
   int launched = 0;
   const cudaError_t e = blockscaled::kBsVariantLaunchers[r.core_line]().launch(
-      r.cfg.grid, 0, stream, r.tm_x, r.tm_w, r.tm_x, r.tm_x, p, r.dev->device, &launched);
+      r.cfg.grid, 0, stream, r.tm_x, r.tm_w, r.tm_x, r.tm_x, r.tm_x, p, r.dev->device, &launched);
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
     std::fprintf(stderr, "[lowbit] moe expert gemm: block-scaled core, stacked, bn=%d, %d CTAs\n", r.cfg.block_n,

@@ -412,7 +412,7 @@ Status launch_grouped(const char* who, const Source& source, const Fp8GroupedPro
   p.groups = {problems, groups, ws.tile_start, ws.maps};
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
   int launched = 0;
-  e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, tmpl->d, p, dev.device, &launched);
+  e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, tmpl->d, tmpl->a, p, dev.device, &launched);
   if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " launch", e);
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
   if (log_launches)
@@ -636,13 +636,13 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   const int a_group = blockscaled::a_scale_group(cfg.block_m, cfg.block_n, blockscaled::BsProblems::kDense);
   const int sfa_box = (a_box_rows + 3) / 4 * 4;
   CUtensorMap tm_sfa = tm_d;
-  // Where the tile takes one K block's A scales per stage, the fourth map is the last tile row's A
-  // instead, its box stopping at M (gemm::a_tail; the kernel's kATailMap).
-  const gemm::ATail a_tail = a_group > 1 ? gemm::ATail{} : gemm::a_tail(x.m, cfg.block_m);
+  // The last tile row's A box, which stops at M (gemm::a_tail; A's own map where there is none).
+  const gemm::ATail a_tail = gemm::a_tail(x.m, cfg.block_m);
+  CUtensorMap tm_a_tail = tm_a;
   if (a_tail.rows > 0) {
     hopper::TensorMap2dSpec st = sa;
     st.box_rows = static_cast<uint32_t>(a_tail.rows);
-    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_sfa));
+    LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_a_tail));
   }
   if (a_group > 1) {
     hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, fp8::fp8_k_blocks(x.k), x.m,
@@ -664,7 +664,8 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   if (!in_cluster) gemm::bind_split_k_workspace(p, x.workspace);
   const int units = p.sched.num_units();
   int launched = 0;
-  const cudaError_t e = entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_sfa, p, dev.device, &launched);
+  const cudaError_t e =
+      entry.launch(cfg.grid, units, stream, tm_a, tm_b, tm_d, tm_sfa, tm_a_tail, p, dev.device, &launched);
   auto describe = [&] {
     return std::string(who) + " " + std::to_string(x.m) + "x" + std::to_string(x.n) + "x" + std::to_string(x.k) +
            " " + dense_text(cfg, in_cluster);

@@ -10,9 +10,10 @@
 namespace lowbit::blockscaled {
 
 // Maps: A, B, D, and the A scales' (CoreTraits::kAScaleGroup > 1; otherwise any, D stands in).
+// The maps: A, B, D, A's scales (or D), A's last tile row (fp8::fp8_gemm_kernel).
 using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                        const CUtensorMap&, const CUtensorMap&, const fp8::Fp8KernelParams&, int device,
-                                        int* launched);
+                                        const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
+                                        const fp8::Fp8KernelParams&, int device, int* launched);
 // CTAs of the kernel resident at once in clusters of `cluster` (hopper::prepare_persistent).
 using VariantResidentFn = cudaError_t (*)(int cluster, int device, int* ctas);
 struct VariantLauncher {

@@ -32,6 +32,7 @@ template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                     const __grid_constant__ CUtensorMap tm_d, const __grid_constant__ CUtensorMap tm_bcast,
+                    const __grid_constant__ CUtensorMap tm_a_tail,
                     const Fp8KernelParams p) {
   // Static checks.
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
@@ -62,12 +63,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
                 "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
-  // The last tile row's shorter A box (Fp8KernelParams::a_tail_rows) comes through the fourth map
-  // where nothing else takes it: not the fused epilogue's row broadcast, uneven columns' trimmed B,
-  // the grouped A scales' map or the groups' own maps, and not a stage read by loads (the 2:4-sparse
-  // A, whose map differs).
-  constexpr bool kATailMap = !T::kFused && !gemm::UnevenColumns<T>::value && AScaleGroup<T>::value == 1 &&
-                             !kWalksGroups<T> && !T::Operands::kReadsStage;
+  // The last tile row's shorter A box (Fp8KernelParams::a_tail_rows; its own map, tm_a_tail) in every
+  // kernel of one problem whose A is dense: the grouped walks load each group's maps, and the
+  // 2:4-sparse A (a stage read by loads) has a map of its own layout. Not with uneven columns: the
+  // staged overlapped 256-wide kernel's wgmmas were serialized with it (C7511), and those tiles
+  // run at large M, where the last tile row is one of many.
+  constexpr bool kATailMap = !kWalksGroups<T> && !T::Operands::kReadsStage && !gemm::UnevenColumns<T>::value;
 
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
@@ -109,8 +110,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
-    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1 || kATailMap)
+    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
       hopper::tma_prefetch_descriptor(&tm_bcast);
+    if constexpr (kATailMap) hopper::tma_prefetch_descriptor(&tm_a_tail);
   }
   // Peers' barriers must be initialized before the first multicast, remote arrival or st.async.
   // Splitting in a cluster, every access across it waits on an mbarrier: the relaxed form (a
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         int a_rows = p.a_box_rows;
         if constexpr (kATailMap) {
           if (p.a_tail_rows > 0 && w.m_block == p.a_tail_block) {
-            am = &tm_bcast;
+            am = &tm_a_tail;
             a_rows = p.a_tail_rows;
           }
         }

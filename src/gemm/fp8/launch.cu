@@ -304,13 +304,14 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(
           hopper::dense_2d(args.row_bcast, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, args.row_bcast_rows, args.n, 8, 64),
           &tm_bcast));
-    // Elsewhere (the plain and staged kernels, even columns) the last tile row's A box, which stops
-    // at M (gemm::a_tail; the kernel's kATailMap).
-    const gemm::ATail a_tail = fused || cfg.uneven ? gemm::ATail{} : gemm::a_tail(args.m, cfg.block_m);
+    // The last tile row's A box, which stops at M (gemm::a_tail; A's own map where there is none or
+    // the kernel takes none: uneven columns).
+    const gemm::ATail a_tail = cfg.uneven ? gemm::ATail{} : gemm::a_tail(args.m, cfg.block_m);
+    CUtensorMap tm_a_tail = tm_a;
     if (a_tail.rows > 0) {
       hopper::TensorMap2dSpec st = sa;
       st.box_rows = static_cast<uint32_t>(a_tail.rows);
-      LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_bcast));
+      LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_a_tail));
     }
 
     Fp8KernelParams p{};
@@ -354,7 +355,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       units = std::max(units, grid);
     }
     int launched = 0;
-    const cudaError_t e = entry.launch(grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, p, dev.device, &launched);
+    const cudaError_t e =
+        entry.launch(grid, units, stream, tm_a, tm_b, tm_d, tm_bcast, tm_a_tail, p, dev.device, &launched);
     auto describe = [&] {
       return "fp8_gemm " + std::to_string(args.m) + "x" + std::to_string(args.n) + "x" + std::to_string(args.k) + " " +
              cfg.to_string();

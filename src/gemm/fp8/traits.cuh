@@ -220,8 +220,8 @@ struct Fp8KernelParams {
   // or past it idle.
   int a_box_rows;
   // The last tile row's A box where it stops short of a_box_rows (gemm::a_tail): a_tail_rows rows,
-  // loaded by tile row a_tail_block through the kernel's fourth map, in the kernels that have no
-  // other use for it (kATailMap in gemm/fp8/kernel.cuh). 0 rows: every tile loads a_box_rows.
+  // loaded by tile row a_tail_block through the kernel's tm_a_tail (kATailMap in
+  // gemm/fp8/kernel.cuh). 0 rows: every tile loads a_box_rows.
   int a_tail_rows;
   int a_tail_block;
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
@@ -287,7 +287,7 @@ struct Fp8KernelParams {
     epi.a_scale = a_scale;
     epi.b_scale = b_scale;
   }
-  // The last tile row's shorter A box (gemm::a_tail), for a launch that passes its map fourth.
+  // The last tile row's shorter A box (gemm::a_tail), for a launch that passes its map.
   void set_a_tail(const gemm::ATail& t) {
     a_tail_rows = t.rows;
     a_tail_block = t.block;

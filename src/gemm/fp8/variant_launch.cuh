@@ -32,14 +32,14 @@ struct VariantOf {
                       S.out == OutType::kFP32, kFused, kStaged, S.cluster, S.promote_every, S.block_m, S.resident_rows,
                       S.overlap, S.uneven, S.out == OutType::kFP16, /*epi_slots=*/2, S.cluster_splits, S.stream_k>;
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                            const CUtensorMap& d, const CUtensorMap& bcast, const Fp8KernelParams& p, int device,
-                            int* launched) {
+                            const CUtensorMap& d, const CUtensorMap& bcast, const CUtensorMap& a_tail,
+                            const Fp8KernelParams& p, int device, int* launched) {
     // A forced grid may exceed what is resident only without clusters (peers must co-run). Split
     // within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
     const int cluster = S.cluster_splits > 1 && p.sched.splits > 1 ? p.sched.splits : S.cluster;
     return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units / (cluster / S.cluster), T::kThreads,
                                                         T::kSmemBytes, cluster, device, stream, launched, a, b, d,
-                                                        bcast, p);
+                                                        bcast, a_tail, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
     return hopper::prepare_persistent<fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);

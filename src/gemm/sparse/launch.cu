@@ -59,7 +59,8 @@ cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const C
                            const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
   using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
   return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
-                                                           device, stream, launched, a, b, d, d, p);  // no row broadcast
+                                                           device, stream, launched, a, b, d, d, a,
+                                                           p);  // no row broadcast, no A tail
 }
 
 struct Entry {
