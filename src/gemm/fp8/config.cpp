@@ -295,7 +295,8 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
   //    part-empty: 1.028x over the 22 W7 pairs at M = 512, 1024 and 2048, up to 1.25x (W1 v27).
   //    Past eight rows they lost, held out: 0.81-1.04x at M = 2560 and 3000, mixed at 1280 and
   //    1536, where long K makes the GEMM compute-bound and their L2 bytes per FLOP tell.
-  // At M <= 64 and at three 128-row rows they are unmeasured as picks.
+  // At M <= 128 they are unmeasured as picks. At 128 < M <= 192 and 256 < M <= 384 few_rows_order
+  // takes them, unsplit, where they make one wave (W1 v26, v28).
   if (block_m == 128 && block_n > 64 && block_n < 128 && (m <= 192 || (m > 256 && m <= 384) || m > 1024)) return true;
   // 64 x 112: e.g. N = 7168 (128 units where 128 x 64 tiles give 112). At 64 x 24576 x 1536 and
   // 64 x 7168 x 2048 it lost 2-7% (docs/perf.md W1, "what cuBLASLt runs, and a 64 x 112 tile").
