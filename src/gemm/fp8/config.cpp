@@ -313,7 +313,7 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 //    at 3584, 64 x 64 at 2112 (75% of the wave); 128 x 176 at 10240): up to 1.40x the model's pick
 //    (x 5120 x 13824). Not the 256-wide tile, whose two column parts retire one by one: as the one
 //    wave at N = 16384 it ran 3-5% slower than the model's two waves of 128 x 128 (held out);
-//  - at four waves of 64 x 112 or more (N >= 21888 at three rows), 64 x 112, whose three rows waste
+//  - at four waves of 64 x 112 or more (N > 19600 at three rows), 64 x 112, whose three rows waste
 //    at most a third of the MMAs where 128-row tiles waste up to half: 1.00-1.11x; held out
 //    0.93-1.08x, 1.02x over 15 shapes.
 // Two 128-row tile rows, the second more than half full (192 < M <= 256; W1 v29): the same
@@ -327,13 +327,12 @@ static bool unscored_tile(int64_t m, int block_m, int block_n, int splits, int u
 // 6-7% faster): 128 x 96 at N = 3584 and 4096 (up to 1.37x), 128 x 112 at 4608, 128 x 128 at 5120,
 // 128 x 176 at 7168. The 64-row tiles, five or six rows there, are not taken: at 300 and 352 x 2048
 // x 10944 64 x 112 ran 1.2-1.4x slower than the fastest tile.
-// Elsewhere the model's order stands. Candidates `unscored_tile` admitted only for this rule are
-// dropped unless the rule put them first.
-static void few_rows_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_count) {
+// Elsewhere the model's order stands. The tiles `unscored_tile` admits only for this rule (unsplit)
+// are kept out of the model's sort, whose 3% ties are not transitive, so they cannot reorder it, and
+// join the list only where the rule puts them first.
+static void few_rows_order(std::vector<Fp8Candidate>& out, const std::vector<Fp8Candidate>& extras, int64_t m,
+                           int sm_count) {
   const bool rows_of_128 = m > 256;
-  auto unscored = [&](const Fp8Candidate& c) {
-    return unscored_tile(m, c.config.block_m, c.config.block_n, c.config.splits, c.units, sm_count);
-  };
   auto plain_unsplit = [](const Fp8Candidate& c) {
     return c.config.splits == 1 && c.config.stream_k == 0 && c.config.head_cols == 0 && !c.config.uneven;
   };
@@ -341,25 +340,32 @@ static void few_rows_order(std::vector<Fp8Candidate>& out, int64_t m, int sm_cou
     return plain_unsplit(c) && c.config.block_n <= 192 && (!rows_of_128 || c.config.block_m == 128) &&
            c.units <= sm_count && 10 * c.units >= 7 * sm_count;
   };
+  auto many_waves = [&](const Fp8Candidate& c) {
+    return m <= 192 && plain_unsplit(c) && c.config.block_m == 64 && c.config.block_n == 112 && c.units >= 4 * sm_count;
+  };
+  // The model's candidates that fill one wave, and the extras that do, fewest bytes per CTA first;
+  // failing those, 64 x 112 at four waves or more; then the model's order, as it sorted them.
   auto first_other = std::stable_partition(out.begin(), out.end(), one_wave);
-  auto front_end = first_other;
-  if (first_other != out.begin()) {
-    std::stable_sort(out.begin(), first_other, [](const Fp8Candidate& a, const Fp8Candidate& b) {
+  std::vector<Fp8Candidate> front(out.begin(), first_other);
+  for (const auto& c : extras)
+    if (one_wave(c)) front.push_back(c);
+  if (!front.empty()) {
+    std::stable_sort(front.begin(), front.end(), [](const Fp8Candidate& a, const Fp8Candidate& b) {
       return a.config.block_m + a.config.block_n < b.config.block_m + b.config.block_n;
     });
-  } else if (m <= 192) {
-    auto many_waves = [&](const Fp8Candidate& c) {
-      return plain_unsplit(c) && c.config.block_m == 64 && c.config.block_n == 112 && c.units >= 4 * sm_count;
-    };
-    front_end = std::stable_partition(out.begin(), out.end(), many_waves);
+    out.erase(out.begin(), first_other);
+  } else {
+    for (const auto& c : extras)
+      if (many_waves(c)) front.push_back(c);
   }
-  out.erase(std::remove_if(front_end, out.end(), unscored), out.end());
+  out.insert(out.begin(), front.begin(), front.end());
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
                                                const Fp8ScoreOptions& options) {
   const bool few_rows = options.few_rows && m > 128 && m <= 384;
   std::vector<Fp8Candidate> out;
+  std::vector<Fp8Candidate> extras;  // unscored tiles, unsplit, for few_rows_order only
   const double short_tile_stream_gbs = options.short_tile_stream_gbs;
   // Every compiled tile, once per promotion interval it has.
   const Fp8Variant* tiles = options.tiles ? options.tiles : kFp8Variants;
@@ -391,7 +397,8 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       // Splitting only helps while it fills idle SMs.
       if (splits > 1 && units > 2 * sm_count) break;
       // Tiles the model does not score here; unsplit at two to four tile rows, few_rows_order decides.
-      if (unscored_tile(m, v.block_m, v.block_n, splits, units, sm_count) && !(few_rows && splits == 1)) continue;
+      const bool extra = unscored_tile(m, v.block_m, v.block_n, splits, units, sm_count);
+      if (extra && !(few_rows && splits == 1)) continue;
       Fp8Candidate c = candidate(splits);
       c.units = units;
       // Split within a cluster: whole clusters a wave, as many as the GPCs hold.
@@ -458,7 +465,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
         c.config.grid = g;
         c.config.reason += "; grid=" + std::to_string(g) + " (the same number of units on every CTA)";
       }
-      out.push_back(c);
+      (extra ? extras : out).push_back(c);
       // Its uneven-columns twin (Fp8GemmConfig::uneven): more, narrower tiles per row. Scored
       // with the tiles' mean width (a 240-column tile costs 15/16 of a 256-column one: the wgmma
       // rate is linear in N) and its own rounds.
@@ -485,7 +492,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
                       u.units, sm_count, u.waves, u.bound, u.t_total_us, uneven_tn);
         u.config.reason = why;
         u.config.grid = 0;
-        out.push_back(u);
+        (extra ? extras : out).push_back(u);
       }
     }
     // Split only the last wave (Fp8GemmConfig::head_cols): the whole waves' worth of tile columns
@@ -616,7 +623,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       return a.bound[0] == 'm' ? a.config.block_m > b.config.block_m : a.config.stages > b.config.stages;
     return width_rank(a) > width_rank(b);
   });
-  if (few_rows) few_rows_order(out, m, sm_count);
+  if (few_rows) few_rows_order(out, extras, m, sm_count);
   return out;
 }
 
