@@ -9,8 +9,8 @@
 
 namespace lowbit::blockscaled {
 
-// Maps: A, B, D, and the A scales' (CoreTraits::kAScaleGroup > 1; otherwise any, D stands in).
-// The maps: A, B, D, A's scales (or D), A's last tile row (fp8::fp8_gemm_kernel).
+// The maps: A, B, D, the A scales' (CoreTraits::kAScaleGroup > 1; otherwise D stands in), A's last
+// tile row (fp8::fp8_gemm_kernel; A's own where there is no tail).
 using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                         const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
                                         const fp8::Fp8KernelParams&, int device, int* launched);
