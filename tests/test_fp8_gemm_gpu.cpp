@@ -333,10 +333,10 @@ TEST_F(Fp8GemmGpu, NarrowTilesExact) {
 
 // The last tile row's A box stops at M (gemm::a_tail): M one past a tile row up to one short of the
 // next, on every dense kernel kind: plain and staged, split, stream-K, pairs, overlapped, and the
-// fused epilogue (a residual, a row broadcast, an activation); uneven columns keep the whole box. Every element checked
-// against the FP64 reference on small integers. Fresh inputs for every case, so the stage rows a box
-// leaves stale never hold this case's A rows by chance (a short box given to the wrong tile row
-// would then still compute right).
+// fused epilogue (a residual, a row broadcast, an activation); uneven columns keep the whole box.
+// Every element checked against the FP64 reference on small integers. Fresh inputs for every case,
+// so the stage rows a box leaves stale never hold this case's A rows by chance (a short box given
+// to the wrong tile row would then still compute right).
 TEST_F(Fp8GemmGpu, LastTileRowStopsAtM) {
   uint64_t fresh = 0;
   for (int64_t m : {129, 130, 191, 200, 255, 383})
