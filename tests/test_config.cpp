@@ -443,6 +443,29 @@ TEST(Fp8Config, NarrowTilesFourToEightRows) {
   }
 }
 
+// One round of 64- or 112-wide tiles at M <= 128 (docs/perf.md W1 v31, calls 182-183): the pick by
+// the measured latency model, where the model split K for less than a split's own latency.
+TEST(Fp8Config, SmallMOneRoundByLatency) {
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  fp8::Fp8ScoreOptions off;
+  off.small_m = false;
+  auto model = [&](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132, off).front().config; };
+  // Unsplit, where the model split (us, unsplit against its split, call 182): 4.66 vs 5.5; 3.78 vs
+  // 4.4 (split in three); 6.88 vs 7.7 (two 64-row rows); 11.8 vs 12.2.
+  for (const auto& shape : {std::array<int64_t, 3>{1, 2048, 2048}, {64, 1536, 1536}, {128, 2048, 4096}, {1, 3072, 8192}}) {
+    const auto c = best(shape[0], shape[1], shape[2]);
+    EXPECT_TRUE(c.block_n == 64 && c.splits == 1) << shape[0] << "x" << shape[1] << "x" << shape[2] << ": " << c.to_string();
+    EXPECT_GT(model(shape[0], shape[1], shape[2]).splits, 1) << "the model alone split it";
+  }
+  // Still split where K is long for the few CTAs the tile makes (8.3 vs 10.9 us; 9.6 vs 11.0).
+  EXPECT_EQ(best(1, 1536, 8192).splits, 3) << best(1, 1536, 8192).to_string();
+  EXPECT_EQ(best(1, 2048, 8192).splits, 2) << best(1, 2048, 8192).to_string();
+  // Outside its scope (past M = 128, a wider or multi-round pick) the model's order stands.
+  for (const auto& shape : {std::array<int64_t, 3>{64, 7168, 16384}, {64, 32768, 512}, {192, 2048, 2048}, {4096, 4096, 7168}})
+    EXPECT_EQ(best(shape[0], shape[1], shape[2]).to_string(), model(shape[0], shape[1], shape[2]).to_string())
+        << shape[0] << "x" << shape[1] << "x" << shape[2];
+}
+
 // Three 64-row tile rows (128 < M <= 192; docs/perf.md W1 v26, calls 168-169): the unsplit tile
 // that fills one wave with the fewest bytes per CTA, or 64 x 112 at four waves or more; elsewhere
 // the model. The block-scaled family, unmeasured there, keeps its model's order.

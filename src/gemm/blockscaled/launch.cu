@@ -149,6 +149,7 @@ std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int 
   o.tile_efficiency = bs_tile_efficiency;
   o.heads = false;
   o.few_rows = false;  // measured on the per-tensor kernels only (W1 v26, v28, v29)
+  o.small_m = false;   // likewise (W1 v31); the block-scaled 64-row kernels keep another pace
   o.stream_k = [](int, int, int) { return false; };  // no block-scaled stream-K kernel
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }

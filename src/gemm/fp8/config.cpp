@@ -109,6 +109,16 @@ constexpr double kStreamKUs = 0.5;
 // pieces a tile the tail cost 2-6 us more than its K blocks at M = 1024 (the charges above: 5); at
 // 1024 x 2112 x 7168, runs of 3-4 K blocks and 16 pieces a tile, 15 us.
 constexpr double kStreamKPartUs = 0.8;
+// One round of narrow tiles at M <= 128 (small_m_order), fitted (docs/perf.md W1 v31) to 517
+// measured times of 64 x 64, 128 x 64 and 64 x 112, unsplit and split in two or three, at M = 1, 64
+// and 128, N = 1536-5120, K = 1536-8192 (RMS error 6%): a launch-to-store latency per round, what a
+// split adds to it (the cluster's reduction and the partials' ramp), each CTA's own stream (its
+// 64-row work tile and B rows per K block: 0.135 us at 64 x 64, which is the kernel's pace, not
+// DRAM's), and DRAM for the whole problem.
+constexpr double kRoundLatencyUs = 2.75;
+constexpr double kSplitLatencyUs = 1.3;
+constexpr double kCtaStreamGBs = 125.0;
+constexpr double kRoundDramTBs = 2.8;
 }  // namespace model
 
 // A grid that gives every CTA the same number of units, where the last round would be partial
@@ -359,6 +369,47 @@ static void few_rows_order(std::vector<Fp8Candidate>& out, const std::vector<Fp8
       if (many_waves(c)) front.push_back(c);
   }
   out.insert(out.begin(), front.begin(), front.end());
+}
+
+// One round of narrow tiles at M <= 128 (one or two 64-row tile rows, or one 128-row row). The
+// model charges a split its fix-up on the DRAM term only and every K block at the tensor rate of a
+// 64-row tile, so there it split K where the split's own latency costs more than the K blocks it
+// saves: at K <= 4096 with 24-48 unsplit CTAs the unsplit tile ran 1.02-1.21x faster (1 x 2048 x
+// 2048: 64 x 64 split in two 5.5 us, unsplit 4.66; docs/perf.md W1 v31). Where the model's pick is
+// such a tile (64 or 112 wide, one round, split at most as far as a cluster reduces it), the pick
+// becomes the one of them with the least latency estimate (model::kRoundLatencyUs ...), the
+// model's order breaking ties. Elsewhere (wider tiles, more rounds, stream-K, heads) the model's
+// order stands.
+static void small_m_order(std::vector<Fp8Candidate>& out, int64_t m, int64_t n, int64_t k, int sm_count) {
+  auto in_scope = [&](const Fp8Candidate& c) {
+    const Fp8GemmConfig& g = c.config;
+    return g.stream_k == 0 && g.head_cols == 0 && !g.uneven && g.promote_every == 1 && !g.overlap &&
+           (g.block_n == 64 || g.block_n == 112) && c.units <= sm_count && g.splits <= (g.block_m == 64 ? 3 : 2);
+  };
+  if (out.empty() || !in_scope(out.front())) return;
+  const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + 2.0 * static_cast<double>(m) * n;
+  auto estimate = [&](const Fp8Candidate& c) {
+    const int work_rows = m <= 64 ? 64 : c.config.block_m;
+    const int unit_kb = (fp8_k_blocks(k) + c.config.splits - 1) / c.config.splits;
+    const double stream_us = unit_kb * (work_rows + c.config.block_n) * 128.0 / (model::kCtaStreamGBs * 1e3);
+    const double dram_us = bytes / (model::kRoundDramTBs * 1e6);
+    return model::kRoundLatencyUs + (c.config.splits > 1 ? model::kSplitLatencyUs : 0.0) + std::max(stream_us, dram_us);
+  };
+  size_t best = out.size();
+  double best_us = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!in_scope(out[i])) continue;
+    const double us = estimate(out[i]);
+    if (best == out.size() || us < best_us) {
+      best = i;
+      best_us = us;
+    }
+  }
+  if (best == 0) return;
+  char why[96];
+  std::snprintf(why, sizeof(why), "; one round at M <= 128: latency est %.1f us (W1 v31)", best_us);
+  out[best].config.reason += why;
+  std::rotate(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(best), out.begin() + static_cast<std::ptrdiff_t>(best) + 1);
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
@@ -624,6 +675,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     return width_rank(a) > width_rank(b);
   });
   if (few_rows) few_rows_order(out, extras, m, sm_count);
+  if (options.small_m && m <= 128) small_m_order(out, m, n, k, sm_count);
   return out;
 }
 

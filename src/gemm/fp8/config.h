@@ -55,6 +55,10 @@ struct Fp8ScoreOptions {
   // 64 x 112 at four waves or more (fp8::few_rows_order; measured on the per-tensor kernels). A
   // family whose kernels were not measured there sets false.
   bool few_rows = true;
+  // One round of 64- or 112-wide tiles at M <= 128: the pick among them by their measured latency
+  // (fp8::small_m_order; measured on the per-tensor kernels). A family whose kernels were not
+  // measured there sets false.
+  bool small_m = true;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
