@@ -457,9 +457,21 @@ TEST(Fp8Config, SmallMOneRoundByLatency) {
     EXPECT_TRUE(c.block_n == 64 && c.splits == 1) << shape[0] << "x" << shape[1] << "x" << shape[2] << ": " << c.to_string();
     EXPECT_GT(model(shape[0], shape[1], shape[2]).splits, 1) << "the model alone split it";
   }
-  // Still split where K is long for the few CTAs the tile makes (8.3 vs 10.9 us; 9.6 vs 11.0).
+  // Still split where K is long for the few CTAs the tile makes (8.3 vs 10.9 us; 9.6 vs 11.0), and
+  // where unsplit CTAs and DRAM bind together (1 x 2816 x 18432: the split 6% faster, call 185).
   EXPECT_EQ(best(1, 1536, 8192).splits, 3) << best(1, 1536, 8192).to_string();
   EXPECT_EQ(best(1, 2048, 8192).splits, 2) << best(1, 2048, 8192).to_string();
+  EXPECT_GT(best(1, 2816, 18432).splits, 1) << best(1, 2816, 18432).to_string();
+  // Four splits through the workspace at 1024 x 1024 (1.5x slower than unsplit, calls 184, 186), and a
+  // 128 x 128 tile split in two at M = 96 (22.8 us; 128 x 64 unsplit 1.22x faster, call 184).
+  EXPECT_EQ(best(16, 1024, 1024).splits, 1) << best(16, 1024, 1024).to_string();
+  EXPECT_EQ(model(16, 1024, 1024).splits, 4);
+  EXPECT_TRUE(best(96, 5120, 8192).block_n == 64 && best(96, 5120, 8192).splits == 1) << best(96, 5120, 8192).to_string();
+  EXPECT_TRUE(model(96, 5120, 8192).block_n == 128 && model(96, 5120, 8192).splits == 2);
+  // Never more splits than the model's (two 64-row rows at N = 1280: three splits 0.75-0.9x, call 185).
+  for (const auto& shape : {std::array<int64_t, 3>{100, 1280, 4864}, {80, 768, 2816}, {128, 1024, 3840}})
+    EXPECT_LE(best(shape[0], shape[1], shape[2]).splits, model(shape[0], shape[1], shape[2]).splits)
+        << shape[0] << "x" << shape[1] << "x" << shape[2];
   // Outside its scope (past M = 128, a wider or multi-round pick) the model's order stands.
   for (const auto& shape : {std::array<int64_t, 3>{64, 7168, 16384}, {64, 32768, 512}, {192, 2048, 2048}, {4096, 4096, 7168}})
     EXPECT_EQ(best(shape[0], shape[1], shape[2]).to_string(), model(shape[0], shape[1], shape[2]).to_string())
