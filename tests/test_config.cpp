@@ -448,7 +448,7 @@ TEST(Fp8Config, NarrowTilesFourToEightRows) {
 TEST(Fp8Config, SmallMOneRoundByLatency) {
   auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
   fp8::Fp8ScoreOptions off;
-  off.small_m = false;
+  off.small_m = nullptr;
   auto model = [&](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132, off).front().config; };
   // Unsplit, where the model split (us, unsplit against its split, call 182): 4.66 vs 5.5; 3.78 vs
   // 4.4 (split in three); 6.88 vs 7.7 (two 64-row rows); 11.8 vs 12.2.

@@ -91,6 +91,15 @@ ClusterCapacity cluster_capacity(int device) {
                                 blockscaled::kNumBsVariantSpecs, device);
 }
 
+// One round of narrow tiles at M <= 128 where the model splits K (fp8::order_one_round_small_m),
+// fitted to 600 times of this family's 64 x 32, 64 x 48, 64 x 64, 64 x 80 and 128 x 64 tiles,
+// unsplit and split, at M = 16, 64 and 128, N = 1536-5120, K = 1536-8192 (RMS error 5.8%; docs/perf.md
+// block-scaled v19): the per-tensor form, with each CTA's stream at 92 GB/s (0.18 us per K block at
+// 64 x 64, against the per-tensor kernels' 0.12: the 64-row pace of issue 39) and no K block under
+// 0.14 us (64 x 32's K loop: without the floor it took 64 x 32 at 128 x 2048 x 5120, where v18
+// measured it up to 5% slower than the split).
+const fp8::Fp8RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31};
+
 // One measured exception to the model's order: unsplit tiles of 64 working rows whose units fill
 // 80 to 100% of one wave go ahead of the split ones. At K <= 8192 every candidate there is
 // DRAM-bound at the same bytes plus a launch's fill (docs/perf.md block-scaled v16: the best tile at
@@ -149,7 +158,7 @@ std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int 
   o.tile_efficiency = bs_tile_efficiency;
   o.heads = false;
   o.few_rows = false;  // measured on the per-tensor kernels only (W1 v26, v28, v29)
-  o.small_m = false;   // likewise (W1 v31); the block-scaled 64-row kernels keep another pace
+  o.small_m = nullptr;  // score_dense applies the family's own (kBsRoundLatency), after its rule
   o.stream_k = [](int, int, int) { return false; };  // no block-scaled stream-K kernel
   return fp8::score_fp8_candidates(m, n, k, sms, o);
 }
@@ -180,6 +189,7 @@ std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int 
   for (const auto& c : score_tiles(m, n, k, sms, out, capacity, true))
     if (full_wave(c)) out_cands.push_back(c);
   out_cands.insert(out_cands.end(), first_other, cands.end());
+  fp8::order_one_round_small_m(out_cands, m, n, k, kBsRoundLatency);
   return out_cands;
 }
 

@@ -109,20 +109,6 @@ constexpr double kStreamKUs = 0.5;
 // pieces a tile the tail cost 2-6 us more than its K blocks at M = 1024 (the charges above: 5); at
 // 1024 x 2112 x 7168, runs of 3-4 K blocks and 16 pieces a tile, 15 us.
 constexpr double kStreamKPartUs = 0.8;
-// One round of narrow tiles at M <= 128 (small_m_order), fitted (docs/perf.md W1 v31) to 517
-// measured times of 64 x 64, 128 x 64 and 64 x 112, unsplit and split in two or three, at M = 1, 64
-// and 128, N = 1536-5120, K = 1536-8192 (RMS error 4.6%): a launch-to-store latency per round, what
-// a split adds to it (the cluster's reduction and the partials' ramp), each CTA's own stream (its
-// work rows and B rows per K block: 0.12 us at 64 x 64, the kernel's pace, not DRAM's), and DRAM
-// for the whole problem.
-constexpr double kRoundLatencyUs = 2.7;
-constexpr double kSplitLatencyUs = 1.45;
-constexpr double kCtaStreamGBs = 135.0;
-constexpr double kRoundDramTBs = 3.05;
-// Near where the two meet, both bind: the CTAs' streams and DRAM combine as a 3.3-norm, not as the
-// slower of the two (at 1 x 2816 x 18432, 44 CTAs, the slower of the two put an unsplit tile first,
-// which ran 6% slower than the split).
-constexpr double kStreamDramNorm = 3.3;
 }  // namespace model
 
 // A grid that gives every CTA the same number of units, where the last round would be partial
@@ -375,42 +361,48 @@ static void few_rows_order(std::vector<Fp8Candidate>& out, const std::vector<Fp8
   out.insert(out.begin(), front.begin(), front.end());
 }
 
-// One round of narrow tiles at M <= 128 (one or two 64-row tile rows, or one 128-row row). The
-// model charges a split its fix-up on the DRAM term only and every K block at the tensor rate of a
-// 64-row tile, so there it split K where the split's own latency costs more than the K blocks it
-// saves: at K <= 4096 with 24-48 unsplit CTAs the unsplit tile ran 1.02-1.21x faster (1 x 2048 x
-// 2048: 64 x 64 split in two 5.5 us, unsplit 4.66), and at 1024 x 1024 1.5x faster than four splits;
-// a 128 x 128 tile split in two at M = 72-128 ran 1.07-1.25x slower than 128 x 64 unsplit (docs/perf.md
-// W1 v31). Where the model's pick is such a tile (64, 112 or 128 wide, one round, at most four
-// splits), the pick becomes the one of them with the least latency estimate
-// (model::kRoundLatencyUs ...), the model's order breaking ties. It takes splits back and never
-// adds them: more splits than the model's ran 0.75-0.95x. Elsewhere (wider tiles, more rounds,
-// stream-K, heads) the model's order stands.
-static void small_m_order(std::vector<Fp8Candidate>& out, int64_t m, int64_t n, int64_t k, int sm_count) {
-  auto in_scope = [&](const Fp8Candidate& c) {
+// One round of narrow tiles at M <= 128 on the per-tensor kernels (order_one_round_small_m),
+// fitted (docs/perf.md W1 v31) to 517 measured times of 64 x 64, 128 x 64 and 64 x 112, unsplit and
+// split in two or three, at M = 1, 64 and 128, N = 1536-5120, K = 1536-8192 (RMS error 4.6%): 2.7 us
+// a round, 1.45 more for a split (the cluster's reduction and the partials' ramp), 135 GB/s a CTA
+// (0.12 us per K block at 64 x 64: the kernel's pace, not DRAM's), 3.05 TB/s of DRAM. Near where the
+// two meet both bind: at 1 x 2816 x 18432 (44 CTAs) the slower of the two put an unsplit tile first,
+// which ran 6% slower than the split; their 3.3-norm does not.
+const Fp8RoundLatency kFp8RoundLatency{2.7, 1.45, 135.0, 0.0, 3.05, 3.3};
+
+// The model charges a split its fix-up on the DRAM term only and every K block at the tensor rate of
+// a 64-row tile, so at M <= 128 it split K where the split's own latency costs more than the K
+// blocks it saves: at K <= 4096 with 24-48 unsplit CTAs the unsplit tile ran 1.02-1.21x faster (1 x
+// 2048 x 2048: 64 x 64 split in two 5.5 us, unsplit 4.66), at 1024 x 1024 1.5x faster than four
+// splits, and a 128 x 128 tile split in two at M = 72-128 ran 1.07-1.25x slower than 128 x 64
+// unsplit (docs/perf.md W1 v31). The rule takes splits back and never adds them (more splits than
+// the model's ran 0.75-0.95x); it leaves unsplit picks, wider tiles, more waves, stream-K and heads.
+void order_one_round_small_m(std::vector<Fp8Candidate>& cands, int64_t m, int64_t n, int64_t k,
+                             const Fp8RoundLatency& latency) {
+  auto in_scope = [](const Fp8Candidate& c) {
     const Fp8GemmConfig& g = c.config;
     return g.stream_k == 0 && g.head_cols == 0 && !g.uneven && g.promote_every == 1 && !g.overlap &&
-           (g.block_n == 64 || g.block_n == 112 || g.block_n == 128) && c.units <= sm_count && g.splits <= 4;
+           g.block_n <= 128 && c.waves <= 1.0 && g.splits <= 4;
   };
-  if (out.empty() || !in_scope(out.front())) return;
-  // It takes splits back, never adds them: more splits than the model's ran 0.75-0.95x (call 185).
-  const int max_splits = out.front().config.splits;
+  if (m > 128 || cands.empty() || !in_scope(cands.front()) || cands.front().config.splits == 1) return;
+  const int max_splits = cands.front().config.splits;
   const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + 2.0 * static_cast<double>(m) * n;
+  const double dram_us = bytes / (latency.dram_tbs * 1e6);
   auto estimate = [&](const Fp8Candidate& c) {
     const int work_rows = m <= 64 ? 64 : c.config.block_m;
     const int unit_kb = (fp8_k_blocks(k) + c.config.splits - 1) / c.config.splits;
-    const double stream_us = unit_kb * (work_rows + c.config.block_n) * 128.0 / (model::kCtaStreamGBs * 1e3);
-    const double dram_us = bytes / (model::kRoundDramTBs * 1e6);
-    const double q = model::kStreamDramNorm;
-    return model::kRoundLatencyUs + (c.config.splits > 1 ? model::kSplitLatencyUs : 0.0) +
+    const double stream_us =
+        unit_kb * std::max((work_rows + c.config.block_n) * 128.0 / (latency.cta_stream_gbs * 1e3), latency.kb_floor_us);
+    const double q = latency.norm;
+    return latency.round_us + (c.config.splits > 1 ? latency.split_us : 0.0) +
            std::pow(std::pow(stream_us, q) + std::pow(dram_us, q), 1.0 / q);
   };
-  size_t best = out.size();
-  double best_us = 0.0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!in_scope(out[i]) || out[i].config.splits > max_splits) continue;
-    const double us = estimate(out[i]);
-    if (best == out.size() || us < best_us) {
+  size_t best = 0;
+  double best_us = estimate(cands.front());
+  for (size_t i = 1; i < cands.size(); ++i) {
+    if (!in_scope(cands[i]) || cands[i].config.splits > max_splits) continue;
+    const double us = estimate(cands[i]);
+    if (us < best_us) {
       best = i;
       best_us = us;
     }
@@ -418,8 +410,9 @@ static void small_m_order(std::vector<Fp8Candidate>& out, int64_t m, int64_t n, 
   if (best == 0) return;
   char why[96];
   std::snprintf(why, sizeof(why), "; one round at M <= 128: latency est %.1f us (W1 v31)", best_us);
-  out[best].config.reason += why;
-  std::rotate(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(best), out.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  cands[best].config.reason += why;
+  std::rotate(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(best),
+              cands.begin() + static_cast<std::ptrdiff_t>(best) + 1);
 }
 
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
@@ -685,7 +678,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
     return width_rank(a) > width_rank(b);
   });
   if (few_rows) few_rows_order(out, extras, m, sm_count);
-  if (options.small_m && m <= 128) small_m_order(out, m, n, k, sm_count);
+  if (options.small_m) order_one_round_small_m(out, m, n, k, *options.small_m);
   return out;
 }
 

@@ -27,6 +27,22 @@ struct Fp8Candidate {
 
 // What a family that runs on the core changes in the scoring (the defaults score the plain FP8
 // GEMM's compiled kernels).
+// What one round of narrow tiles (at most 128 wide, one wave) takes at M <= 128, launch to store, as
+// a family's kernels measured it (docs/perf.md W1 v31): a latency per round, what a split adds to it,
+// each CTA's stream of its work rows and B rows per K block (at least `kb_floor_us` a K block: the
+// narrowest tiles' K loop), and DRAM for the whole problem, the two rates combined as a `norm`-norm
+// (near where they meet both bind).
+struct Fp8RoundLatency {
+  double round_us;
+  double split_us;
+  double cta_stream_gbs;
+  double kb_floor_us;
+  double dram_tbs;
+  double norm;
+};
+// The per-tensor kernels' (fp8/config.cpp says what it was fitted to).
+extern const Fp8RoundLatency kFp8RoundLatency;
+
 struct Fp8ScoreOptions {
   // What one CTA of a 64-row tile streams at most, where the family's mainloop streams slower
   // there than the plain GEMM's (0: the plain GEMM's rate, model::kSmStreamGBs).
@@ -55,10 +71,9 @@ struct Fp8ScoreOptions {
   // 64 x 112 at four waves or more (fp8::few_rows_order; measured on the per-tensor kernels). A
   // family whose kernels were not measured there sets false.
   bool few_rows = true;
-  // One round of 64- or 112-wide tiles at M <= 128: the pick among them by their measured latency
-  // (fp8::small_m_order; measured on the per-tensor kernels). A family whose kernels were not
-  // measured there sets false.
-  bool small_m = true;
+  // Where the model splits K for one round of narrow tiles at M <= 128, the split taken back as far
+  // as this family's measured latency says (fp8::order_one_round_small_m; null: the model's order).
+  const Fp8RoundLatency* small_m = &kFp8RoundLatency;
 };
 
 // What the last split of a tile adds when the splits reduce within a cluster (one hop of
@@ -80,6 +95,12 @@ bool fp8_in_cluster(const Fp8GemmConfig& c, Fp8EpilogueKind epilogue, OutType ou
 // they fit, slower where pairs filled all 132 SMs (docs/perf.md W1 v17).
 bool fp8_cluster_by_default(const Fp8GemmConfig& c, int64_t m, int64_t n, Fp8EpilogueKind epilogue, OutType out,
                             const gemm::ClusterCapacity& capacity);
+
+// Where `cands`' first is a split of at most four of a tile at most 128 wide that makes one wave
+// (M <= 128), the candidate of that kind with no more splits and the least `latency` estimate goes
+// first (the order breaks ties); elsewhere `cands` stays as it is.
+void order_one_round_small_m(std::vector<Fp8Candidate>& cands, int64_t m, int64_t n, int64_t k,
+                             const Fp8RoundLatency& latency);
 
 // Every candidate scored for the shape on a device with `sm_count` SMs, best first.
 std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
