@@ -363,6 +363,16 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(w48.rfind("bm=64,bn=48,splits=1,", 0), 0u) << w48;
   const std::string many = explain_blockscaled_choice(def, false, 64, 24576, 132, 1536);
   EXPECT_EQ(many.find("bn=48,"), std::string::npos) << many;
+  // Where the model splits K for one round at short K, the family's measured latency takes the split
+  // back (block-scaled v19, calls 187-188): 64 x 32 unsplit at 16 x 2048 x 2048 (4.74 against 5.02 us
+  // split in three) and 64 x 3072 x 1536 (4.50 against 5.74); past K = 8192, the fit's range, the
+  // model's split stays (128 x 2048 x 10944: 14.9 against 17.0 us for 64 x 64 split in two).
+  const std::string v19 = explain_blockscaled_choice(def, false, 16, 2048, 132, 2048);
+  EXPECT_EQ(v19.rfind("bm=64,bn=32,splits=1,", 0), 0u) << v19;
+  const std::string v19b = explain_blockscaled_choice(def, false, 64, 3072, 132, 1536);
+  EXPECT_EQ(v19b.rfind("bm=64,bn=32,splits=1,", 0), 0u) << v19b;
+  const std::string v19_long = explain_blockscaled_choice(def, false, 128, 2048, 132, 10944);
+  EXPECT_EQ(v19_long.rfind("bm=128,bn=64,splits=3,", 0), 0u) << v19_long;
   // Past K = 8192 the one wave goes first only where the model's choice leaves its last wave under
   // 80% full: 128 x 128 split in two (72 units) at N = 4608, not 128 x 64 split in two (128 units)
   // at N = 4096.

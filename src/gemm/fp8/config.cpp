@@ -368,7 +368,7 @@ static void few_rows_order(std::vector<Fp8Candidate>& out, const std::vector<Fp8
 // (0.12 us per K block at 64 x 64: the kernel's pace, not DRAM's), 3.05 TB/s of DRAM. Near where the
 // two meet both bind: at 1 x 2816 x 18432 (44 CTAs) the slower of the two put an unsplit tile first,
 // which ran 6% slower than the split; their 3.3-norm does not.
-const Fp8RoundLatency kFp8RoundLatency{2.7, 1.45, 135.0, 0.0, 3.05, 3.3};
+const Fp8RoundLatency kFp8RoundLatency{2.7, 1.45, 135.0, 0.0, 3.05, 3.3, 0};
 
 // The model charges a split its fix-up on the DRAM term only and every K block at the tensor rate of
 // a 64-row tile, so at M <= 128 it split K where the split's own latency costs more than the K
@@ -384,7 +384,9 @@ void order_one_round_small_m(std::vector<Fp8Candidate>& cands, int64_t m, int64_
     return g.stream_k == 0 && g.head_cols == 0 && !g.uneven && g.promote_every == 1 && !g.overlap &&
            g.block_n <= 128 && c.waves <= 1.0 && g.splits <= 4;
   };
-  if (m > 128 || cands.empty() || !in_scope(cands.front()) || cands.front().config.splits == 1) return;
+  if (m > 128 || (latency.max_k > 0 && k > latency.max_k) || cands.empty() || !in_scope(cands.front()) ||
+      cands.front().config.splits == 1)
+    return;
   const int max_splits = cands.front().config.splits;
   const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + 2.0 * static_cast<double>(m) * n;
   const double dram_us = bytes / (latency.dram_tbs * 1e6);

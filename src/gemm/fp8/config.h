@@ -31,7 +31,7 @@ struct Fp8Candidate {
 // a family's kernels measured it (docs/perf.md W1 v31): a latency per round, what a split adds to it,
 // each CTA's stream of its work rows and B rows per K block (at least `kb_floor_us` a K block: the
 // narrowest tiles' K loop), and DRAM for the whole problem, the two rates combined as a `norm`-norm
-// (near where they meet both bind).
+// (near where they meet both bind). Past `max_k` (0: none) the model's order stands.
 struct Fp8RoundLatency {
   double round_us;
   double split_us;
@@ -39,6 +39,7 @@ struct Fp8RoundLatency {
   double kb_floor_us;
   double dram_tbs;
   double norm;
+  int64_t max_k;
 };
 // The per-tensor kernels' (fp8/config.cpp says what it was fitted to).
 extern const Fp8RoundLatency kFp8RoundLatency;
