@@ -25,8 +25,6 @@ struct Fp8Candidate {
   const char* bound = "";
 };
 
-// What a family that runs on the core changes in the scoring (the defaults score the plain FP8
-// GEMM's compiled kernels).
 // What one round of narrow tiles (at most 128 wide, one wave) takes at M <= 128, launch to store, as
 // a family's kernels measured it (docs/perf.md W1 v31): a latency per round, what a split adds to it,
 // each CTA's stream of its work rows and B rows per K block (at least `kb_floor_us` a K block: the
@@ -44,6 +42,8 @@ struct Fp8RoundLatency {
 // The per-tensor kernels' (fp8/config.cpp says what it was fitted to).
 extern const Fp8RoundLatency kFp8RoundLatency;
 
+// What a family that runs on the core changes in the scoring (the defaults score the plain FP8
+// GEMM's compiled kernels).
 struct Fp8ScoreOptions {
   // What one CTA of a 64-row tile streams at most, where the family's mainloop streams slower
   // there than the plain GEMM's (0: the plain GEMM's rate, model::kSmStreamGBs).
