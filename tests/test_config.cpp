@@ -443,8 +443,8 @@ TEST(Fp8Config, NarrowTilesFourToEightRows) {
   }
 }
 
-// One round of 64- or 112-wide tiles at M <= 128 (docs/perf.md W1 v31, calls 182-183): the pick by
-// the measured latency model, where the model split K for less than a split's own latency.
+// One round of tiles at most 128 wide at M <= 128 (docs/perf.md W1 v31, calls 182-186): where the
+// model split K for less than a split's own latency, the measured latency model takes the split back.
 TEST(Fp8Config, SmallMOneRoundByLatency) {
   auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
   fp8::Fp8ScoreOptions off;

@@ -112,10 +112,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_d);
     if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
       hopper::tma_prefetch_descriptor(&tm_bcast);
-    // The tail map only where there is a tail (without one it is a copy of A's map). The build
-    // that prefetched it always ran the block-scaled 128 x 144 kernel 12% slower at 1000 and 1024 x
-    // 2112 x 7168, though its K loop is the same code, placed elsewhere (docs/perf.md, block-scaled
-    // "lost 12% at W1 v25").
+    // The tail map only where there is a tail: without one it is a copy of A's map, never loaded.
+    // Prefetching it always, the block-scaled 128 x 144 kernel ran 12% slower at 1000 and 1024 x
+    // 2112 x 7168 with the same K loop placed elsewhere (docs/perf.md block-scaled v20).
     if constexpr (kATailMap) {
       if (p.a_tail_rows > 0) hopper::tma_prefetch_descriptor(&tm_a_tail);
     }
