@@ -1,0 +1,187 @@
+// What one TMA copy costs the SM that issues it, by box shape and swizzle (docs/perf.md block-scaled
+// "what the A-scale copy costs the 64-row chain"): a ring of `depth` stages, each filled with the
+// 64-row tile's A and B boxes (128-byte swizzle, as the 64 x 64 block-scaled kernel loads them),
+// plus an extra copy every `every` stages whose kind is the case under test. One thread per CTA
+// issues and waits, with no consumer work, so the cycles per stage are the SM's TMA delivery rate.
+// The operands are small enough to stay in L2 after the first pass.
+//   tma_box_probe [ctas=1] [depth=12] [stages=2048]
+// Prints cycles per stage for each case; the first ("tiles only") is the reference.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
+
+namespace {
+
+enum Extra : int {
+  kNone = 0,         // tiles only
+  kScalesFlat = 1,   // the scales as lowbit loads them: a 2-D fp32 box, 4 K blocks x 64 rows, no swizzle (1 KB)
+  kScalesSwz = 2,    // the same 1 KB as a 3-D fp32 box, 32 floats x 2 halves x 4 K blocks, 128-byte swizzle
+  kScalesRow = 3,    // one K block's 64 floats, no swizzle (256 B), DeepGEMM's per-stage copy
+  kBulk = 4,         // four 1-D bulk copies of 256 B (no tensor map)
+  kFp8Swz = 5,       // 1 KB of FP8, 8 rows x 128 B, 128-byte swizzle (same bytes, the tiles' layout)
+};
+const char* kNames[] = {"tiles only", "scales 2-D 4x64 fp32, no swizzle", "scales 3-D 32x2x4 fp32, 128B swizzle",
+                        "scales 1x64 fp32 each stage", "four 256 B bulk copies", "1 KB FP8 8x128, 128B swizzle"};
+
+constexpr int kMaxDepth = 12;
+constexpr int kTileBytes = 64 * 128;  // A (and B) box of the 64 x 64 tile: 64 rows x 128 K bytes
+
+struct alignas(1024) Smem {
+  uint8_t a[kMaxDepth][kTileBytes];
+  uint8_t b[kMaxDepth][kTileBytes];
+  alignas(1024) uint8_t x[kMaxDepth][1024];
+  uint64_t full[kMaxDepth];
+};
+
+__global__ void probe(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                      const __grid_constant__ CUtensorMap tm_flat, const __grid_constant__ CUtensorMap tm_swz,
+                      const __grid_constant__ CUtensorMap tm_fp8, const float* scales, int kind, int every, int depth,
+                      int stages, int k_blocks, long long* cycles) {
+  extern __shared__ uint8_t raw[];
+  Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  if (threadIdx.x != 0) return;
+  for (int i = 0; i < depth; ++i) lowbit::hopper::mbarrier_init(&s.full[i], 1);
+  lowbit::hopper::mbarrier_init_fence();
+  const int row = static_cast<int>(blockIdx.x % 2) * 64;
+  const long long t0 = clock64();
+  for (int i = 0; i < stages + depth; ++i) {
+    if (i >= depth) {  // the stage issued depth fills ago must have landed before its slot is reused
+      const int j = i - depth;
+      lowbit::hopper::mbarrier_wait(&s.full[j % depth], static_cast<uint32_t>((j / depth) & 1));
+    }
+    if (i >= stages) continue;
+    const int st = i % depth, kb = i % k_blocks;
+    const bool extra = kind != kNone && i % every == 0;
+    const uint32_t xbytes = !extra ? 0u : kind == kScalesRow ? 256u : 1024u;
+    uint64_t* bar = &s.full[st];
+    lowbit::hopper::mbarrier_arrive_expect_tx(bar, 2u * kTileBytes + xbytes);
+    lowbit::hopper::tma_load_2d(s.a[st], &tm_a, bar, kb * 128, row);
+    lowbit::hopper::tma_load_2d(s.b[st], &tm_b, bar, kb * 128, static_cast<int>(blockIdx.x) * 64);
+    if (!extra) continue;
+    const int g = (kb / 4) * 4;
+    if (kind == kScalesFlat) {
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, g);
+    } else if (kind == kScalesSwz) {
+      const int32_t c[3] = {0, row / 32, g};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, s.x[st], &tm_swz, c, bar);
+    } else if (kind == kScalesRow) {
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, kb);  // tm_flat is the 1-row map here
+    } else if (kind == kBulk) {
+      for (int r = 0; r < 4; ++r)
+        lowbit::hopper::bulk_load(s.x[st] + 256 * r, scales + static_cast<int64_t>(g + r) * 128 + row, 256, bar);
+    } else if (kind == kFp8Swz) {
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_fp8, bar, 0, (kb % 64) * 8);
+    }
+  }
+  cycles[blockIdx.x] = clock64() - t0;
+}
+
+using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeFn encoder() {
+  // The probe's 3-D map has no spec in hopper/tensor_map.h (2-D only), so it asks the driver itself.
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !fn) {
+    std::fprintf(stderr, "no cuTensorMapEncodeTiled\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<EncodeFn>(fn);
+}
+
+CUtensorMap encode(EncodeFn f, CUtensorMapDataType dt, int rank, void* base, std::vector<cuuint64_t> dims,
+                   std::vector<cuuint64_t> strides, std::vector<cuuint32_t> box, CUtensorMapSwizzle swz) {
+  CUtensorMap m;
+  std::vector<cuuint32_t> es(rank, 1);
+  const CUresult r = f(&m, dt, rank, base, dims.data(), strides.data(), box.data(), es.data(),
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "encode failed (%d), rank %d\n", static_cast<int>(r), rank);
+    std::exit(1);
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int ctas = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int depth = argc > 2 ? std::atoi(argv[2]) : 12;
+  const int stages = argc > 3 ? std::atoi(argv[3]) : 2048;
+  if (depth < 1 || depth > kMaxDepth || ctas < 1 || stages < 1) {
+    std::fprintf(stderr, "usage: tma_box_probe [ctas >= 1] [depth 1..%d] [stages]\n", kMaxDepth);
+    return 2;
+  }
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::printf("tma_box_probe needs a Hopper GPU; nothing was measured\n");
+    return 1;
+  }
+  const int k_blocks = 56;  // K = 7168
+  uint8_t *a = nullptr, *b = nullptr, *f8 = nullptr;
+  float* sc = nullptr;
+  long long* cyc = nullptr;
+  cudaMalloc(&a, 128ull * k_blocks * 128);
+  cudaMalloc(&b, 64ull * ctas * k_blocks * 128);
+  cudaMalloc(&f8, 512ull * 128);
+  cudaMalloc(&sc, k_blocks * 128 * sizeof(float));
+  cudaMalloc(&cyc, ctas * sizeof(long long));
+  cudaMemset(a, 1, 128ull * k_blocks * 128);
+  cudaMemset(b, 1, 64ull * ctas * k_blocks * 128);
+  cudaMemset(f8, 1, 512ull * 128);
+  cudaMemset(sc, 0, k_blocks * 128 * sizeof(float));
+  EncodeFn f = encoder();
+  const cuuint64_t kbytes = k_blocks * 128ull;
+  CUtensorMap tm_a = encode(f, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, a, {kbytes, 128}, {kbytes}, {128, 64},
+                            CU_TENSOR_MAP_SWIZZLE_128B);
+  CUtensorMap tm_b = encode(f, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, b, {kbytes, 64ull * ctas}, {kbytes}, {128, 64},
+                            CU_TENSOR_MAP_SWIZZLE_128B);
+  // The A scales of M = 128 rows: [k_blocks, 128] floats.
+  CUtensorMap tm_flat4 = encode(f, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, sc, {128, (cuuint64_t)k_blocks}, {512},
+                                {64, 4}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  CUtensorMap tm_flat1 = encode(f, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, sc, {128, (cuuint64_t)k_blocks}, {512},
+                                {64, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  CUtensorMap tm_swz = encode(f, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, sc, {32, 4, (cuuint64_t)k_blocks}, {128, 512},
+                              {32, 2, 4}, CU_TENSOR_MAP_SWIZZLE_128B);
+  CUtensorMap tm_fp8 = encode(f, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8, {128, 512}, {128}, {128, 8},
+                              CU_TENSOR_MAP_SWIZZLE_128B);
+  const int smem = static_cast<int>(sizeof(Smem)) + 1024;
+  cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  std::printf("tma_box_probe: %d CTAs, ring of %d, %d stages of 2 x 8 KB tiles (64 x 64 block-scaled loads)\n", ctas,
+              depth, stages);
+  std::vector<long long> host(ctas);
+  double ref = 0;
+  for (int kind = kNone; kind <= kFp8Swz; ++kind) {
+    const int every = kind == kScalesRow ? 1 : 4;
+    const CUtensorMap& flat = kind == kScalesRow ? tm_flat1 : tm_flat4;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      probe<<<ctas, 128, smem>>>(tm_a, tm_b, flat, tm_swz, tm_fp8, sc, kind, every, depth, stages, k_blocks, cyc);
+      if (cudaDeviceSynchronize() != cudaSuccess) {
+        std::printf("%-40s failed: %s\n", kNames[kind], cudaGetErrorString(cudaGetLastError()));
+        return 1;
+      }
+      cudaMemcpy(host.data(), cyc, ctas * sizeof(long long), cudaMemcpyDeviceToHost);
+      double mean = 0;
+      for (long long c : host) mean += static_cast<double>(c);
+      mean /= ctas;
+      if (mean < best) best = mean;
+    }
+    const double per = best / stages;
+    if (kind == kNone) ref = per;
+    std::printf("%-40s %8.1f cycles per stage  (+%6.1f; per extra copy %7.1f)\n", kNames[kind], per, per - ref,
+                (per - ref) * (kind == kScalesRow ? 1 : 4));
+  }
+  return 0;
+}
