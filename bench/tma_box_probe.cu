@@ -26,9 +26,12 @@ enum Extra : int {
   kScalesRow = 3,    // one K block's 64 floats, no swizzle (256 B), DeepGEMM's per-stage copy
   kBulk = 4,         // four 1-D bulk copies of 256 B (no tensor map)
   kFp8Swz = 5,       // 1 KB of FP8, 8 rows x 128 B, 128-byte swizzle (same bytes, the tiles' layout)
+  kScalesSwz2d = 6,  // the same 1 KB as two 2-D fp32 boxes of 32 floats x 4 K blocks, 128-byte swizzle (a
+                     // map over M floats exactly, so rows past M are zero fill: no 3-D view past the row)
 };
 const char* kNames[] = {"tiles only", "scales 2-D 4x64 fp32, no swizzle", "scales 3-D 32x2x4 fp32, 128B swizzle",
-                        "scales 1x64 fp32 each stage", "four 256 B bulk copies", "1 KB FP8 8x128, 128B swizzle"};
+                        "scales 1x64 fp32 each stage", "four 256 B bulk copies", "1 KB FP8 8x128, 128B swizzle",
+                        "scales two 2-D 32x4 fp32, 128B swizzle"};
 
 constexpr int kMaxDepth = 12;
 constexpr int kTileBytes = 64 * 128;  // A (and B) box of the 64 x 64 tile: 64 rows x 128 K bytes
@@ -78,6 +81,9 @@ __global__ void probe(const __grid_constant__ CUtensorMap tm_a, const __grid_con
         lowbit::hopper::bulk_load(s.x[st] + 256 * r, scales + static_cast<int64_t>(g + r) * 128 + row, 256, bar);
     } else if (kind == kFp8Swz) {
       lowbit::hopper::tma_load_2d(s.x[st], &tm_fp8, bar, 0, (kb % 64) * 8);
+    } else if (kind == kScalesSwz2d) {
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, g);  // tm_flat is the 32 x 4 swizzled map here
+      lowbit::hopper::tma_load_2d(s.x[st] + 512, &tm_flat, bar, row + 32, g);
     }
   }
   cycles[blockIdx.x] = clock64() - t0;
@@ -154,6 +160,8 @@ int main(int argc, char** argv) {
                                 {64, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
   CUtensorMap tm_swz = encode(f, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, sc, {32, 4, (cuuint64_t)k_blocks}, {128, 512},
                               {32, 2, 4}, CU_TENSOR_MAP_SWIZZLE_128B);
+  CUtensorMap tm_swz2d = encode(f, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, sc, {128, (cuuint64_t)k_blocks}, {512},
+                                 {32, 4}, CU_TENSOR_MAP_SWIZZLE_128B);
   CUtensorMap tm_fp8 = encode(f, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8, {128, 512}, {128}, {128, 8},
                               CU_TENSOR_MAP_SWIZZLE_128B);
   const int smem = static_cast<int>(sizeof(Smem)) + 1024;
@@ -162,9 +170,9 @@ int main(int argc, char** argv) {
               depth, stages);
   std::vector<long long> host(ctas);
   double ref = 0;
-  for (int kind = kNone; kind <= kFp8Swz; ++kind) {
+  for (int kind = kNone; kind <= kScalesSwz2d; ++kind) {
     const int every = kind == kScalesRow ? 1 : 4;
-    const CUtensorMap& flat = kind == kScalesRow ? tm_flat1 : tm_flat4;
+    const CUtensorMap& flat = kind == kScalesRow ? tm_flat1 : kind == kScalesSwz2d ? tm_swz2d : tm_flat4;
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
       probe<<<ctas, 128, smem>>>(tm_a, tm_b, flat, tm_swz, tm_fp8, sc, kind, every, depth, stages, k_blocks, cyc);
