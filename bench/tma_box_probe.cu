@@ -43,9 +43,9 @@ struct alignas(1024) Smem {
   uint64_t full[kMaxDepth];
 };
 
+// tm_x: the case's map (every kind but the bulk copies, which read `scales` directly).
 __global__ void probe(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                      const __grid_constant__ CUtensorMap tm_flat, const __grid_constant__ CUtensorMap tm_swz,
-                      const __grid_constant__ CUtensorMap tm_fp8, const float* scales, int kind, int every, int depth,
+                      const __grid_constant__ CUtensorMap tm_x, const float* scales, int kind, int every, int depth,
                       int stages, int k_blocks, long long* cycles) {
   extern __shared__ uint8_t raw[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -70,20 +70,20 @@ __global__ void probe(const __grid_constant__ CUtensorMap tm_a, const __grid_con
     if (!extra) continue;
     const int g = (kb / 4) * 4;
     if (kind == kScalesFlat) {
-      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, g);
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_x, bar, row, g);
     } else if (kind == kScalesSwz) {
       const int32_t c[3] = {0, row / 32, g};
-      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, s.x[st], &tm_swz, c, bar);
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, s.x[st], &tm_x, c, bar);
     } else if (kind == kScalesRow) {
-      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, kb);  // tm_flat is the 1-row map here
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_x, bar, row, kb);
     } else if (kind == kBulk) {
       for (int r = 0; r < 4; ++r)
         lowbit::hopper::bulk_load(s.x[st] + 256 * r, scales + static_cast<int64_t>(g + r) * 128 + row, 256, bar);
     } else if (kind == kFp8Swz) {
-      lowbit::hopper::tma_load_2d(s.x[st], &tm_fp8, bar, 0, (kb % 64) * 8);
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_x, bar, 0, (kb % 64) * 8);
     } else if (kind == kScalesSwz2d) {
-      lowbit::hopper::tma_load_2d(s.x[st], &tm_flat, bar, row, g);  // tm_flat is the 32 x 4 swizzled map here
-      lowbit::hopper::tma_load_2d(s.x[st] + 512, &tm_flat, bar, row + 32, g);
+      lowbit::hopper::tma_load_2d(s.x[st], &tm_x, bar, row, g);
+      lowbit::hopper::tma_load_2d(s.x[st] + 512, &tm_x, bar, row + 32, g);
     }
   }
   cycles[blockIdx.x] = clock64() - t0;
@@ -138,11 +138,12 @@ int main(int argc, char** argv) {
   uint8_t *a = nullptr, *b = nullptr, *f8 = nullptr;
   float* sc = nullptr;
   long long* cyc = nullptr;
-  cudaMalloc(&a, 128ull * k_blocks * 128);
-  cudaMalloc(&b, 64ull * ctas * k_blocks * 128);
-  cudaMalloc(&f8, 512ull * 128);
-  cudaMalloc(&sc, k_blocks * 128 * sizeof(float));
-  cudaMalloc(&cyc, ctas * sizeof(long long));
+  if (cudaMalloc(&a, 128ull * k_blocks * 128) != cudaSuccess || cudaMalloc(&b, 64ull * ctas * k_blocks * 128) != cudaSuccess ||
+      cudaMalloc(&f8, 512ull * 128) != cudaSuccess || cudaMalloc(&sc, k_blocks * 128 * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&cyc, ctas * sizeof(long long)) != cudaSuccess) {
+    std::fprintf(stderr, "tma_box_probe: cudaMalloc failed\n");
+    return 1;
+  }
   cudaMemset(a, 1, 128ull * k_blocks * 128);
   cudaMemset(b, 1, 64ull * ctas * k_blocks * 128);
   cudaMemset(f8, 1, 512ull * 128);
@@ -170,12 +171,13 @@ int main(int argc, char** argv) {
               depth, stages);
   std::vector<long long> host(ctas);
   double ref = 0;
+  // The case's map, by kind (tiles only and the bulk copies take none: A's stands in).
+  const CUtensorMap* maps[] = {&tm_a, &tm_flat4, &tm_swz, &tm_flat1, &tm_a, &tm_fp8, &tm_swz2d};
   for (int kind = kNone; kind <= kScalesSwz2d; ++kind) {
     const int every = kind == kScalesRow ? 1 : 4;
-    const CUtensorMap& flat = kind == kScalesRow ? tm_flat1 : kind == kScalesSwz2d ? tm_swz2d : tm_flat4;
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
-      probe<<<ctas, 128, smem>>>(tm_a, tm_b, flat, tm_swz, tm_fp8, sc, kind, every, depth, stages, k_blocks, cyc);
+      probe<<<ctas, 128, smem>>>(tm_a, tm_b, *maps[kind], sc, kind, every, depth, stages, k_blocks, cyc);
       if (cudaDeviceSynchronize() != cudaSuccess) {
         std::printf("%-40s failed: %s\n", kNames[kind], cudaGetErrorString(cudaGetLastError()));
         return 1;
