@@ -1,9 +1,9 @@
-// What one TMA copy costs the SM that issues it, by box shape and swizzle (docs/perf.md block-scaled
-// "what the A-scale copy costs the 64-row chain"): a ring of `depth` stages, each filled with the
-// 64-row tile's A and B boxes (128-byte swizzle, as the 64 x 64 block-scaled kernel loads them),
-// plus an extra copy every `every` stages whose kind is the case under test. One thread per CTA
-// issues and waits, with no consumer work, so the cycles per stage are the SM's TMA delivery rate.
-// The operands are small enough to stay in L2 after the first pass.
+// What one TMA copy costs the SM that issues it, by box shape, swizzle and count (docs/perf.md
+// block-scaled v21): a ring of `depth` stages, each filled with the 64-row tile's A and B boxes
+// (128-byte swizzle, as the 64 x 64 block-scaled kernel loads them), plus an extra copy every `every`
+// stages whose kind is the case under test. One thread per CTA issues and waits, with no consumer
+// work. Its loop sets a pace of its own below the real kernels' (v21), so only the differences
+// between cases are the copies' costs. The operands stay in L2 after the first pass.
 //   tma_box_probe [ctas=1] [depth=12] [stages=2048]
 // Prints cycles per stage for each case against the tiles alone in the same mode.
 #include <cuda.h>
@@ -64,8 +64,8 @@ __global__ void probe(const __grid_constant__ CUtensorMap tm_a, const __grid_con
   const int row = static_cast<int>(blockIdx.x % 2) * 64, b_row = static_cast<int>(blockIdx.x) * 64;
   const bool arm_after = (mode & kArmAfter) != 0, a_only = (mode & kAOnly) != 0, pairs = (mode & kPairs) != 0;
   // Counters, not divisions: the stage loop is one thread's dependent chain, and a runtime % and / per
-  // stage would time the probe's own index arithmetic rather than the copies (docs/perf.md block-scaled,
-  // "the TMA probe").
+  // stage would time the probe's own index arithmetic rather than the copies (docs/perf.md block-scaled
+  // v21).
   int st = 0, kb = 0, wait_st = 0, since_extra = 0;
   uint32_t wait_phase = 0;
   const long long t0 = clock64();
