@@ -23,14 +23,6 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
                                   coords, bar);
 }
 
-// 3-D tile load global -> shared, like tma_load_2d; coordinates innermost first.
-__device__ __forceinline__ void tma_load_3d(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int32_t c0,
-                                            int32_t c1, int32_t c2) {
-  const int32_t coords[3] = {c0, c1, c2};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, map,
-                                  coords, bar);
-}
-
 // 2-D tile load multicast to every CTA in `cta_mask` of the cluster: the box lands at the same
 // shared-memory offset in each and completes `bytes` on the barrier at `bar`'s offset in each.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUtensorMap* map, uint64_t* bar,
