@@ -33,10 +33,10 @@ namespace lowbit::fp8 {
 // write. (It used to sit in every consumer warp before each release, where its MEMBAR also
 // waited for the warp's in-flight global loads: ~9% of the block-scaled GEMM under ncu, 1-2% in
 // the interleaved bench, docs/perf.md block-scaled v3.)
-// The stage's barrier is armed after its copies are issued, not before: its one pending arrival
-// keeps the phase open while the copies' bytes land (the transaction count may dip below zero
-// until then), and the copies leave the producer one instruction sooner (docs/perf.md
-// block-scaled v21: 128 x 2112 x 7168 2% faster, the rest level).
+// The stage's barrier is armed after its copies are issued, not before (DeepGEMM's order): its
+// one pending arrival keeps the phase open while the copies' bytes land, and the transaction
+// count may dip below zero until then. Measured 2% faster at 128 x 2112 x 7168 (the 64-row
+// cluster split) and level elsewhere; why is not known (docs/perf.md block-scaled v21).
 template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands>
 __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, int a_row, int b_row, int kb_begin, int kb_end,
