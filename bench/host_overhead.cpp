@@ -119,6 +119,8 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
       {"floor: empty launch, same params", [&] { return status_of(launch_empty_like_gemm(s)); }},
       {"empty launch, 4 tensor maps only", [&] { return status_of(launch_empty_maps_only(s)); }},
       {"empty launch, one pointer", [&] { return status_of(launch_empty_one_pointer(s)); }},
+      {"driver launch, same params", [&] { return status_of(launch_empty_like_gemm_driver(s)); }},
+      {"driver launch, one pointer", [&] { return status_of(launch_empty_one_pointer_driver(s)); }},
       {"part: cudaPointerGetAttributes", [&] {
          cudaPointerAttributes attr;
          return status_of(cudaPointerGetAttributes(&attr, a.p));

@@ -1,6 +1,7 @@
 #include "launch_floor.h"
 
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 namespace lowbit::bench {
 namespace {
@@ -34,6 +35,55 @@ cudaError_t launch_empty_maps_only(cudaStream_t stream) {
 cudaError_t launch_empty_one_pointer(cudaStream_t stream) {
   empty_one_pointer<<<132, 384, 0, stream>>>(nullptr);
   return cudaGetLastError();
+}
+
+// The same two kernels launched through the driver (cuLaunchKernel on the CUfunction the runtime
+// registered), without the runtime's launch path. The entry point comes from the runtime, as
+// hopper/tensor_map.cpp gets cuTensorMapEncodeTiled, so nothing links libcuda.
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void**, void**);
+LaunchFn driver_launch() {
+  static const LaunchFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    return cudaGetDriverEntryPointByVersion("cuLaunchKernel", &ptr, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+                   q == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<LaunchFn>(ptr)
+               : nullptr;
+  }();
+  return fn;
+}
+
+cudaError_t launch_empty_like_gemm_driver(cudaStream_t stream) {
+  static const CUtensorMap map{};
+  static const ParamBlock block{};
+  static CUfunction f = [] {
+    cudaFunction_t g = nullptr;
+    return cudaGetFuncBySymbol(&g, reinterpret_cast<const void*>(empty_like_gemm)) == cudaSuccess
+               ? reinterpret_cast<CUfunction>(g)
+               : nullptr;
+  }();
+  const LaunchFn launch = driver_launch();
+  if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  void* args[] = {const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map),
+                  const_cast<CUtensorMap*>(&map), const_cast<ParamBlock*>(&block)};
+  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
+                                                                                            : cudaErrorLaunchFailure;
+}
+
+cudaError_t launch_empty_one_pointer_driver(cudaStream_t stream) {
+  static CUfunction f = [] {
+    cudaFunction_t g = nullptr;
+    return cudaGetFuncBySymbol(&g, reinterpret_cast<const void*>(empty_one_pointer)) == cudaSuccess
+               ? reinterpret_cast<CUfunction>(g)
+               : nullptr;
+  }();
+  const LaunchFn launch = driver_launch();
+  if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  const void* p = nullptr;
+  void* args[] = {&p};
+  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
+                                                                                            : cudaErrorLaunchFailure;
 }
 
 }  // namespace lowbit::bench
