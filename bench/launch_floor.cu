@@ -40,6 +40,7 @@ cudaError_t launch_empty_one_pointer(cudaStream_t stream) {
 // The same two kernels launched through the driver (cuLaunchKernel on the CUfunction the runtime
 // registered), without the runtime's launch path. The entry point comes from the runtime, as
 // hopper/tensor_map.cpp gets cuTensorMapEncodeTiled, so nothing links libcuda.
+namespace {
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void**, void**);
 LaunchFn driver_launch() {
@@ -54,36 +55,33 @@ LaunchFn driver_launch() {
   return fn;
 }
 
+// The CUfunction the runtime registered for `kernel`, and one launch of it on the floor's grid.
+CUfunction registered(const void* kernel) {
+  cudaFunction_t f = nullptr;
+  return cudaGetFuncBySymbol(&f, kernel) == cudaSuccess ? reinterpret_cast<CUfunction>(f) : nullptr;
+}
+cudaError_t launch_through_driver(CUfunction f, void** args, cudaStream_t stream) {
+  const LaunchFn launch = driver_launch();
+  if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
+                                                                                     : cudaErrorLaunchFailure;
+}
+}  // namespace
+
 cudaError_t launch_empty_like_gemm_driver(cudaStream_t stream) {
   static const CUtensorMap map{};
   static const ParamBlock block{};
-  static CUfunction f = [] {
-    cudaFunction_t g = nullptr;
-    return cudaGetFuncBySymbol(&g, reinterpret_cast<const void*>(empty_like_gemm)) == cudaSuccess
-               ? reinterpret_cast<CUfunction>(g)
-               : nullptr;
-  }();
-  const LaunchFn launch = driver_launch();
-  if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  static const CUfunction f = registered(reinterpret_cast<const void*>(empty_like_gemm));
   void* args[] = {const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map),
                   const_cast<CUtensorMap*>(&map), const_cast<ParamBlock*>(&block)};
-  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
-                                                                                            : cudaErrorLaunchFailure;
+  return launch_through_driver(f, args, stream);
 }
 
 cudaError_t launch_empty_one_pointer_driver(cudaStream_t stream) {
-  static CUfunction f = [] {
-    cudaFunction_t g = nullptr;
-    return cudaGetFuncBySymbol(&g, reinterpret_cast<const void*>(empty_one_pointer)) == cudaSuccess
-               ? reinterpret_cast<CUfunction>(g)
-               : nullptr;
-  }();
-  const LaunchFn launch = driver_launch();
-  if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
+  static const CUfunction f = registered(reinterpret_cast<const void*>(empty_one_pointer));
   const void* p = nullptr;
   void* args[] = {&p};
-  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
-                                                                                            : cudaErrorLaunchFailure;
+  return launch_through_driver(f, args, stream);
 }
 
 }  // namespace lowbit::bench
