@@ -17,30 +17,14 @@ __global__ void empty_maps_only(const __grid_constant__ CUtensorMap, const __gri
                                 const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap) {}
 __global__ void empty_one_pointer(const void*) {}
 
-}  // namespace
+// Every floor launch has the GEMM's grid (one CTA per H100 SM, three warpgroups) and empty
+// parameters of the GEMM's sizes.
+constexpr unsigned kGrid = 132, kThreads = 384;
+const CUtensorMap kMap{};
+const ParamBlock kBlock{};
 
-cudaError_t launch_empty_like_gemm(cudaStream_t stream) {
-  static const CUtensorMap map{};
-  static const ParamBlock block{};
-  empty_like_gemm<<<132, 384, 0, stream>>>(map, map, map, map, block);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_empty_maps_only(cudaStream_t stream) {
-  static const CUtensorMap map{};
-  empty_maps_only<<<132, 384, 0, stream>>>(map, map, map, map);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_empty_one_pointer(cudaStream_t stream) {
-  empty_one_pointer<<<132, 384, 0, stream>>>(nullptr);
-  return cudaGetLastError();
-}
-
-// The same two kernels launched through the driver (cuLaunchKernel on the CUfunction the runtime
-// registered), without the runtime's launch path. The entry point comes from the runtime, as
-// hopper/tensor_map.cpp gets cuTensorMapEncodeTiled, so nothing links libcuda.
-namespace {
+// The driver's cuLaunchKernel, reached through the runtime's entry-point query (as
+// hopper/tensor_map.cpp reaches cuTensorMapEncodeTiled), so nothing links libcuda.
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void**, void**);
 LaunchFn driver_launch() {
@@ -55,25 +39,41 @@ LaunchFn driver_launch() {
   return fn;
 }
 
-// The CUfunction the runtime registered for `kernel`, and one launch of it on the floor's grid.
+// The CUfunction the runtime registered for `kernel`.
 CUfunction registered(const void* kernel) {
   cudaFunction_t f = nullptr;
   return cudaGetFuncBySymbol(&f, kernel) == cudaSuccess ? reinterpret_cast<CUfunction>(f) : nullptr;
 }
+
+// One launch of `f` through the driver, bypassing the runtime's launch path.
 cudaError_t launch_through_driver(CUfunction f, void** args, cudaStream_t stream) {
   const LaunchFn launch = driver_launch();
   if (f == nullptr || launch == nullptr) return cudaErrorInvalidDeviceFunction;
-  return launch(f, 132, 1, 1, 384, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
-                                                                                     : cudaErrorLaunchFailure;
+  return launch(f, kGrid, 1, 1, kThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS ? cudaSuccess
+                                                                                           : cudaErrorLaunchFailure;
 }
+
 }  // namespace
 
+cudaError_t launch_empty_like_gemm(cudaStream_t stream) {
+  empty_like_gemm<<<kGrid, kThreads, 0, stream>>>(kMap, kMap, kMap, kMap, kBlock);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_empty_maps_only(cudaStream_t stream) {
+  empty_maps_only<<<kGrid, kThreads, 0, stream>>>(kMap, kMap, kMap, kMap);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_empty_one_pointer(cudaStream_t stream) {
+  empty_one_pointer<<<kGrid, kThreads, 0, stream>>>(nullptr);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_empty_like_gemm_driver(cudaStream_t stream) {
-  static const CUtensorMap map{};
-  static const ParamBlock block{};
   static const CUfunction f = registered(reinterpret_cast<const void*>(empty_like_gemm));
-  void* args[] = {const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map), const_cast<CUtensorMap*>(&map),
-                  const_cast<CUtensorMap*>(&map), const_cast<ParamBlock*>(&block)};
+  void* map = const_cast<CUtensorMap*>(&kMap);
+  void* args[] = {map, map, map, map, const_cast<ParamBlock*>(&kBlock)};
   return launch_through_driver(f, args, stream);
 }
 
