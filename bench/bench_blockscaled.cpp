@@ -169,7 +169,7 @@ Status run_blockscaled_shape(const Options& opt, const Shape& sh, Result* r) {
     }
     return a;
   };
-  // Without --config the calls choose (dense: the FP8 core's chooser, memoized).
+  // Without --config the calls choose (dense: the core's chooser, memoized).
   const BlockScaledConfig* forced = opt.config.empty() ? nullptr : &cfg;
   auto run_config = [&](const BlockScaledConfig* c, cudaStream_t st, int i) {
     const InputSet& set = in[i % sets];

@@ -189,7 +189,7 @@ Status run_dense(const Problem& p, const BlockScaledConfig* cfg) {
   return st;
 }
 
-// Every dense tile of the FP8 core (128 x 64 / 128 / 144 / 192 / 256, 64 x 32 / 48 / 64 / 80), split
+// Every dense tile of the GEMM core (128 x 64 / 128 / 144 / 192 / 256, 64 x 32 / 48 / 64 / 80), split
 // K ways or not (every split promotes its own K blocks with their scales; the fix-up adds FP32
 // partial tiles), and the chooser. N = 144, 272, 400 leave the last 256-wide tile's second scale block
 // partly or wholly past N; 64-wide tiles take the scales of the 128 block they lie in. The 144- and

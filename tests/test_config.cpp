@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/fast_div.h"
+#include "gemm/core/epilogue_params.h"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
@@ -362,9 +363,9 @@ TEST(Fp8Config, PromoteEveryTwo) {
   c.promote_every = 2;
   EXPECT_TRUE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   // Its chunked epilogue: 352-byte BF16 rows in 32-byte boxes, 704-byte FP32 rows in 64-byte ones.
-  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(176, 2), 32);
-  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(176, 4), 64);
-  EXPECT_EQ(fp8::fp8_epi_chunk_bytes(256, 2), 128);
+  EXPECT_EQ(gemm::epi_chunk_bytes(176, 2), 32);
+  EXPECT_EQ(gemm::epi_chunk_bytes(176, 4), 64);
+  EXPECT_EQ(gemm::epi_chunk_bytes(256, 2), 128);
   ASSERT_TRUE(parse_fp8_config("bn=64,promote=2", &c).ok());
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   ASSERT_TRUE(parse_fp8_config("bn=128,promote=3", &c).ok());

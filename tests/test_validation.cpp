@@ -282,7 +282,7 @@ TEST(BlockScaledValidation, ParsesConfig) {
     EXPECT_NE(st.message().find("compiled width: 32 48 64 80 128 144 192 256"), std::string::npos)
         << st.to_string();
   }
-  // Dense tiles of the FP8 core: 64 columns (inside one scale block), 64 rows, split-K.
+  // Dense tiles of the GEMM core: 64 columns (inside one scale block), 64 rows, split-K.
   ASSERT_TRUE(parse_blockscaled_config("bm=64,bn=64,splits=4", &c).ok());
   EXPECT_EQ(c.block_m, 64);
   EXPECT_EQ(c.block_n, 64);
@@ -326,7 +326,7 @@ TEST(BlockScaledValidation, ParsesConfig) {
   EXPECT_FALSE(parse_blockscaled_config("overlap=2", &c).ok());
 }
 
-// The tile chooser is data: it says what it picks and why. Dense: the FP8 core's cost model over
+// The tile chooser is data: it says what it picks and why. Dense: the core's cost model over
 // the block-scaled tiles (small M splits K or takes 64-row tiles; large M the wide tile); grouped:
 // the wide tile unless forced.
 TEST(BlockScaledValidation, ExplainsTileChoice) {

@@ -1,5 +1,5 @@
 // Host pieces the launchers share: the shape rules every GEMM checks, the split-K workspace
-// layout (gemm/split_k.cuh is the device fix-up) -- a fixed region of arrival counters, then
+// layout (gemm/core/split_k.cuh is the device fix-up) -- a fixed region of arrival counters, then
 // `splits` FP32 partial tiles per tile -- the launch tail, and the checked read-backs.
 #pragma once
 

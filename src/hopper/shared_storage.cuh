@@ -41,7 +41,7 @@ __device__ __forceinline__ float ld_shared_f32(const void* smem_ptr) {
   return v;
 }
 
-// 16 bytes, the same way (the split-K landing slots, gemm/split_k.cuh).
+// 16 bytes, the same way (the split-K landing slots, gemm/core/split_k.cuh).
 __device__ __forceinline__ float4 ld_shared_f32x4(const void* smem_ptr) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
   float4 v;

@@ -8,7 +8,7 @@
 #include <cuda.h>
 
 #include "gemm/blockscaled/mainloop.cuh"
-#include "gemm/fp8/mainloop.cuh"
+#include "gemm/core/mainloop.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
 
   // Shared-memory budget.
-  static_assert(T::kSmemBytes <= fp8::kSm90MaxSmemPerBlock, "stages + output tile exceed sm_90 shared memory");
+  static_assert(T::kSmemBytes <= gemm::kSm90MaxSmemPerBlock, "stages + output tile exceed sm_90 shared memory");
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
   extern __shared__ uint8_t smem_raw[];
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
         const blockscaled::ScaleStageLoad<T> scales{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes};
         const uint32_t stage_bytes = static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes;
-        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, stage_bytes, pos, scales);
+        gemm::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, stage_bytes, pos, scales);
       }
     }
   } else {

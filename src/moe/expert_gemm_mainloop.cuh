@@ -1,5 +1,5 @@
 // The expert GEMM's mainloop pieces. Pipeline, WGMMA issue and double-buffered partials are the
-// FP8 GEMM's (gemm/fp8/mainloop.cuh) and the per-stage scale copy the block-scaled GEMM's
+// FP8 GEMM's (gemm/core/mainloop.cuh) and the per-stage scale copy the block-scaled GEMM's
 // (blockscaled::ScaleStageLoad: the token tile's X scales of the stage's K block). What differs
 // is the promotion: with swap-AB the per-token X scale varies along the accumulator's columns,
 // not its rows.
@@ -8,14 +8,14 @@
 #include <cstdint>
 
 #include "gemm/blockscaled/mainloop.cuh"
-#include "gemm/fp8/mainloop.cuh"
+#include "gemm/core/mainloop.cuh"
 
 namespace lowbit::moe {
 
-// fp8::Consumer's Promotion policy. m64nN accumulator fragment: element 4g + 2h + e sits in
+// gemm::Consumer's Promotion policy. m64nN accumulator fragment: element 4g + 2h + e sits in
 // column 8g + 2 (lane % 4) + e (the token) and row lane / 4 + 8h (the weight row), so each
 // thread needs N / 4 token scales per K block, read from the stage as float2 pairs. The W block
-// scale is one float per tile per K block, fetched a block ahead (fp8::Consumer).
+// scale is one float per tile per K block, fetched a block ahead (gemm::Consumer).
 template <class T>
 struct TokenScalePromotion {
   typename T::SharedStorage* ss;

@@ -8,7 +8,7 @@
 
 #include <type_traits>
 
-#include "gemm/fp8/mainloop.cuh"
+#include "gemm/core/mainloop.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
@@ -39,7 +39,7 @@ __device__ __forceinline__ void consume_units(typename T::SharedStorage& ss, int
   // Swap-AB: a token's X scale per accumulator column.
   using Promotion = TokenScalePromotion<T>;
   Promotion promotion{&ss, nullptr, 2 * static_cast<int>(threadIdx.x % 4)};
-  fp8::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, promotion};
+  gemm::Consumer<T, Promotion> consumer{ss, consumer_wg, pos, promotion};
   const ScatterEpilogue<T> epilogue;
   float acc[T::kBlockN / 2];
   for (int u = blockIdx.x; u < num_units; u += gridDim.x) {

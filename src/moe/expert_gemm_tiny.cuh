@@ -17,7 +17,7 @@
 #include <cuda_bf16.h>
 
 #include "gemm/blockscaled/mainloop.cuh"
-#include "gemm/fp8/mainloop.cuh"
+#include "gemm/core/mainloop.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::kThreads / 32 >= kTinyMaxTokens, "one routing warp per token");
 
   // Shared-memory budget (the routing table is static shared memory on top).
-  static_assert(T::kSmemBytes + sizeof(TinyRouting) <= fp8::kSm90MaxSmemPerBlock,
+  static_assert(T::kSmemBytes + sizeof(TinyRouting) <= gemm::kSm90MaxSmemPerBlock,
                 "stages + output tile + routing exceed sm_90 shared memory");
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const uint32_t scale_bytes = static_cast<uint32_t>((v.rows + 3) / 4) * 16u;
         const uint32_t bytes = static_cast<uint32_t>(T::kSmemA + T::kSmemB) + scale_bytes;
         const blockscaled::ScaleStageLoad<T> scales{&ss, p.x_scales + v.x_row0, p.rows, scale_bytes};
-        fp8::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, bytes, pos, scales);
+        gemm::produce_rows<T>(ss, &tm_w, &tm_x, v.w_row0, v.x_row0, v.kb_begin, v.kb_end, bytes, pos, scales);
       }
     }
   } else {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "gemm/fp8/traits.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/mbarrier.cuh"
 #include "moe/workspace.h"
 
@@ -21,7 +21,7 @@ constexpr int kOutPitch = 128 + 4;
 // Many tokens per expert run the other orientation, tokens as the MMA's rows, on the block-scaled
 // core (moe/launch.cu, run_core_gemm).
 template <int kTokenTile_, int kStages_>
-struct ExpertGemmTraits : fp8::RegisterSplit {
+struct ExpertGemmTraits : gemm::RegisterSplit {
   static constexpr int kBlockM = 128;  // weight rows, two consumer warpgroups x 64
   static constexpr int kBlockN = kTokenTile_;  // tokens
   static constexpr int kTokens = kTokenTile_;
@@ -55,7 +55,7 @@ struct ExpertGemmTraits : fp8::RegisterSplit {
 // in flight to keep one SM's share of HBM bandwidth busy).
 constexpr int expert_gemm_stages(int token_tile) {
   const int fixed = token_tile * kOutPitch * 4 + 4 * (3 * kMaxExperts + 1) + 2048;
-  const int stages = (fp8::kSm90MaxSmemPerBlock - fixed) / (128 * 128 + token_tile * 128 + token_tile * 4 + 16);
+  const int stages = (gemm::kSm90MaxSmemPerBlock - fixed) / (128 * 128 + token_tile * 128 + token_tile * 4 + 16);
   return stages < 8 ? stages : 8;
 }
 

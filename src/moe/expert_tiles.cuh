@@ -4,7 +4,7 @@
 // the same weight tile (one HBM read, the rest from L2).
 #pragma once
 
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "moe/workspace.h"
 
 namespace lowbit::moe {

@@ -332,7 +332,7 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
 // the layout stage's tile_start (128-token tiles x unit_nblocks column tiles per expert).
 Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   const MoeParams& m = r.p;
-  fp8::Fp8KernelParams p{};
+  gemm::KernelParams p{};
   p.sched.splits = 1;
   p.sched.group_m = 8;
   p.set_problem(m.rows, m.n, m.k, 128, 1.0f, nullptr, nullptr);

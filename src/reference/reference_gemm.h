@@ -24,7 +24,7 @@ struct GemmProblem {
 
 // One output element, in FP64: act(alpha * row_scale[r] * col_scale[c] * sum_k a[r,k] * b[c,k] + bias[c]
 // + row_bcast[r % P][c])
-// + residual[r][c] (the order of gemm/epilogue_params.h).
+// + residual[r][c] (the order of gemm/core/epilogue_params.h).
 double gemm_element(const GemmProblem& p, int64_t row, int64_t col);
 
 // The whole [m, n] output in FP64 (threads over rows).

@@ -1,4 +1,4 @@
-// Block-scaled FP8 on the FP8 GEMM core (gemm/fp8/kernel.cuh): the dense block-scaled GEMM is the
+// Block-scaled FP8 on the GEMM core (gemm/core/kernel.cuh): the dense block-scaled GEMM is the
 // core's kernel with two policies replaced, so it runs every core tile it can (64- and 128-row
 // tiles of 32 to 256 columns, variants.def), split-K with the core's fix-up, the core's scheduler walk and
 // its cost-model chooser:
@@ -15,18 +15,19 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gemm/blockscaled/epilogue_scatter.cuh"
 #include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/blockscaled/problems.cuh"
 #include "gemm/blockscaled/variant_table.h"
-#include "gemm/fp8/problems.cuh"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/split_k.cuh"
+#include "gemm/core/problems.cuh"
+#include "gemm/core/split_k.cuh"
+#include "gemm/core/traits.cuh"
 
 namespace lowbit::blockscaled {
 
 // Dense E4M3 tiles (one K block per promotion: the scales change every K block) plus the stage's
 // A and B scales.
-struct BlockScaledOperands : fp8::DenseOperandsT<1> {
+struct BlockScaledOperands : gemm::DenseOperandsT<1> {
   // Rows past M keep stale scales (or, through the map, zeros and other K blocks' scales): they
   // only scale A rows past M (zero fill or stale slot bytes), whose outputs the store clips. The
   // bulk copy covers the rows that exist, rounded up to 16 bytes (sfa_ld is a multiple of 4 and the
@@ -41,13 +42,13 @@ struct BlockScaledOperands : fp8::DenseOperandsT<1> {
                              p.bs.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u,
                              b.first,   b.part_stride,
                              sfa_map,   w.m_block * T::kBlockM,
-                             w.kb_begin, static_cast<uint32_t>(fp8::AScaleGroup<T>::value * p.bs.sfa_box * 4)};
+                             w.kb_begin, static_cast<uint32_t>(gemm::AScaleGroup<T>::value * p.bs.sfa_box * 4)};
   }
   // A grouped unit carries its group's scales (GroupedProblems::unit).
   template <class T, class Params>
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params&,
                                                                   const GroupedUnit& w, const CUtensorMap* /*aux*/) {
-    static_assert(fp8::AScaleGroup<T>::value == 1, "grouped units: one A-scale copy per stage (no scale map)");
+    static_assert(gemm::AScaleGroup<T>::value == 1, "grouped units: one A-scale copy per stage (no scale map)");
     const int rows = max(0, min(w.m - w.m_block * T::kBlockM, T::kBlockM));
     return ScaleStageLoad<T>{&ss, w.sfa, w.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u, w.sfb,
                              w.sfb_part_stride};
@@ -68,7 +69,7 @@ constexpr int a_scale_group(int block_m, int block_n, BsProblems problems) {
 // the split-K landing slots, 3 KiB of barriers and alignment slack, and per stage the A and B
 // tiles and the A scales (of `a_group` K blocks) and B scales.
 constexpr int core_stages(int block_m, int block_n, int epi_slots, int cluster_splits, int a_group) {
-  return (fp8::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
+  return (gemm::kSm90MaxSmemPerBlock - (block_m / 64) * epi_slots * 8192 - block_n * 6 -
           gemm::cluster_landing_bytes(block_m, block_n, cluster_splits) - 2048 - 1024) /
          (block_m * 128 + block_n * 128 + block_m * 4 * a_group + 16);
 }
@@ -89,21 +90,24 @@ constexpr int core_epi_slots(int block_m, int block_n, bool overlap, BsProblems 
 // shared memory into rank 0 (gemm::split_k_cluster_reduce), for up to that many splits: the other
 // the first other rank's partial lands in rank 0's epilogue staging, each further one in a slot
 // that costs stages. 0: through the workspace.
-// kProblems: one dense problem (fp8::DenseProblems), the grouped layouts (GroupedProblems) or
-// stacked problems with the row scatter (StackedProblems, fp8::RowScatterEpilogue; FP32 sums):
+// kProblems: one dense problem (gemm::DenseProblems), the grouped layouts (GroupedProblems) or
+// stacked problems with the row scatter (StackedProblems, RowScatterEpilogue; FP32 sums):
 // the last two unsplit 128-row tiles.
+// The core's traits a block-scaled tile starts from: the plain epilogue, single CTAs, each K block
+// promoted, its stages and staging slots as above.
+template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap, int kClusterSplits_, BsProblems kProblems>
+using CoreBase =
+    gemm::KernelTraits<kBlockN,
+                       core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems),
+                                   kClusterSplits_, a_scale_group(kBlockM, kBlockN, kProblems)),
+                       kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
+                       /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
+                       core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
+
 template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0,
           BsProblems kProblems = BsProblems::kDense>
-struct CoreTraits
-    : fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_,
-                                 a_scale_group(kBlockM, kBlockN, kProblems)),
-                     kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
-                     /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
-                     core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)> {
-  using Base = fp8::Fp8Traits<kBlockN, core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems), kClusterSplits_,
-                                 a_scale_group(kBlockM, kBlockN, kProblems)),
-                              kOutFp32, false, false, 1, 1, kBlockM, 0, kOverlap, false, false,
-                              core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
+struct CoreTraits : CoreBase<kBlockM, kBlockN, kOutFp32, kOverlap, kClusterSplits_, kProblems> {
+  using Base = CoreBase<kBlockM, kBlockN, kOutFp32, kOverlap, kClusterSplits_, kProblems>;
   // A tile covers whole B scale blocks (128, 256), lies inside one (64), or straddles two (the
   // widths between, promoted as one part: BlockScalePromotion).
   static_assert(!kStraddlesScaleBlocks<kBlockN> || (kBlockN <= 192 && kProblems == BsProblems::kDense),
@@ -121,16 +125,19 @@ struct CoreTraits
   using Promotion = BlockScalePromotion<CoreTraits>;
   struct alignas(1024) ScaledStorage : Base::SharedStorage {
     // The stage's A scales, one per tile row, of one K block, or a group's packed
-    // Fp8KernelParams::bs.sfa_box apart (128-byte aligned: TMA).
+    // gemm::KernelParams::bs.sfa_box apart (128-byte aligned: TMA).
     alignas(128) float sfa[Base::kStages][kAScaleGroup][kBlockM];
     alignas(16) float sfb[Base::kStages][4];        // its B scales (kScaleBlocksN of them)
   };
   static_assert(kProblems == BsProblems::kDense || (kBlockM == 128 && kClusterSplits_ == 0),
                 "grouped and stacked: unsplit 128-row tiles");
-  using Problems = std::conditional_t<
-      kProblems == BsProblems::kGrouped, GroupedProblems<CoreTraits>,
-      std::conditional_t<kProblems == BsProblems::kStacked, StackedProblems<CoreTraits>, fp8::DenseProblems<CoreTraits>>>;
-  static constexpr bool kScatterRows = kProblems == BsProblems::kStacked;
+  using Problems =
+      std::conditional_t<kProblems == BsProblems::kGrouped, GroupedProblems<CoreTraits>,
+                         std::conditional_t<kProblems == BsProblems::kStacked, StackedProblems<CoreTraits>,
+                                            gemm::DenseProblems<CoreTraits>>>;
+  // The stacked problems' epilogue: each output row scattered, weighted, into its own row.
+  using RowScatter =
+      std::conditional_t<kProblems == BsProblems::kStacked, RowScatterEpilogue<CoreTraits>, gemm::NoFamilyEpilogue>;
   static constexpr int kClusterSplits = kClusterSplits_;
   using SharedStorage = gemm::WithClusterLanding<ScaledStorage, kBlockN, Base::kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack

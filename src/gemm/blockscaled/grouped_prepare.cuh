@@ -13,8 +13,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gemm/blockscaled/grouped_workspace.h"
+#include "gemm/core/tile_scheduler.cuh"
 #include "gemm/grouped_status.h"
-#include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
 

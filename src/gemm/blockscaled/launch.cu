@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/choice_cache.h"
+#include "common/device_cache.h"
 #include "common/key_value.h"
 #include "common/ok_once.h"
 #include "gemm/blockscaled/blockscaled_variants_gen.h"
@@ -25,7 +26,6 @@
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
 #include "lowbit/blockscaled.h"
-#include "common/device_cache.h"
 #include "lowbit/device.h"
 
 namespace lowbit {
@@ -53,9 +53,9 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
   return Status::Ok();
 }
 
-// ---- dense: the FP8 GEMM core with the block-scaled operand and promotion policies -------------
+// ---- dense: the GEMM core with the block-scaled operand and promotion policies -----------------
 
-// What one block-scaled CTA of the 64-row tile streams at most (the FP8 core's model,
+// What one block-scaled CTA of the 64-row tile streams at most (the core's model,
 // gemm/fp8/config.cpp, takes 75 GB/s for the plain mainloop): its lone consumer warpgroup scales
 // every K block with no other MMAs to cover it. Measured at 64 x 4096 x 7168, unsplit 64 x 64 tiles
 // on 64 SMs: 917 KB per CTA in 17.3-19.0 us, 48-53 GB/s; at the plain rate the chooser left half
@@ -276,7 +276,7 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
         std::snprintf(buf, sizeof(buf),
                       " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16-v18)", cand.units);
       else
-        std::snprintf(buf, sizeof(buf), " (the FP8 core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
+        std::snprintf(buf, sizeof(buf), " (the core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
                       cand.bound, cand.units);
       *why = buf;
     }
@@ -307,7 +307,7 @@ std::string dense_text(const Fp8GemmConfig& c, bool in_cluster = false) {
          (c.overlap ? ",overlap=1" : "") + (in_cluster ? ",creduce=1" : "");
 }
 
-// ---- grouped: the FP8 core walking the groups' tiles (GroupedProblems) -------------------------
+// ---- grouped: the GEMM core walking the groups' tiles (GroupedProblems) ------------------------
 
 // The grouped kernel of a call: the group sizes live on the device, so the host cannot count tiles;
 // the widest tile compiled for the output is the default (the grouped GEMM exists for large groups;
@@ -373,7 +373,7 @@ Status grouped_templates(OutType out, int block_n, const GroupedMaps** maps) {
                                                       ob, 128, 128, 64, static_cast<uint32_t>(128 / ob));
         sd.swizzle = hopper::TmaSwizzle::k128B;
         sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
-        static_assert(fp8::fp8_epi_chunk_bytes(128, 2) == 128 && fp8::fp8_epi_chunk_bytes(128, 4) == 128,
+        static_assert(gemm::epi_chunk_bytes(128, 2) == 128 && gemm::epi_chunk_bytes(128, 4) == 128,
                       "the grouped tiles store 128-byte chunks");
         LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sa, &m->a));
         LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sb, &m->b));
@@ -415,7 +415,7 @@ Status launch_grouped(const char* who, const Source& source, const Fp8GroupedPro
                                         out_bytes, /*cluster_m=*/1, g.block_n, tmpl->a, tmpl->b, tmpl->d);
   if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " prepare launch", e);
 
-  fp8::Fp8KernelParams p{};
+  gemm::KernelParams p{};
   p.sched.splits = 1;
   p.sched.group_m = cfg.raster_group;
   // No one problem: the store clips to each group's rows (GroupedProblems), never to these.
@@ -620,7 +620,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
                                                              " bytes of shared memory per block; the device allows " +
                                                              std::to_string(dev.smem_per_block_optin));
 
-  // Maps as the FP8 core's: A in boxes of the tile's rows (M where M is smaller: boxes past the
+  // Maps as the GEMM core's: A in boxes of the tile's rows (M where M is smaller: boxes past the
   // last row stream slower, gemm::a_box_rows), B in boxes of the tile's columns, D in the
   // epilogue's staged chunks.
   const int a_box_rows = gemm::a_box_rows(x.m, cfg.block_m);
@@ -629,7 +629,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   hopper::TensorMap2dSpec sb = hopper::dense_2d(x.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, x.n, x.k,
                                                 static_cast<uint32_t>(cfg.block_n), 128);
   const int ob = f32 ? 4 : 2;
-  const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
+  const int chunk_bytes = gemm::epi_chunk_bytes(cfg.block_n, ob);
   hopper::TensorMap2dSpec sd =
       hopper::dense_2d(x.d, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ob, x.m, x.n, 64,
                        static_cast<uint32_t>(chunk_bytes / ob));
@@ -664,7 +664,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
     LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(ss, &tm_sfa));
   }
 
-  fp8::Fp8KernelParams p{};
+  gemm::KernelParams p{};
   const int k_blocks = fp8::fp8_k_blocks(x.k);
   p.sched = fp8::fp8_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group,
                               dev.sm_count);

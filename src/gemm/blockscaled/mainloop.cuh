@@ -1,5 +1,5 @@
 // Block-scaled mainloop pieces. The pipeline, the WGMMA issue and the partial accumulators are
-// the FP8 GEMM's (gemm/fp8/mainloop.cuh); block scaling changes two things:
+// the FP8 GEMM's (gemm/core/mainloop.cuh); block scaling changes two things:
 //  - each stage also carries the K block's A scales for the tile's rows (a bulk copy the producer
 //    issues with the A and B tiles, completing on the same barrier; for the tiles that stream at
 //    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad)
@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gemm/fp8/mainloop.cuh"
-#include "gemm/fp8/traits.cuh"
+#include "gemm/core/mainloop.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/cp_async.cuh"
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
@@ -68,7 +68,7 @@ __device__ __forceinline__ BScaleRows tile_b_scale_rows(const float* sfb, int k_
 // promotion (docs/perf.md block-scaled v5).
 // With T::kAScaleGroup = G > 1, one copy carries the A scales of G K blocks: the unit's K blocks
 // in groups of G from its first, each group's first fill loading, through the A scales' tensor map
-// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows x Fp8KernelParams::bs.sfa_box columns,
+// (`sfa_map`: [k_blocks rows of M floats], boxes of G rows x gemm::KernelParams::bs.sfa_box columns,
 // the A box's rows rounded up to 4), rows kb .. kb + G - 1 packed sfa_box apart into its stage's
 // slot (rows past the last K block are zero fill, never read), and the consumers read all G at
 // that fill (BlockScalePromotion::read_stage). The copies cost by their number, not their bytes
@@ -81,7 +81,7 @@ __device__ __forceinline__ bool a_scale_group_start(int kb, int kb_begin, int gr
 
 template <class T>
 struct ScaleStageLoad {
-  static constexpr int kGroup = fp8::AScaleGroup<T>::value;
+  static constexpr int kGroup = gemm::AScaleGroup<T>::value;
   typename T::SharedStorage* ss;
   const float* sfa;
   int64_t sfa_ld;
@@ -115,11 +115,11 @@ struct ScaleStageLoad {
   }
 };
 
-// Consumer side (fp8::Consumer's Promotion policy). The A scales are read from the stage when
+// Consumer side (gemm::Consumer's Promotion policy). The A scales are read from the stage when
 // the block's MMAs are issued, so the loads' latency passes under the MMAs; nothing uses them
 // before the retire. The B scales of a K block (scale_blocks_per_tile of them): with
 // T::kStagedBScales read from the stage with the A scales; otherwise loaded from global memory
-// (L2) when the block before it is issued (fp8::Consumer fetches one group ahead).
+// (L2) when the block before it is issued (gemm::Consumer fetches one group ahead).
 // Accumulator fragment of m64nN: element 4g + 2h + e belongs to row 16 * warp + lane / 4 + 8h of
 // the warpgroup's 64 rows and to column 8g + 2 * (lane % 4) + e.
 template <class T>
@@ -141,7 +141,7 @@ struct BlockScalePromotion {
   // stage's slot is refilled after it), and used after it. The consumer's loop is unrolled by the
   // group (kStaticGroup), so each K block's place in its group is a constant: no check per block,
   // and the array is indexed statically (indexed by the K block it went to local memory).
-  static constexpr int kAGroup = fp8::AScaleGroup<T>::value;
+  static constexpr int kAGroup = gemm::AScaleGroup<T>::value;
   static constexpr int kStaticGroup = kAGroup;
   // A third partial in flight on the 64-row tiles (Consumer::kDepth): 64 x 32 ran 2% faster
   // (docs/perf.md block-scaled v16).
@@ -159,7 +159,7 @@ struct BlockScalePromotion {
     const int t = static_cast<int>(threadIdx.x) % 128;
     return BlockScalePromotion{&ss, nullptr, 0, consumer_wg * 64 + (t / 32) * 16 + (t % 32) / 4, T::kBlockN, {}, {}};
   }
-  // The unit's B scale rows (the FP8 core's parameters: Fp8KernelParams::bs) where the stages do
+  // The unit's B scale rows (the core's parameters: gemm::KernelParams::bs) where the stages do
   // not carry them, and a straddling tile's split column.
   template <class Params>
   __device__ __forceinline__ void start_unit(const Params& p, const gemm::WorkUnit& w) {
@@ -191,7 +191,7 @@ struct BlockScalePromotion {
   // block-scaled v11).
   // Grouped, the group's first fill's slot holds the group's K blocks (ScaleStageLoad): read at
   // that fill (kPos 0), all of them (the slot is refilled once its fill is released), and picked by
-  // the K block's place in its group, kPos (fp8::Consumer's unrolled loop).
+  // the K block's place in its group, kPos (gemm::Consumer's unrolled loop).
   template <int kPos>
   __device__ __forceinline__ Staged read_stage(int stage) {
     float sa0, sa1;

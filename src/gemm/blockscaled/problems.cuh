@@ -1,5 +1,5 @@
-// The grouped block-scaled layouts on the FP8 core (the core's problems policy, T::Problems:
-// gemm/fp8/problems.cuh): G problems described in device memory, tensor maps patched per group on
+// The grouped block-scaled layouts on the GEMM core (the core's problems policy, T::Problems:
+// gemm/core/problems.cuh): G problems described in device memory, tensor maps patched per group on
 // the device by the preparation kernel (gemm/blockscaled/grouped_prepare.cuh), tiles of all groups
 // walked as one sequence (tile_start[g]: the first tile of group g, as gemm::GroupedTileSchedule
 // lays them out). For unit u: which tile, of which operands,
@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "gemm/blockscaled/mainloop.cuh"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
 
@@ -35,7 +35,7 @@ struct GroupedUnit : gemm::WorkUnit {
 // The group of unit u: the last group g with tile_start[g] <= u, by binary search from group
 // `from` (a role's current group; units never decrease along its walk). Empty groups share their
 // start with the next group and are never returned.
-__device__ __forceinline__ int group_of_unit(int u, const fp8::Fp8KernelParams& p, int from) {
+__device__ __forceinline__ int group_of_unit(int u, const gemm::KernelParams& p, int from) {
   int lo = from < 0 ? 0 : from, hi = p.groups.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -81,12 +81,12 @@ struct GroupedProblems {
   int group = -1;
   int group_m = 0, group_n = 0, k_blocks = 0;  // the current group's size
 
-  __device__ __forceinline__ static int tile_start(const fp8::Fp8KernelParams& p, int g) {
+  __device__ __forceinline__ static int tile_start(const gemm::KernelParams& p, int g) {
     return __ldg(p.groups.tile_start + g);
   }
   // The unit count is the device's (the preparation kernel's tile_start[groups]): the grid is
   // every CTA that fits, and those past the last unit exit.
-  __device__ __forceinline__ static int num_units(const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
     return tile_start(p, p.groups.count);
   }
   __device__ __forceinline__ static GroupedProblems make(bool issues_tma) {
@@ -94,7 +94,7 @@ struct GroupedProblems {
   }
 
   // Unit u (u never decreases along a role's walk).
-  __device__ __forceinline__ Unit unit(int u, const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ Unit unit(int u, const gemm::KernelParams& p) {
     const int g = group_of_unit(u, p, group);
     const Fp8GroupedProblem& d = static_cast<const Fp8GroupedProblem*>(p.groups.descriptors)[g];
     if (g != group) {
@@ -129,24 +129,24 @@ struct GroupedProblems {
   }
   __device__ __forceinline__ static Unit warp_uniform(const Unit& w) { return grouped_unit_as_lane0(w); }
   // The group's maps and size (the kernel's own maps, the third argument, are templates, never used).
-  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const fp8::Fp8KernelParams& p,
+  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit& w, const gemm::KernelParams& p,
                                                              const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 0;
   }
-  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit& w, const fp8::Fp8KernelParams& p,
+  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit& w, const gemm::KernelParams& p,
                                                              const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 1;
   }
-  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit& w, const fp8::Fp8KernelParams& p,
+  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit& w, const gemm::KernelParams& p,
                                                              const CUtensorMap*) {
     return p.groups.maps + 3 * w.group + 2;
   }
-  __device__ __forceinline__ static int m(const Unit& w, const fp8::Fp8KernelParams&) { return w.m; }
-  __device__ __forceinline__ static int n(const Unit& w, const fp8::Fp8KernelParams&) { return w.n; }
+  __device__ __forceinline__ static int m(const Unit& w, const gemm::KernelParams&) { return w.m; }
+  __device__ __forceinline__ static int n(const Unit& w, const gemm::KernelParams&) { return w.n; }
 };
 
 // A stacked unit: a grouped unit whose operand rows are its group's rows of the one A and the one
-// B (fp8::unit_a_row / unit_b_row read them).
+// B (gemm::unit_a_row / unit_b_row read them).
 struct StackedUnit : GroupedUnit {
   int a_row0;  // the tile's first row of A (and of its rows in the row scatter)
   int b_row0;  // its first row of B: group * n + the tile's first column
@@ -157,7 +157,7 @@ struct StackedUnit : GroupedUnit {
 // one N and K; the scales as the dense GEMM's over those two tensors. Loaded through the kernel's
 // own maps (no per-group maps, nothing to prepare): a tile's rows past its group are the next
 // group's, loaded and computed but never stored, since each output row is scattered
-// (gemm/fp8/epilogue_scatter.cuh) and only the group's own rows are. The fused MoE's expert GEMM
+// (gemm/blockscaled/epilogue_scatter.cuh) and only the group's own rows are. The fused MoE's expert GEMM
 // over the expert-sorted activations (moe/launch.cu).
 template <class T>
 struct StackedProblems {
@@ -165,12 +165,12 @@ struct StackedProblems {
   int group = -1;
   int group_m = 0, group_row0 = 0;
 
-  __device__ __forceinline__ static int num_units(const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
     return __ldg(p.groups.tile_start + p.groups.count);
   }
   __device__ __forceinline__ static StackedProblems make(bool) { return StackedProblems{}; }
 
-  __device__ __forceinline__ Unit unit(int u, const fp8::Fp8KernelParams& p) {
+  __device__ __forceinline__ Unit unit(int u, const gemm::KernelParams& p) {
     const int g = group_of_unit(u, p, group);
     if (g != group) {
       group = g;
@@ -204,20 +204,20 @@ struct StackedProblems {
     return v;
   }
   // The kernel's own maps: A over every group's rows, B over every group's B.
-  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit&, const fp8::Fp8KernelParams&,
+  __device__ __forceinline__ static const CUtensorMap* a_map(const Unit&, const gemm::KernelParams&,
                                                              const CUtensorMap* own) {
     return own;
   }
-  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit&, const fp8::Fp8KernelParams&,
+  __device__ __forceinline__ static const CUtensorMap* b_map(const Unit&, const gemm::KernelParams&,
                                                              const CUtensorMap* own) {
     return own;
   }
-  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit&, const fp8::Fp8KernelParams&,
+  __device__ __forceinline__ static const CUtensorMap* d_map(const Unit&, const gemm::KernelParams&,
                                                              const CUtensorMap* own) {
     return own;
   }
-  __device__ __forceinline__ static int m(const Unit& w, const fp8::Fp8KernelParams&) { return w.m; }
-  __device__ __forceinline__ static int n(const Unit& w, const fp8::Fp8KernelParams&) { return w.n; }
+  __device__ __forceinline__ static int m(const Unit& w, const gemm::KernelParams&) { return w.m; }
+  __device__ __forceinline__ static int n(const Unit& w, const gemm::KernelParams&) { return w.n; }
 };
 
 }  // namespace lowbit::blockscaled

@@ -7,7 +7,7 @@
 #include "gemm/blockscaled/core_traits.cuh"
 #include "gemm/blockscaled/variant_launcher.h"
 #include "gemm/blockscaled/variant_table.h"
-#include "gemm/fp8/kernel.cuh"
+#include "gemm/core/kernel.cuh"
 #include "gemm/variant_define.h"
 #include "hopper/cluster_launch.h"
 
@@ -22,14 +22,14 @@ struct VariantOf {
   // Split within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
   static cudaError_t launch(int grid, int max_units, cudaStream_t s, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& sfa, const CUtensorMap& a_tail,
-                            const fp8::Fp8KernelParams& p, int device, int* launched) {
+                            const gemm::KernelParams& p, int device, int* launched) {
     const int cluster = T::kClusterSplits > 1 && p.sched.splits > 1 ? p.sched.splits : 1;
-    return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units / cluster, T::kThreads, T::kSmemBytes,
+    return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units / cluster, T::kThreads, T::kSmemBytes,
                                                               cluster, device, s, launched, a, b, d, sfa,
                                                               a_tail, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
-    return hopper::prepare_persistent<fp8::fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
+    return hopper::prepare_persistent<gemm::gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
   }
 };
 

@@ -5,15 +5,15 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "gemm/fp8/traits.cuh"
+#include "gemm/core/traits.cuh"
 
 namespace lowbit::blockscaled {
 
 // The maps: A, B, D, the A scales' (CoreTraits::kAScaleGroup > 1; otherwise D stands in), A's last
-// tile row (fp8::fp8_gemm_kernel; A's own where there is no tail).
+// tile row (gemm::gemm_kernel; A's own where there is no tail).
 using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                         const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-                                        const fp8::Fp8KernelParams&, int device, int* launched);
+                                        const gemm::KernelParams&, int device, int* launched);
 // CTAs of the kernel resident at once in clusters of `cluster` (hopper::prepare_persistent).
 using VariantResidentFn = cudaError_t (*)(int cluster, int device, int* ctas);
 struct VariantLauncher {

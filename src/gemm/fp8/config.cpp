@@ -466,7 +466,7 @@ std::vector<Fp8Candidate> score_fp8_candidates(int64_t m, int64_t n, int64_t k, 
       const double rounds = std::ceil(c.waves);
       const int unit_kb = (groups + splits - 1) / splits * promote;  // an odd K-block count pads a pair
       // At M <= 64 a 128-row tile loads an A box of at most 64 rows and only one consumer
-      // warpgroup works (Fp8KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams
+      // warpgroup works (gemm::KernelParams::a_box_rows): it does the 64-row tile's MMAs and streams
       // its bytes.
       const int work_rows = m <= 64 ? 64 : v.block_m;
       const double unit_flops = 2.0 * work_rows * v.block_n * 128.0 * unit_kb;

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "gemm/core/tile_scheduler.cuh"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
-#include "gemm/tile_scheduler.cuh"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 

@@ -1,7 +1,7 @@
 // FP8 GEMM fused epilogue: alpha, bias, a row-broadcast add (row r adds row r mod P of a
 // [P, N] BF16 tensor: a ViT positional embedding), an activation (GELU, SiLU), a residual
-// (a full [M, N] BF16 tensor) -- the order of gemm/epilogue_params.h -- then the plain
-// epilogue's staged TMA store (Fp8Epilogue::store, BF16 or FP32 out).
+// (a full [M, N] BF16 tensor) -- the order of gemm/core/epilogue_params.h -- then the plain
+// epilogue's staged TMA store (gemm::TileEpilogue::store, BF16 or FP32 out).
 //
 // Why it is built this way (docs/perf.md W2). The row-broadcast tile is as large as the output
 // tile, so it has to be in shared memory before the epilogue starts, and it has to be asked for
@@ -24,16 +24,16 @@
 // walk, so rows [0, P) of that block's columns are loaded once, by feeder 0, before the first
 // unit (TMA boxes of 8 rows; rows past P arrive as zeros), with the bias slice: `full` completes
 // once and there is no per-unit handshake. Tile row r then reads buffer row (r0 + r) mod P.
-// A new fused operation belongs in gemm/epilogue_params.h and in math() here.
+// A new fused operation belongs in gemm/core/epilogue_params.h and in math() here.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 
-#include "gemm/epilogue_params.h"
-#include "gemm/fp8/epilogue.cuh"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/epilogue.cuh"
+#include "gemm/core/epilogue_params.h"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/cp_async.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/stmatrix.cuh"
@@ -53,7 +53,7 @@ struct FusedEpilogue {
   static constexpr bool kResident = T::kResidentRows > 0;
 
   // Before the role split. Absent bias reads as zeros, so the element math has no branch for it.
-  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p) {
+  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const gemm::KernelParams& p) {
     if constexpr (kResident) {
       if (threadIdx.x == 0) hopper::mbarrier_init(&ss.ops.full, kFullArrivals);
       if (p.epi.bias == nullptr)
@@ -73,13 +73,13 @@ struct FusedEpilogue {
 
   // Whether warpgroup wg has rows in unit w. A unit without is still handed over (nothing
   // loaded, nothing read), so both sides flip their barrier phases once per unit.
-  __device__ __forceinline__ static bool active(const Fp8KernelParams& p, const gemm::WorkUnit& w, int wg) {
+  __device__ __forceinline__ static bool active(const gemm::KernelParams& p, const gemm::WorkUnit& w, int wg) {
     return w.m_block * T::kBlockM + wg * 64 < p.m;
   }
 
   // Feeder warp of consumer warpgroup `wg`: every unit in the consumers' order.
   template <class UnitAt>
-  __device__ __forceinline__ static void feed(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void feed(typename T::SharedStorage& ss, const gemm::KernelParams& p,
                                               const CUtensorMap* tm_bcast, int wg, int first_unit, int num_units,
                                               int unit_step, const UnitAt& unit_at) {
     const int lane = threadIdx.x % 32;
@@ -114,7 +114,7 @@ struct FusedEpilogue {
     hopper::mbarrier_wait(&ss.ops.full, 0u);
   }
   __device__ __forceinline__ static void apply_overlapped(const typename T::SharedStorage& ss, int wg,
-                                                          const Fp8KernelParams& p, const gemm::WorkUnit& w,
+                                                          const gemm::KernelParams& p, const gemm::WorkUnit& w,
                                                           float alpha, float (&acc)[T::kBlockN / 2]) {
     static_assert(kResident && T::kOverlapEpilogue, "the overlapped twin keeps its rows resident");
     math<gemm::EpilogueActivation::kNone, false>(ss, wg, p, w, alpha, acc);
@@ -123,7 +123,7 @@ struct FusedEpilogue {
   // Consumer warpgroup `wg` after the unit's mainloop (and split-K fix-up): waits for the staged
   // operands, applies the fused steps to acc when `finish` (this unit completes the tile and has
   // rows for this warpgroup), and hands the buffer back. `phase` flips per unit.
-  __device__ __forceinline__ static void apply(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void apply(typename T::SharedStorage& ss, int wg, const gemm::KernelParams& p,
                                                const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2],
                                                bool finish, uint32_t phase) {
     if constexpr (kResident) hopper::mbarrier_wait(&ss.ops.full, 0u);  // completes once, stays complete
@@ -163,7 +163,7 @@ struct FusedEpilogue {
   // the others with cp.async. Rows past M are loaded too (they are rows of the tensor all the
   // same); chunks wholly past N are not, and TMA zero-fills the columns past N of a partial one.
   // Both only feed outputs the store clips.
-  __device__ __forceinline__ static void gather(typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void gather(typename T::SharedStorage& ss, int wg, const gemm::KernelParams& p,
                                                 const CUtensorMap* tm_bcast, int row0, int col0) {
     const int lane = threadIdx.x % 32;
     const int period = p.epi.row_period;
@@ -202,7 +202,7 @@ struct FusedEpilogue {
   // loads the 8-row boxes and arms `full` with their bytes (a box reaching past P is zero-filled
   // and still counts); every lane copies bias pieces and arrives when they land. Chunks wholly
   // past N are not loaded: they only feed outputs the store clips.
-  __device__ __forceinline__ static void load_resident(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void load_resident(typename T::SharedStorage& ss, const gemm::KernelParams& p,
                                                        const CUtensorMap* tm_bcast, int col0) {
     const int lane = threadIdx.x % 32;
     const int boxes = (p.epi.row_period + kBoxRows - 1) / kBoxRows;
@@ -223,7 +223,7 @@ struct FusedEpilogue {
 
   // The warp's lanes copy the bias slice [col0, col0 + block_n) (columns past N stay as they are:
   // they only feed outputs the store clips) with cp.async; the caller's arrival tracks them.
-  __device__ __forceinline__ static void copy_bias(__nv_bfloat16* dst, const Fp8KernelParams& p, int col0) {
+  __device__ __forceinline__ static void copy_bias(__nv_bfloat16* dst, const gemm::KernelParams& p, int col0) {
     for (int i = threadIdx.x % 32; i < T::kBlockN / 8; i += 32)
       if (col0 + 8 * i < p.n) hopper::cp_async_16(dst + 8 * i, p.epi.bias + col0 + 8 * i);
   }
@@ -241,7 +241,7 @@ struct FusedEpilogue {
   // Fragment of m64nN (warp wp, lane l): acc[4g + 2h + e] is row 16wp + l/4 + 8h, column
   // 8g + 2(l%4) + e of the warpgroup's slice.
   template <gemm::EpilogueActivation kAct, bool kResidual>
-  __device__ __forceinline__ static void math(const typename T::SharedStorage& ss, int wg, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void math(const typename T::SharedStorage& ss, int wg, const gemm::KernelParams& p,
                                               const gemm::WorkUnit& w, float alpha, float (&acc)[T::kBlockN / 2]) {
     constexpr int kGroups = T::kBlockN / 8;
     constexpr int kStep = 2;  // column groups per residual batch (their loads overlap; 4 spilled at bn=192)
@@ -259,7 +259,7 @@ struct FusedEpilogue {
     // tensor's row for that output row.
     int brow = srow;
     if constexpr (kResident) brow = (w.m_block * T::kBlockM + wg * 64 + srow) % e.row_period;
-    const ResidualRows res_rows(e, kResidual ? row : p.m, p.m, p.n);  // no rows without a residual
+    const gemm::ResidualRows res_rows(e, kResidual ? row : p.m, p.m, p.n);  // no rows without a residual
 #pragma unroll
     for (int g0 = 0; g0 < kGroups; g0 += kStep) {
       float2 res[kStep][2];

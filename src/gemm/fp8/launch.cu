@@ -10,22 +10,22 @@
 #include <string>
 
 #include "common/choice_cache.h"
+#include "common/device_cache.h"
+#include "gemm/core/traits.cuh"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/fp8_variants_gen.h"
-#include "gemm/fp8/traits.cuh"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
-#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/gemm.h"
 
 namespace lowbit {
 namespace {
 
-using fp8::Fp8KernelParams;
+using gemm::KernelParams;
 
 int out_bytes(OutType t) { return t == OutType::kFP32 ? 4 : 2; }
 
@@ -60,7 +60,7 @@ Status validate(const Fp8GemmArgs& a, const char* who, const DeviceInfo** dev) {
       // Any other value picked the BF16 kernel and wrote half-width values into the caller's buffer.
       .rule(a.out_type != OutType::kBF16 && a.out_type != OutType::kFP32 && a.out_type != OutType::kFP16,
             [] { return std::string("unknown out_type"); })
-      // The fused epilogue's shared memory holds no per-channel scales (gemm/fp8/traits.cuh).
+      // The fused epilogue's shared memory holds no per-channel scales (gemm/core/traits.cuh).
       .rule(scaled_rows(a) && (a.row_bcast || a.activation != Activation::kNone),
             [] {
               return std::string("per-row scales and FP16 output run with alpha, the per-tensor scales, a bias and "
@@ -279,7 +279,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     // The epilogue's staged chunk: 64 rows x 128 bytes, or 64 / 32 for tile widths whose rows are
     // not a multiple of 128 bytes, swizzled to its width.
     const int ob = out_bytes(args.out_type);
-    const int chunk_bytes = fp8::fp8_epi_chunk_bytes(cfg.block_n, ob);
+    const int chunk_bytes = gemm::epi_chunk_bytes(cfg.block_n, ob);
     const CUtensorMapDataType d_type = args.out_type == OutType::kFP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                        : args.out_type == OutType::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -314,7 +314,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
       LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_a_tail));
     }
 
-    Fp8KernelParams p{};
+    gemm::KernelParams p{};
     // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
     // With promotion every two K blocks the schedule's K blocks are pairs (an odd last one pairs
     // with a block past K, which TMA fills with zeros).

@@ -9,7 +9,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "gemm/fp8/kernel.cuh"
+#include <type_traits>
+
+#include "gemm/core/kernel.cuh"
+#include "gemm/fp8/epilogue_fused.cuh"
 #include "gemm/fp8/variant_launcher.h"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
@@ -17,6 +20,13 @@
 #include "hopper/cluster_launch.h"
 
 namespace lowbit::fp8 {
+
+// A fused variant's traits name this family's fused epilogue, which the core kernel runs
+// (gemm::FusedEpilogueOf).
+template <class Core>
+struct WithFusedEpilogue : Core {
+  using FusedEpilogue = fp8::FusedEpilogue<WithFusedEpilogue>;
+};
 
 template <int kLine>
 struct VariantOf {
@@ -28,21 +38,24 @@ struct VariantOf {
   static constexpr int kStageBytes = S.block_m * 128 + S.block_n * 128;
   static constexpr int kLandingStages =
       (gemm::cluster_landing_bytes(S.block_m, S.block_n, S.cluster_splits) + kStageBytes - 1) / kStageBytes;
-  using T = Fp8Traits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows) - kLandingStages,
-                      S.out == OutType::kFP32, kFused, kStaged, S.cluster, S.promote_every, S.block_m, S.resident_rows,
-                      S.overlap, S.uneven, S.out == OutType::kFP16, /*epi_slots=*/2, S.cluster_splits, S.stream_k>;
+  using Core =
+      gemm::KernelTraits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows) - kLandingStages,
+                         S.out == OutType::kFP32, kFused, kStaged, S.cluster, S.promote_every, S.block_m,
+                         S.resident_rows, S.overlap, S.uneven, S.out == OutType::kFP16, /*epi_slots=*/2,
+                         S.cluster_splits, S.stream_k>;
+  using T = std::conditional_t<kFused, WithFusedEpilogue<Core>, Core>;
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const CUtensorMap& a_tail,
-                            const Fp8KernelParams& p, int device, int* launched) {
+                            const gemm::KernelParams& p, int device, int* launched) {
     // A forced grid may exceed what is resident only without clusters (peers must co-run). Split
     // within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
     const int cluster = S.cluster_splits > 1 && p.sched.splits > 1 ? p.sched.splits : S.cluster;
-    return hopper::launch_persistent<fp8_gemm_kernel<T>>(grid, max_units / (cluster / S.cluster), T::kThreads,
+    return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units / (cluster / S.cluster), T::kThreads,
                                                         T::kSmemBytes, cluster, device, stream, launched, a, b, d,
                                                         bcast, a_tail, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
-    return hopper::prepare_persistent<fp8_gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
+    return hopper::prepare_persistent<gemm::gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);
   }
 };
 

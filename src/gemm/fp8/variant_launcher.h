@@ -5,16 +5,16 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "gemm/fp8/traits.cuh"
+#include "gemm/core/traits.cuh"
 
 namespace lowbit::fp8 {
 
 // `grid` <= 0: as many CTAs as are resident at once (rounded to whole clusters); `max_units` caps
 // it at one CTA per unit.
-// The maps: A, B, D, the fourth (a family's auxiliary map: fp8_gemm_kernel), A's last tile row.
+// The maps: A, B, D, the fourth (a family's auxiliary map: gemm::gemm_kernel), A's last tile row.
 using VariantLaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
                                         const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-                                        const Fp8KernelParams&, int device, int* launched);
+                                        const gemm::KernelParams&, int device, int* launched);
 // CTAs of the kernel resident at once in clusters of `cluster` (hopper::prepare_persistent).
 using VariantResidentFn = cudaError_t (*)(int cluster, int device, int* ctas);
 struct VariantLauncher {

@@ -19,13 +19,6 @@ struct Fp8Variant {
   int block_m = 128;
 };
 
-// Row bytes of one staged epilogue chunk (and of the output tensor map's box, swizzled to the
-// same width): 128 where the tile row is a multiple of it, else the widest of 64 or 32 that
-// divides it (block_n = 176: 32 in BF16, 64 in FP32).
-constexpr int fp8_epi_chunk_bytes(int block_n, int out_bytes) {
-  return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
-}
-
 // The fused epilogue's shared memory: the plain one's 32 KiB of output staging, plus both
 // consumer warpgroups' row-broadcast rows (64 x block_n BF16 each) and bias slices
 // (gemm/fp8/epilogue_fused.cuh).
@@ -57,7 +50,7 @@ static_assert(fp8_stages_for(kFp8ResidentBlockN, true, 128, kFp8ResidentMaxRows)
 
 // With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
 // partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
-// fits by issuing each K block in two 128-column parts through one partial (fp8::Consumer).
+// fits by issuing each K block in two 128-column parts through one partial (gemm::Consumer).
 constexpr Fp8Variant kFp8Variants[] = {
     {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
     {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},

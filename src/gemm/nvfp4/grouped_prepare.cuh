@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
+#include "gemm/core/tile_scheduler.cuh"
 #include "gemm/grouped_status.h"
 #include "gemm/nvfp4/activations.cuh"
-#include "gemm/tile_scheduler.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/nvfp4.h"

@@ -9,11 +9,11 @@
 
 #include <cuda.h>
 
+#include "gemm/core/split_k.cuh"
 #include "gemm/nvfp4/epilogue.cuh"
 #include "gemm/nvfp4/mainloop.cuh"
 #include "gemm/nvfp4/problems.cuh"
 #include "gemm/nvfp4/traits.cuh"
-#include "gemm/split_k.cuh"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"

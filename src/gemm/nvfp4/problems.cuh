@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
+#include "gemm/core/tile_scheduler.cuh"
 #include "gemm/nvfp4/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/nvfp4.h"
 

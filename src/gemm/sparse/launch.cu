@@ -11,15 +11,15 @@
 #include <string>
 
 #include "common/choice_cache.h"
+#include "common/device_cache.h"
 #include "common/key_value.h"
 #include "formats/sparse24_layout.h"
+#include "gemm/core/kernel.cuh"
 #include "gemm/fp8/config.h"
-#include "gemm/fp8/kernel.cuh"
-#include "gemm/sparse/traits.cuh"
 #include "gemm/launch_common.h"
+#include "gemm/sparse/traits.cuh"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
-#include "common/device_cache.h"
 #include "lowbit/device.h"
 #include "lowbit/sparse.h"
 
@@ -52,13 +52,13 @@ bool variant_exists(int block_n) {
 }
 
 using LaunchFn = cudaError_t (*)(int grid, int max_units, cudaStream_t, const CUtensorMap&, const CUtensorMap&,
-                                 const CUtensorMap&, const fp8::Fp8KernelParams&, int device, int* launched);
+                                 const CUtensorMap&, const gemm::KernelParams&, int device, int* launched);
 
 template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOutFp16>
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
-                           const CUtensorMap& d, const fp8::Fp8KernelParams& p, int device, int* launched) {
+                           const CUtensorMap& d, const gemm::KernelParams& p, int device, int* launched) {
   using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
-  return hopper::launch_persistent<fp8::fp8_gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
+  return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
                                                            device, stream, launched, a, b, d, d, a,
                                                            p);  // no row broadcast, no A tail
 }
@@ -359,7 +359,7 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
   sd.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(sd, &tm_d));
 
-  fp8::Fp8KernelParams p{};
+  gemm::KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
   p.sched = fp8::fp8_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
   p.walk = gemm::TileWalk::of(p.sched);

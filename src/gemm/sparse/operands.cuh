@@ -1,4 +1,4 @@
-// The 2:4-sparse operand path of the FP8 GEMM mainloop (gemm/fp8/operands.cuh has the dense one).
+// The 2:4-sparse operand path of the FP8 GEMM mainloop (gemm/core/operands.cuh has the dense one).
 // A stage holds, for one K block (128 logical columns of E4M3, 64 of F16 -- one 128-byte row of
 // B either way):
 //  - A: the 128 x 64-byte compressed values (64-byte swizzle), loaded by TMA;
@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"

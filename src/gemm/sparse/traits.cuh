@@ -1,11 +1,11 @@
 // Compile-time shape of the 2:4-sparse GEMM kernel variants: the FP8 GEMM kernel
-// (gemm/fp8/kernel.cuh) with the sparse operand path, the plain epilogue (alpha, BF16 out).
+// (gemm/core/kernel.cuh) with the sparse operand path, the plain epilogue (alpha, BF16 out).
 #pragma once
 
 #include <cstdint>
 
 #include "formats/sparse24_layout.h"
-#include "gemm/fp8/traits.cuh"
+#include "gemm/core/traits.cuh"
 #include "gemm/sparse/operands.cuh"
 #include "hopper/mbarrier.cuh"
 
@@ -15,7 +15,7 @@ namespace lowbit::sparse {
 // (One staging slot per warpgroup and no slack fit a fifth stage at bn = 256: 6-15% slower for
 // single CTAs, and CTA pairs with it only caught up with single CTAs, docs/perf.md W3 v3.)
 constexpr int sparse_stages_for(int block_n) {
-  return (fp8::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
+  return (gemm::kSm90MaxSmemPerBlock - 32768 - 2048) / (128 * 64 + block_n * 128 + 2048);
 }
 
 // kClusterM_ = 2: CTA pairs along M share each B tile by TMA multicast (each loads half). The
@@ -25,7 +25,7 @@ constexpr int sparse_stages_for(int block_n) {
 // kOutFp16_: D in FP16 instead of BF16.
 template <formats::Sparse24Type kType, int kBlockN_, int kClusterM_ = 1,
           bool kPromote_ = kType == formats::Sparse24Type::kE4M3, bool kOutFp16_ = false>
-struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::RegisterSplit {
+struct SparseTraits : gemm::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, gemm::RegisterSplit {
   static constexpr formats::Sparse24Type kSparseType = kType;
   static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows = two metadata slabs
   static constexpr int kBlockN = kBlockN_;
@@ -35,7 +35,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   static constexpr bool kFused = false;
   static constexpr bool kStaged = false;
   static constexpr bool kBlockScaled = false;
-  using Promotion = fp8::PlainPromotion;
+  using Promotion = gemm::PlainPromotion;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kClusterM = kClusterM_;
@@ -44,7 +44,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   using Operands = SparseOperands<kType == formats::Sparse24Type::kE4M3 ? hopper::WgmmaKind::kE4M3
                                                                        : hopper::WgmmaKind::kF16,
                                  kPromote_>;
-  using Staging = fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>;
+  using Staging = gemm::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>;
 
   static constexpr int kSmemA = kBlockM * 64;    // compressed: 64 bytes per row per K block
   static constexpr int kSmemB = kBlockN * 128;   // dense: 128 bytes per row per K block
@@ -53,7 +53,7 @@ struct SparseTraits : fp8::EpilogueStaging<kBlockN_, false, 2, kOutFp16_>, fp8::
   __host__ __device__ static constexpr uint32_t stage_tx_bytes(int a_rows) {
     return static_cast<uint32_t>(a_rows * 64 + kSmemB + kMetaBytes);
   }
-  // Same register budget as the dense tiles (fp8::Fp8Traits).
+  // Same register budget as the dense tiles (gemm::KernelTraits).
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
   struct alignas(1024) SharedStorage {

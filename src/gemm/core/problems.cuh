@@ -1,51 +1,51 @@
-// What the FP8 core walks: its problems policy (T::Problems; DenseProblems where a family's traits
+// What the core walks: its problems policy (T::Problems; DenseProblems where a family's traits
 // name none). Every role of the kernel makes its own (Problems::make, after setmaxnreg) and asks it,
 // per work unit and with the kernel's parameters, for the tile, the tensor maps to load and store
-// through, and the sizes the store clips to. A unit is a gemm::WorkUnit, or a type derived from it that carries what its problem
-// adds (the grouped block-scaled layout: gemm/blockscaled/problems.cuh), so the mainloop and the
-// epilogue take either.
+// through, and the sizes the store clips to. A unit is a WorkUnit, or a type derived from it that
+// carries what its problem adds (the grouped block-scaled layout: gemm/blockscaled/problems.cuh),
+// so the mainloop and the epilogue take either.
 #pragma once
 
 #include <cuda.h>
 
 #include <type_traits>
 
-#include "gemm/fp8/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/cluster.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 // One problem: the kernel parameters' shape and its maps (the kernel's __grid_constant__
 // parameters), walked by TileWalk (or the uneven layout); in a cluster along M, rank r takes the
 // r-th tile of the cluster's column.
 template <class T>
 struct DenseProblems {
-  using Unit = gemm::WorkUnit;
+  using Unit = WorkUnit;
 
   __device__ __forceinline__ static DenseProblems make(bool /*issues_tma*/) {
     return DenseProblems{};
   }
   // Units of the whole walk (read once, before the role split); with stream-K, one past this CTA's
-  // last (gemm::StreamKWalk::end_unit).
-  __device__ __forceinline__ static int num_units(const Fp8KernelParams& p) {
-    if constexpr (gemm::StreamK<T>::value) return p.sk.end_unit(static_cast<int>(blockIdx.x));  // this CTA's
+  // last (StreamKWalk::end_unit).
+  __device__ __forceinline__ static int num_units(const KernelParams& p) {
+    if constexpr (StreamK<T>::value) return p.sk.end_unit(static_cast<int>(blockIdx.x));  // this CTA's
     else return p.sched.num_units();
   }
   // The kernel's parameters come with each call (a walk holds no pointer: docs/perf.md
   // block-scaled "Grouped on the core" and "Grouped v2").
-  __device__ __forceinline__ static Unit unit(int u, const Fp8KernelParams& p) {
-    gemm::WorkUnit w;
-    if constexpr (gemm::UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
-    else if constexpr (gemm::StreamK<T>::value) w = p.sk.unit(p.sched, p.walk, u);
+  __device__ __forceinline__ static Unit unit(int u, const KernelParams& p) {
+    WorkUnit w;
+    if constexpr (UnevenColumns<T>::value) w = p.uneven.unit(p.sched, p.walk, u);
+    else if constexpr (StreamK<T>::value) w = p.sk.unit(p.sched, p.walk, u);
     else w = p.walk.unit(p.sched, u);
     if constexpr (T::kClusterM > 1) w.m_block = w.m_block * T::kClusterM + static_cast<int>(hopper::cluster_rank());
     return w;
   }
   // The unit's sizes (the store clips to them); its maps are the kernel's own parameters, which
   // the kernel names itself.
-  __device__ __forceinline__ static int m(const Unit&, const Fp8KernelParams& p) { return p.m; }
-  __device__ __forceinline__ static int n(const Unit&, const Fp8KernelParams& p) { return p.n; }
+  __device__ __forceinline__ static int m(const Unit&, const KernelParams& p) { return p.m; }
+  __device__ __forceinline__ static int n(const Unit&, const KernelParams& p) { return p.n; }
 };
 
 template <class T, class = void>
@@ -62,4 +62,4 @@ struct ProblemsOf<T, std::void_t<typename T::Problems>> {
 template <class T>
 inline constexpr bool kWalksGroups = !std::is_same_v<typename ProblemsOf<T>::type, DenseProblems<T>>;
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm

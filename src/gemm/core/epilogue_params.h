@@ -4,7 +4,7 @@
 //   v += row_bcast[row % row_period][col]   (row_bcast: e.g. a ViT positional embedding)
 //   v = activation(v)                       (none, GELU (erf), SiLU)
 //   v += residual[row][col]                 (residual: a full [M, N] tensor)
-// A new fused operation adds a field here and its step in the epilogue (gemm/fp8/epilogue.cuh).
+// A new fused operation adds a field here and its step in the epilogue (gemm/core/epilogue.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,5 +27,12 @@ struct EpilogueParams {
   const __nv_bfloat16* residual;   // [m, n] or null
   int activation;                  // EpilogueActivation
 };
+
+// Row bytes of one staged epilogue chunk (and of the output tensor map's box, swizzled to the
+// same width): 128 where the tile row is a multiple of it, else the widest of 64 or 32 that
+// divides it (block_n = 176: 32 in BF16, 64 in FP32).
+constexpr int epi_chunk_bytes(int block_n, int out_bytes) {
+  return (block_n * out_bytes) % 128 == 0 ? 128 : (block_n * out_bytes) % 64 == 0 ? 64 : 32;
+}
 
 }  // namespace lowbit::gemm

@@ -1,48 +1,48 @@
-// FP8 GEMM kernel: persistent, warp-specialized (one TMA producer warpgroup, two WGMMA
-// consumer warpgroups), a ring of shared-memory stages between them, promotion of each K block
-// into FP32 registers, optional split-K (through the workspace, or within a cluster where T has
-// the slots: gemm/split_k.cuh) or stream-K over the last tiles (T::kStreamK, gemm::StreamKWalk),
-// TMA-store epilogue (gemm/fp8/epilogue.cuh; the
-// fused steps, with a producer warp per consumer warpgroup staging their operands:
-// gemm/fp8/epilogue_fused.cuh). The operand path is T's:
-// dense E4M3 (gemm/fp8/operands.cuh) or a 2:4-sparse A (gemm/sparse/operands.cuh, E4M3 or F16).
+// The GEMM core's kernel: persistent, warp-specialized (one TMA producer warpgroup, one or two
+// WGMMA consumer warpgroups), a ring of shared-memory stages between them, promotion of each K
+// block into FP32 registers, optional split-K (through the workspace, or within a cluster where T
+// has the slots: gemm/core/split_k.cuh) or stream-K over the last tiles (T::kStreamK,
+// StreamKWalk), and the staged TMA-store epilogue (gemm/core/epilogue.cuh). A family instantiates
+// it with its traits (gemm/core/traits.cuh) and the policies they name: the operand path
+// (T::Operands: dense E4M3, gemm/core/operands.cuh; the block-scaled scales; a 2:4-sparse A), the
+// promotion (T::Promotion), the problems walked (T::Problems: one, or a family's groups), and the
+// family's own epilogue where it has one (T::FusedEpilogue, T::RowScatter: FusedEpilogueOf,
+// RowScatterOf). The core includes no family's header.
 // Reads top to bottom: static checks -> shared-memory budget -> barrier init -> role split ->
 // mainloop -> epilogue.
 #pragma once
 
 #include <cuda.h>
 
-#include "gemm/fp8/epilogue.cuh"
-#include "gemm/fp8/epilogue_fused.cuh"
-#include "gemm/fp8/epilogue_scatter.cuh"
-#include "gemm/fp8/mainloop.cuh"
-#include "gemm/fp8/problems.cuh"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/split_k.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/epilogue.cuh"
+#include "gemm/core/mainloop.cuh"
+#include "gemm/core/problems.cuh"
+#include "gemm/core/split_k.cuh"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/registers.cuh"
 #include "hopper/shared_storage.cuh"
 #include "hopper/tma.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+    gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                     const __grid_constant__ CUtensorMap tm_d, const __grid_constant__ CUtensorMap tm_bcast,
                     const __grid_constant__ CUtensorMap tm_a_tail,
-                    const Fp8KernelParams p) {
+                    const KernelParams p) {
   // Static checks.
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
   static_assert(T::kSmemB == T::kBlockN * 128, "B: one 128-byte swizzle row per K block");
   static_assert(T::kSmemA % 1024 == 0 && T::kSmemB % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
   static_assert((T::kBlockN / 2) % 4 == 0, "split-K stores fragments as float4");
 
-  // Split K reduced within a cluster (gemm/split_k.cuh): the launch's cluster is the tile's splits,
+  // Split K reduced within a cluster (gemm/core/split_k.cuh): the launch's cluster is the tile's splits,
   // at most a portable cluster; rank 1's partial lands in rank 0's epilogue staging.
-  constexpr int kClusterSplits = gemm::ClusterSplitK<T>::value;
+  constexpr int kClusterSplits = ClusterSplitK<T>::value;
   constexpr bool kClusterSplit = kClusterSplits > 1;
   static_assert(kClusterSplits == 0 || (kClusterSplits >= 2 && kClusterSplits <= 8 && !T::kOverlapEpilogue &&
                                         !T::kFused && T::kClusterM == 1),
@@ -54,21 +54,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // reads the kernel parameters' one problem per unit (split-K, a bias, the fused steps, clusters).
   using Problems = typename ProblemsOf<T>::type;
   static_assert(!kWalksGroups<T> || (T::kBlockM == 128 && !T::kFused && !T::kStaged && T::kClusterM == 1 &&
-                                     !kClusterSplit && !gemm::UnevenColumns<T>::value),
+                                     !kClusterSplit && !UnevenColumns<T>::value),
                 "grouped problems: 128-row tiles, plain epilogue, single CTAs, unsplit");
 
-  // The row scatter (stacked problems, gemm/fp8/epilogue_scatter.cuh) replaces the element math and
-  // the TMA store: each row is weighted and added into its own row of an FP32 matrix.
-  constexpr bool kScatter = ScattersRows<T>::value;
+  // A family's row scatter (T::RowScatter: the block-scaled stacked problems') replaces the element
+  // math and the TMA store: each row is weighted and added into its own row of an FP32 matrix.
+  constexpr bool kScatter = kScattersRows<T>;
+  using RowScatter = typename RowScatterOf<T>::type;
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
                 "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
-  // The last tile row's shorter A box (Fp8KernelParams::a_tail_rows; its own map, tm_a_tail) in every
+  // The last tile row's shorter A box (KernelParams::a_tail_rows; its own map, tm_a_tail) in every
   // kernel of one problem whose A is dense: the grouped walks load each group's maps, and the
   // 2:4-sparse A (a stage read by loads) has a map of its own layout. Not with uneven columns: the
   // staged overlapped 256-wide kernel's wgmmas were serialized with it (C7511), and those tiles
   // run at large M, where the last tile row is one of many.
-  constexpr bool kATailMap = !kWalksGroups<T> && !T::Operands::kReadsStage && !gemm::UnevenColumns<T>::value;
+  constexpr bool kATailMap = !kWalksGroups<T> && !T::Operands::kReadsStage && !UnevenColumns<T>::value;
 
   // Shared-memory budget.
   static_assert(T::kSmemBytes <= kSm90MaxSmemPerBlock, "stages + epilogue staging exceed sm_90 shared memory");
@@ -99,7 +100,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // cluster each peer's relay thread then says its copy is free too (peers multicast into it).
   // The staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
-  using Fused = FusedEpilogue<T>;
+  using Fused = typename FusedEpilogueOf<T>::type;
+  static_assert(!T::kFused || !std::is_same_v<Fused, NoFamilyEpilogue>, "a fused variant names its fused epilogue");
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs);
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_descriptor(&tm_a);
     hopper::tma_prefetch_descriptor(&tm_b);
     hopper::tma_prefetch_descriptor(&tm_d);
-    if constexpr (T::kFused || gemm::UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
+    if constexpr (T::kFused || UnevenColumns<T>::value || AScaleGroup<T>::value > 1)
       hopper::tma_prefetch_descriptor(&tm_bcast);
     // The tail map only where there is a tail: without one it is a copy of A's map, never loaded.
     // Prefetching it always, the block-scaled 128 x 144 kernel ran 12% slower at 1000 and 1024 x
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // tm_bcast: the block-scaled A scales' map (their stage extras); uneven columns: B's map
         // for trimmed tiles (a kTrim rows shorter box).
         auto extra = Operands::template stage_extra<T>(ss, p, w, &tm_bcast);
-        // The last tile row stops its A box at M (Fp8KernelParams::a_tail_rows); the rows past it
+        // The last tile row stops its A box at M (KernelParams::a_tail_rows); the rows past it
         // keep stale stage bytes, which only reach output rows the store clips.
         const CUtensorMap* am = a_map(w);
         int a_rows = p.a_box_rows;
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     int units = num_units, first = first_unit;
     if constexpr (kWalksGroups<T>) units = Problems::num_units(p), first = static_cast<int>(blockIdx.x);
     hopper::RingPosition<T::kStages> pos;
-    Fp8Epilogue<T> epilogue;
+    TileEpilogue<T> epilogue;
     using Promotion = typename T::Promotion;  // plain, or block-scaled (T's family)
     Consumer<T, Promotion, Operands> consumer{ss, consumer_wg, pos, Promotion::make(ss, consumer_wg)};
     float acc[T::kBlockN / 2];
@@ -241,10 +243,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         auto w = problems.unit(u, p);
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         float2 rows = make_float2(1.0f, 1.0f);  // the unit's per-token scales
-        if constexpr (kStagedOps) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg);
+        if constexpr (kStagedOps) rows = TileEpilogue<T>::row_scales(p, w, consumer_wg);
         consumer.promotion.start_unit(p, w);
         consumer.start(w);
-        if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w, consumer_wg);
+        if constexpr (kScatter) RowScatter::prefetch_rows(p, w, consumer_wg);
         while (true) {
           // Mainloop.
           consumer.template run</*kIssuedAhead=*/true>(w, acc);
@@ -259,14 +261,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             if constexpr (T::kFused) {
               Fused::apply_overlapped(ss, consumer_wg, p, w, alpha, acc);
             } else if constexpr (!kScatter) {
-              Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
+              TileEpilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
               if constexpr (kStagedOps) StagedOps::release(ss);  // whether anything was staged or not
             }
           };
           const int next = u + unit_step;
           if (next >= units) {
             apply();
-            if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
+            if constexpr (kScatter) RowScatter::store(ss, p, w, consumer_wg, acc);
             else epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
             break;
           }
@@ -275,13 +277,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           auto w_next = problems.unit(next, p);
           if constexpr (kWalksGroups<T>) w_next = Problems::warp_uniform(w_next);
           float2 rows_next = rows;
-          if constexpr (kStagedOps) rows_next = Fp8Epilogue<T>::row_scales(p, w_next, consumer_wg);
+          if constexpr (kStagedOps) rows_next = TileEpilogue<T>::row_scales(p, w_next, consumer_wg);
           consumer.promotion.start_unit(p, w_next);
           consumer.start(w_next);
-          if constexpr (kScatter) RowScatterEpilogue<T>::prefetch_rows(p, w_next, consumer_wg);
+          if constexpr (kScatter) RowScatter::prefetch_rows(p, w_next, consumer_wg);
           apply();
           // Epilogue, under the next unit's first MMAs.
-          if constexpr (kScatter) RowScatterEpilogue<T>::store(ss, p, w, consumer_wg, acc);
+          if constexpr (kScatter) RowScatter::store(ss, p, w, consumer_wg, acc);
           else epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
           u = next;
           w = w_next;
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         auto w = problems.unit(u, p);
         if constexpr (kWalksGroups<T>) w = Problems::warp_uniform(w);
         float2 rows = make_float2(1.0f, 1.0f);  // the unit's per-token scales
-        if constexpr (T::kStaged && !T::kFused) rows = Fp8Epilogue<T>::row_scales(p, w, consumer_wg);
+        if constexpr (T::kStaged && !T::kFused) rows = TileEpilogue<T>::row_scales(p, w, consumer_wg);
         // Mainloop.
         consumer.promotion.start_unit(p, w);
         consumer.run(w, acc);
@@ -304,14 +306,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         bool finish;
         if constexpr (kClusterSplit)
           finish = p.sched.splits == 1 ||
-                   gemm::split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
+                   split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
                                                 reinterpret_cast<float4*>(&ss.epi[0][0][0]), parity, thread,
                                                 128 * consumer_wgs);
-        else if constexpr (gemm::StreamK<T>::value)  // a whole tile, or one of its w.parts pieces
-          finish = w.parts == 1 || gemm::split_k_fixup_at(acc, w, w.parts, gemm::StreamKWalk::first_slot(w),
+        else if constexpr (StreamK<T>::value)  // a whole tile, or one of its w.parts pieces
+          finish = w.parts == 1 || split_k_fixup_at(acc, w, w.parts, StreamKWalk::first_slot(w),
                                                           p.partials, p.tile_counters, thread, 128 * consumer_wgs);
         else
-          finish = p.sched.splits == 1 || gemm::split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
+          finish = p.sched.splits == 1 || split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
                                                               thread, 128 * consumer_wgs);
         // The verdict is the same in every thread (the fix-up's barrier OR); taken from lane 0 the
         // compiler knows it: read as it is, the unit loop's branches on it took the next unit's K
@@ -323,14 +325,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           if constexpr (T::kStaged)
             if (staged) StagedOps::wait(ss, parity);
-          if (finish) Fp8Epilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
+          if (finish) TileEpilogue<T>::apply(ss, consumer_wg, p, w, alpha, rows, acc);
           if constexpr (T::kStaged)
             if (staged) StagedOps::release(ss);
         }
         if (finish) epilogue.store(ss, consumer_wg, d_map(w), Problems::m(w, p), Problems::n(w, p), w, acc);
         if constexpr (kClusterSplit)
           if (finish && p.sched.splits > 1 && u + unit_step < units)
-            gemm::split_k_cluster_release(ss.csplit, p.sched.splits, thread);
+            split_k_cluster_release(ss.csplit, p.sched.splits, thread);
       }
     }
     epilogue.drain();
@@ -342,4 +344,4 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm

@@ -85,7 +85,7 @@ struct TileSchedule {
 // (group_m * tiles_n), the rows of a whole band and of the last one, set once on the host (of()).
 // With run-time divisions, placing a unit was a chain of five (two of them 64-bit) between one
 // unit's last MMA and the next one's first: 2-4% of the short-K shapes (docs/perf.md, W1 v15).
-// Kept apart from TileSchedule, near the end of Fp8KernelParams (the dense FP8 and 2:4 kernels).
+// Kept apart from TileSchedule, near the end of KernelParams (the dense FP8 and 2:4 kernels).
 // The block-scaled kernels do not walk with it: with the reciprocals in their parameters (in the
 // middle, or at the end), ptxas rescheduled the grouped block-scaled kernels, which do not use
 // them, and BS-grouped ran 4% slower (measured with them in the middle; at the end the grouped
@@ -342,7 +342,7 @@ struct GroupedTileSchedule {
   }
 };
 
-// Whether T lays its columns out unevenly (Fp8Traits::kUneven, gemm::UnevenColumnLayout):
+// Whether T lays its columns out unevenly (KernelTraits::kUneven, UnevenColumnLayout):
 // tiles of kBlockN and kBlockN - kTrim columns, each unit saying where its tile starts. Traits
 // without the member (block-scaled, sparse, MoE) are even.
 template <class T, class = void>

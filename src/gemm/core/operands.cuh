@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "hopper/wgmma.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 // Extra bytes a mainloop variant lands in each stage besides the A and B tiles (block-scaled A
 // scales, sparse metadata); the dense GEMM has none.
@@ -38,7 +38,7 @@ struct PlainPromotion {
     return {};
   }
   template <class Params>
-  __device__ __forceinline__ void start_unit(const Params&, const gemm::WorkUnit&) {}
+  __device__ __forceinline__ void start_unit(const Params&, const WorkUnit&) {}
   struct Pending {};
   struct Staged {};
   struct Scale {};
@@ -83,7 +83,7 @@ struct DenseOperandsT {
   // map, which a family may load its extras through (block-scaled: the A scales').
   template <class T, class Params>
   __device__ __forceinline__ static NoStageExtra stage_extra(typename T::SharedStorage&, const Params&,
-                                                             const gemm::WorkUnit&, const CUtensorMap* /*aux*/) {
+                                                             const WorkUnit&, const CUtensorMap* /*aux*/) {
     return {};
   }
 
@@ -119,4 +119,4 @@ struct DenseOperandsT {
 };
 using DenseOperands = DenseOperandsT<1>;
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm

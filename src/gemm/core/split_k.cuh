@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/named_barrier.cuh"

@@ -1,7 +1,9 @@
-// The row scatter: the core's epilogue for stacked problems (gemm/blockscaled/problems.cuh). Each
-// output row of a tile goes to its own row of another matrix, times a weight per row, added or
-// stored (Fp8KernelParams::RowScatter): the fused MoE's weighted combine, where a sorted row is a
-// (token, expert) pair whose result adds into the token's output row (moe/launch.cu).
+// The row scatter: the block-scaled family's epilogue for stacked problems
+// (gemm/blockscaled/problems.cuh), which the core's overlapped unit loop runs in place of its own
+// (T::RowScatter, gemm/core/kernel.cuh). Each output row of a tile goes to its own row of another
+// matrix, times a weight per row, added or stored (gemm::KernelParams::RowScatter): the fused MoE's
+// weighted combine, where a sorted row is a (token, expert) pair whose result adds into the token's
+// output row (moe/launch.cu).
 // Each warp stages its 16 fragment rows in rounds of 32 FP32 columns (its share of the epilogue
 // staging slot, in the TMA store's swizzle), reads them back a row's 128 bytes per eight lanes, and
 // adds (or stores) each row's round with vector accesses: every instruction covers whole 128-byte
@@ -11,18 +13,12 @@
 
 #include <cstdint>
 
-#include "gemm/fp8/epilogue.cuh"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/epilogue.cuh"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/prefetch.cuh"
 
-namespace lowbit::fp8 {
-
-// Whether T's epilogue is the row scatter (T::kScatterRows).
-template <class T, class = void>
-struct ScattersRows : std::false_type {};
-template <class T>
-struct ScattersRows<T, std::void_t<decltype(T::kScatterRows)>> : std::bool_constant<T::kScatterRows> {};
+namespace lowbit::blockscaled {
 
 template <class T>
 struct RowScatterEpilogue {
@@ -31,7 +27,7 @@ struct RowScatterEpilogue {
   // epilogue's loads hit L1. (Looked up in the epilogue, each unit waited one L2 round trip with
   // the tensor cores idle; loaded before the mainloop into registers, the 128 x 256 kernel spilled.)
   template <class Unit>
-  __device__ __forceinline__ static void prefetch_rows(const Fp8KernelParams& p, const Unit& w, int consumer_wg) {
+  __device__ __forceinline__ static void prefetch_rows(const gemm::KernelParams& p, const Unit& w, int consumer_wg) {
     // The first and the last of the 16 rows, in both arrays; every lane asks (no branch: the next
     // unit's first MMAs are in flight here in the overlapped kernel).
     const int lane = threadIdx.x % 32;
@@ -45,13 +41,13 @@ struct RowScatterEpilogue {
   // 8g + 2(l%4) + e. `w` is a stacked unit (its group's row count and its first A row). Each warp
   // stages and writes its own 16 rows, so it waits for nothing but itself.
   template <class Unit>
-  __device__ __forceinline__ static void store(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void store(typename T::SharedStorage& ss, const gemm::KernelParams& p,
                                                const Unit& w, int consumer_wg, const float (&acc)[T::kBlockN / 2]) {
     const unsigned kAll = 0xffffffffu;
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
-    const Fp8KernelParams::RowScatter& s = p.scatter;
+    const gemm::KernelParams::RowScatter& s = p.scatter;
     // Lane l < 16 looks up row l of the warp's 16: its target (-1: past the group) and weight.
     const int first = consumer_wg * 64 + warp * 16;  // the warp's first row in the tile
     const bool mine = lane < 16 && w.m_block * T::kBlockM + first + lane < w.m;
@@ -71,7 +67,7 @@ struct RowScatterEpilogue {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int byte = 4 * (8 * gl + 2 * (lane % 4));
-          *reinterpret_cast<float2*>(Fp8Epilogue<T>::staged(buf, warp * 16 + lane / 4 + 8 * h, byte)) =
+          *reinterpret_cast<float2*>(gemm::TileEpilogue<T>::staged(buf, warp * 16 + lane / 4 + 8 * h, byte)) =
               make_float2(acc[4 * g + 2 * h], acc[4 * g + 2 * h + 1]);
         }
       }
@@ -83,7 +79,8 @@ struct RowScatterEpilogue {
         const int row = 4 * i + lane / 8;
         const int to = __shfl_sync(kAll, target, row);
         const float wt = __shfl_sync(kAll, weight, row);
-        float4 v = *reinterpret_cast<const float4*>(Fp8Epilogue<T>::staged(buf, warp * 16 + row, 16 * (lane % 8)));
+        float4 v =
+            *reinterpret_cast<const float4*>(gemm::TileEpilogue<T>::staged(buf, warp * 16 + row, 16 * (lane % 8)));
         v.x *= wt;
         v.y *= wt;
         v.z *= wt;
@@ -99,4 +96,4 @@ struct RowScatterEpilogue {
   }
 };
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::blockscaled

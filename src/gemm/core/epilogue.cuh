@@ -12,15 +12,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "gemm/epilogue_params.h"
-#include "gemm/fp8/traits.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/epilogue_params.h"
+#include "gemm/core/tile_scheduler.cuh"
+#include "gemm/core/traits.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/named_barrier.cuh"
 #include "hopper/stmatrix.cuh"
 #include "hopper/tma.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 // The bias slice every unit reads, staged in shared memory. Read from global memory inside the
 // epilogue it cost ~6 us per tile: a few L2 round trips under full TMA load, each waited for
@@ -35,13 +35,13 @@ namespace lowbit::fp8 {
 template <class T>
 struct StagedEpilogueOperands {
   // Whether any operand is staged per unit (else nothing is loaded and nothing waits).
-  __device__ __forceinline__ static bool any(const Fp8KernelParams& p) {
+  __device__ __forceinline__ static bool any(const KernelParams& p) {
     return p.epi.bias != nullptr || p.epi.col_scale != nullptr;
   }
 
   // Absent operands read as zeros (bias) and ones (scales), so the epilogue math carries no
   // branches.
-  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const Fp8KernelParams& p,
+  __device__ __forceinline__ static void init(typename T::SharedStorage& ss, const KernelParams& p,
                                               int consumer_wgs) {
     if (threadIdx.x == 0) {
       hopper::mbarrier_init(&ss.ops.full, 1);
@@ -55,12 +55,12 @@ struct StagedEpilogueOperands {
 
   // Called by lane 0 of the loader warp, once per unit in the consumers' order; `parity` flips
   // per unit.
-  __device__ __forceinline__ static void load(typename T::SharedStorage& ss, const Fp8KernelParams& p,
-                                              const gemm::WorkUnit& w, uint32_t parity) {
+  __device__ __forceinline__ static void load(typename T::SharedStorage& ss, const KernelParams& p,
+                                              const WorkUnit& w, uint32_t parity) {
     hopper::mbarrier_wait(&ss.ops.empty, parity ^ 1u);  // a fresh barrier lets the first unit through
     // A 240-column tile (uneven columns) stages 256 columns where N has them: the last 16 are
     // never read.
-    const int col0 = gemm::tile_col0<T>(w);
+    const int col0 = tile_col0<T>(w);
     const uint32_t cols = static_cast<uint32_t>(p.n - col0 < T::kBlockN ? p.n - col0 : T::kBlockN);
     // n % 16 == 0: both slices are whole 16-byte units.
     const uint32_t bias_bytes = p.epi.bias ? cols * 2 : 0u;
@@ -90,11 +90,11 @@ struct StagedEpilogueOperands {
 // The residual ([M, N] BF16) of one thread's two fragment rows, read from global memory in the
 // epilogue. Rows past M and columns past N read zeros (their outputs are clipped). The fused
 // epilogue adds it after the activation, two column groups per batch; the staged one after the
-// scales and the bias, every load issued at once (Fp8Epilogue::scales_bias_residual).
+// scales and the bias, every load issued at once (TileEpilogue::scales_bias_residual).
 struct ResidualRows {
   const __nv_bfloat16* row[2];
   int n;
-  __device__ __forceinline__ ResidualRows(const gemm::EpilogueParams& e, int first_row, int m, int n_)
+  __device__ __forceinline__ ResidualRows(const EpilogueParams& e, int first_row, int m, int n_)
       : row{nullptr, nullptr}, n(n_) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -115,7 +115,7 @@ struct ResidualRows {
 // Accumulator fragment of m64nN (per warp w, lane l): acc[4*g + 2*h + e] is row 16w + l/4 + 8h,
 // column 8g + 2(l%4) + e.
 template <class T>
-struct Fp8Epilogue {
+struct TileEpilogue {
   uint32_t round_counter = 0;  // cycles through the staging slots across every round this warpgroup stores
 
   __device__ __forceinline__ static hopper::NamedBarrier barrier(int consumer_wg) {
@@ -127,7 +127,7 @@ struct Fp8Epilogue {
   // epilogue (apply multiplies them by alpha), so the loads land under the mainloop; multiplied
   // here, they were waited for before the mainloop started (docs/perf.md W1 v20). Rows past M
   // read nothing (their outputs are clipped).
-  __device__ __forceinline__ static float2 row_scales(const Fp8KernelParams& p, const gemm::WorkUnit& w,
+  __device__ __forceinline__ static float2 row_scales(const KernelParams& p, const WorkUnit& w,
                                                       int consumer_wg) {
     float2 s = make_float2(1.0f, 1.0f);
     if (p.epi.row_scale == nullptr) return s;
@@ -141,7 +141,7 @@ struct Fp8Epilogue {
   // The element math, reading the staged bias and per-channel scales (StagedEpilogueOperands::wait
   // first); `token_scales` is row_scales' (staged variants; the others apply alpha alone).
   __device__ __forceinline__ static void apply(const typename T::SharedStorage& ss, int consumer_wg,
-                                               const Fp8KernelParams& p, const gemm::WorkUnit& w, float alpha,
+                                               const KernelParams& p, const WorkUnit& w, float alpha,
                                                float2 token_scales, float (&acc)[T::kBlockN / 2]) {
     const int lane = threadIdx.x % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
@@ -156,7 +156,7 @@ struct Fp8Epilogue {
       // the overlapped kernels (which run no residual).
       if (!T::kOverlapEpilogue && p.epi.residual != nullptr)
         scales_bias_residual(ss, p, tile_col, row0 + (threadIdx.x % 128) / 32 * 16 + lane / 4,
-                             gemm::tile_col0<T>(w) + tile_col, rows, acc);
+                             tile_col0<T>(w) + tile_col, rows, acc);
       else
         apply_scales_bias(ss, tile_col, rows, acc);
     } else {
@@ -168,8 +168,8 @@ struct Fp8Epilogue {
     // same values). Its fragments move kTrim / 8 fragment groups (kTrim / 2 registers) to the
     // left here, in place: the overlapped kernel, whose next unit's first MMAs are in flight
     // here (all but the last unit), has no registers to spare for a copy.
-    constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
-    if constexpr (gemm::UnevenColumns<T>::value && kTrim % T::kEpiRoundCols != 0) {
+    constexpr int kTrim = UnevenColumnLayout::kTrim;
+    if constexpr (UnevenColumns<T>::value && kTrim % T::kEpiRoundCols != 0) {
       constexpr int kShift = kTrim / 2;
       static_assert(!T::kOutFp32 && T::kEpiChunksPerRound == 1 && T::kBlockN % T::kEpiRoundCols == 0 &&
                         kTrim % 16 == 0 && kTrim < T::kEpiRoundCols,
@@ -182,16 +182,16 @@ struct Fp8Epilogue {
   }
 
   __device__ __forceinline__ void store(typename T::SharedStorage& ss, int consumer_wg,
-                                        const CUtensorMap* tm_d, int m, int n, const gemm::WorkUnit& w,
+                                        const CUtensorMap* tm_d, int m, int n, const WorkUnit& w,
                                         float (&acc)[T::kBlockN / 2]) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32;
     const int lane = t % 32;
     const int row0 = w.m_block * T::kBlockM + consumer_wg * 64;
-    const int col0 = gemm::tile_col0<T>(w);
+    const int col0 = tile_col0<T>(w);
     // Uneven columns: a trimmed tile's last round is stored w.trim columns to the left (apply
     // moved its fragments there).
-    const bool trimmed = gemm::UnevenColumns<T>::value && w.trim != 0;
+    const bool trimmed = UnevenColumns<T>::value && w.trim != 0;
     // A whole warpgroup slice below the matrix (small M) goes through the motions (TMA clips the
     // box away): a branch here made ptxas serialize the overlapped kernels' wgmmas (C7518), and
     // took every non-overlapped kernel's K loop off the uniform datapath (docs/perf.md
@@ -201,7 +201,7 @@ struct Fp8Epilogue {
     for (int r = 0; r < T::kEpiRounds; ++r) {
       const int round_col = r * T::kEpiRoundCols;  // in the tile
       if (col0 + round_col >= n) break;  // uniform over the warpgroup
-      constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
+      constexpr int kTrim = UnevenColumnLayout::kTrim;
       constexpr bool kWholeRounds = kTrim % T::kEpiRoundCols == 0;
       // A trimmed tile's rounds past its edge are staged but not stored: a predicate, not a
       // branch (with the next unit's MMAs in flight a branch here cost ptxas the registers of
@@ -296,7 +296,7 @@ struct Fp8Epilogue {
   // scaling; waited for in batches of two column groups they made the fused call slower than the
   // GEMM plus a separate add at M = 2048 (docs/perf.md P1, "The residual beside per-row scales").
   __device__ __forceinline__ static void scales_bias_residual(const typename T::SharedStorage& ss,
-                                                              const Fp8KernelParams& p, int tile_col, int row,
+                                                              const KernelParams& p, int tile_col, int row,
                                                               int col, float2 rows, float (&acc)[T::kBlockN / 2]) {
     constexpr int kGroups = T::kBlockN / 8;
     const ResidualRows res(p.epi, row, p.m, p.n);
@@ -338,4 +338,4 @@ struct Fp8Epilogue {
   }
 };
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm

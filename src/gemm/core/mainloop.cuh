@@ -1,6 +1,6 @@
 // FP8 GEMM mainloop: the TMA producer and the WGMMA consumer for one work unit.
 // Separate from the epilogue and the scheduler. What a stage holds and how it becomes MMAs is an
-// operand-path policy (gemm/fp8/operands.cuh: dense; gemm/sparse/operands.cuh: 2:4 sparse);
+// operand-path policy (gemm/core/operands.cuh: dense; gemm/sparse/operands.cuh: 2:4 sparse);
 // how a finished K block joins the FP32 accumulator is a promotion policy (plain, block-scaled).
 #pragma once
 
@@ -11,14 +11,14 @@
 
 #include <type_traits>
 
-#include "gemm/fp8/operands.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/operands.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 // One elected thread streams the A and B tiles of each K block into the ring: A rows
 // [a_row, a_row + T::kBlockM) and B rows [b_row, b_row + T::kBlockN). TMA zero-fills rows and
@@ -79,20 +79,20 @@ __device__ __forceinline__ int unit_a_row(const Unit& w) {
 template <class T, class Unit>
 __device__ __forceinline__ int unit_b_row(const Unit& w) {
   if constexpr (CarriesRows<Unit>::value) return w.b_row0;
-  else return gemm::tile_col0<T>(w);
+  else return tile_col0<T>(w);
 }
 
 // The tile of a work unit of the M x N tile grid.
 // Uneven columns: a trimmed tile loads its B rows through `tm_b_trimmed`, whose box is
 // kTrim rows shorter (so no box reaches past N, and no B row is loaded that no MMA reads).
-template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands, class Unit = gemm::WorkUnit>
+template <class T, class StageExtra = NoStageExtra, class Operands = DenseOperands, class Unit = WorkUnit>
 __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, const CUtensorMap* tm_a,
                                              const CUtensorMap* tm_b, const Unit& w,
                                              uint32_t stage_bytes, hopper::RingPosition<T::kStages>& pos,
                                              const StageExtra& extra = StageExtra{},
                                              const CUtensorMap* tm_b_trimmed = nullptr) {
   constexpr int kGroup = Operands::kBlocksPerPromotion;  // the scheduler's K blocks are groups of stages
-  if constexpr (gemm::UnevenColumns<T>::value) {
+  if constexpr (UnevenColumns<T>::value) {
     if (w.trim != 0) {
       tm_b = tm_b_trimmed;
       stage_bytes -= static_cast<uint32_t>(w.trim * T::kBlockK);
@@ -105,7 +105,7 @@ __device__ __forceinline__ void produce_unit(typename T::SharedStorage& ss, cons
 // The relay thread of a CTA cluster (StageBarriers::relay_to_peers): the same stage fills as
 // produce_unit, each handed to the peers once this CTA's consumers have released the stage.
 template <class T, class Operands = DenseOperands>
-__device__ __forceinline__ void relay_unit(typename T::SharedStorage& ss, const gemm::WorkUnit& w,
+__device__ __forceinline__ void relay_unit(typename T::SharedStorage& ss, const WorkUnit& w,
                                            hopper::RingPosition<T::kStages>& pos, uint32_t rank) {
   constexpr int kGroup = Operands::kBlocksPerPromotion;
   for (int kb = w.kb_begin * kGroup; kb < w.kb_end * kGroup; ++kb) {
@@ -141,7 +141,7 @@ struct Consumer {
   static_assert(kGroup == 1 || !Promotion::kReadsStage, "per-block scales need per-block promotion");
   // Uneven columns: a trimmed tile's last part is kTrim columns narrower (serial_parts), which needs
   // serially retired column parts.
-  static constexpr bool kUneven = gemm::UnevenColumns<T>::value;
+  static constexpr bool kUneven = UnevenColumns<T>::value;
   static_assert(!kUneven || (kParts == 2 && Operands::kPromote), "uneven columns: two serially retired parts");
   // Partials in flight in the double-buffered loop: 3 for the 64-row tiles where the promotion says
   // so, else 2. One consumer warpgroup, one warp per scheduler: a group's issue-to-retire latency is
@@ -173,7 +173,7 @@ struct Consumer {
   // start(w_next) has run it describes the next unit: the epilogue reads w.trim instead. (The
   // overlapped 256-wide kernel has no register to spare: a second one here made ptxas
   // serialize its wgmmas, C7511.)
-  static constexpr int kTrim = gemm::UnevenColumnLayout::kTrim;
+  static constexpr int kTrim = UnevenColumnLayout::kTrim;
   bool trimmed = false;
 
   // Part `part_n` (columns [part_n * kPartN, +kN)) of the kGroup K blocks from kb, as one
@@ -309,9 +309,9 @@ struct Consumer {
 
   // Issues the unit's first group (its first column part) into p0 without touching acc. With
   // kIssuedAhead the kernel calls it before the previous unit's epilogue, so the tensor cores
-  // work while the warpgroup stores (Fp8Traits::kOverlapEpilogue); otherwise run() calls it.
+  // work while the warpgroup stores (KernelTraits::kOverlapEpilogue); otherwise run() calls it.
   // Promoted paths only: the direct path's first group overwrites acc.
-  __device__ __forceinline__ void start(const gemm::WorkUnit& w) {
+  __device__ __forceinline__ void start(const WorkUnit& w) {
     static_assert(Operands::kPromote, "the direct (unpromoted) path's first group writes acc");
     const int kb_begin = w.kb_begin * kGroup;
     kb_last = w.kb_end * kGroup - kGroup;
@@ -323,7 +323,7 @@ struct Consumer {
   // The unit's K range counts groups of kGroup K blocks (the scheduler's blocks are groups).
   // kIssuedAhead: start(w) already issued the first group.
   template <bool kIssuedAhead = false>
-  __device__ __forceinline__ void run(const gemm::WorkUnit& w, float (&acc)[kRegs]) {
+  __device__ __forceinline__ void run(const WorkUnit& w, float (&acc)[kRegs]) {
     if constexpr (Operands::kPromote) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) acc[i] = 0.0f;
@@ -418,4 +418,4 @@ struct Consumer {
   }
 };
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm

@@ -8,14 +8,13 @@
 #include <type_traits>
 
 #include "gemm/a_box.h"
-#include "gemm/epilogue_params.h"
-#include "gemm/fp8/operands.cuh"
-#include "gemm/fp8/variants.h"
-#include "gemm/split_k.cuh"
-#include "gemm/tile_scheduler.cuh"
+#include "gemm/core/epilogue_params.h"
+#include "gemm/core/operands.cuh"
+#include "gemm/core/split_k.cuh"
+#include "gemm/core/tile_scheduler.cuh"
 #include "hopper/mbarrier.cuh"
 
-namespace lowbit::fp8 {
+namespace lowbit::gemm {
 
 // The largest dynamic shared memory an sm_90 block may opt into (227 KiB). Kernels assert
 // their layout against it at compile time; the launcher also checks the device's own limit.
@@ -28,10 +27,10 @@ constexpr int kSm90MaxSmemPerBlock = 232448;
 // operands their own way, gemm/fp8/epilogue_fused.cuh). The launcher uses the unstaged variant
 // only without a bias: staging made the no-bias kernels 1-7% slower (docs/perf.md, W2 v2), and
 // without a bias there is nothing to stage.
-// The TMA-store epilogue's staging (Fp8Epilogue::store). The tile is stored in rounds of 128
+// The TMA-store epilogue's staging (TileEpilogue::store). The tile is stored in rounds of 128
 // bytes of each row, one 8 KiB slot of 64 rows per round, two slots per consumer warpgroup so one
 // round is written while the previous one is stored. A round holds 1, 2 or 4 chunks -- the TMA
-// store boxes, 64 rows x fp8_epi_chunk_bytes (128, or 64 / 32 where the tile row is not a
+// store boxes, 64 rows x epi_chunk_bytes (128, or 64 / 32 where the tile row is not a
 // multiple of 128 bytes), each swizzled to its own width -- so a narrow chunk costs no extra
 // barrier. kSlots = 1 (the block-scaled 128 x 256 tile, whose fourth stage needs the space): each
 // round waits until the previous round's stores have read the slot.
@@ -41,7 +40,7 @@ struct EpilogueStaging {
   static constexpr int kOutBytes = kOutFp32 ? 4 : 2;
   static constexpr bool kOutFp16 = kOutFp16_;
   static_assert(!(kOutFp16_ && kOutFp32), "one output type");
-  static constexpr int kEpiRowBytes = fp8_epi_chunk_bytes(kBlockN, kOutBytes);
+  static constexpr int kEpiRowBytes = epi_chunk_bytes(kBlockN, kOutBytes);
   static constexpr int kEpiChunkCols = kEpiRowBytes / kOutBytes;
   static constexpr int kEpiSlotBytes = 64 * 128;  // one slot: a round of 64 rows
   static constexpr int kEpiSlots = kSlots;
@@ -49,7 +48,7 @@ struct EpilogueStaging {
   static constexpr int kEpiChunksPerRound = 128 / kEpiRowBytes;
   static constexpr int kEpiRoundCols = 128 / kOutBytes;
   static constexpr int kEpiRounds = (kBlockN + kEpiRoundCols - 1) / kEpiRoundCols;
-  // Whether the next unit's first MMA group runs during the store (Fp8Traits overrides it).
+  // Whether the next unit's first MMA group runs during the store (KernelTraits overrides it).
   static constexpr bool kOverlapEpilogue = false;
   static_assert(kBlockN % kEpiChunkCols == 0, "whole chunks per tile row");
   // The 16-byte unit of a staged row that holds unit u of row r, in the TMA swizzle of the
@@ -68,7 +67,7 @@ struct EpilogueStaging {
 // setmaxnreg.inc waits forever. 40 / 232: frees 128 * 128, takes 256 * 64 -- balanced.
 // (32 / 240 hung the GPU tests.) With one consumer warpgroup (256 threads) the block starts at
 // kConsumerRegs (59,392 registers) and the consumers' setmaxnreg takes nothing; it is issued for
-// its convergence guarantee (gemm/fp8/kernel.cuh).
+// its convergence guarantee (gemm/core/kernel.cuh).
 struct RegisterSplit {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
@@ -93,19 +92,19 @@ struct RegisterSplit {
 // (the launcher refuses splits), single CTAs. A divergent path with a wgmma group in flight makes
 // ptxas serialize every wgmma of the kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is
 // issued by a predicated instruction.
-// kUneven_: uneven columns (gemm::UnevenColumnLayout): tiles of 256 and 240 columns, so that the
+// kUneven_: uneven columns (UnevenColumnLayout): tiles of 256 and 240 columns, so that the
 // tile count fills whole waves (N = 8192: 33 tiles a row instead of 32). Compiled for the
 // overlapped 256-wide tile promoting every two K blocks, BF16 out, plain or staged.
 // kOutFp16_: 16-bit outputs in FP16 instead of BF16 (the staged epilogue only).
 // kEpiSlots_: epilogue staging slots per consumer warpgroup (EpilogueStaging); a family whose
 // stages carry more (the block-scaled A scales) may trade one for a stage.
 // kClusterSplits_ > 1: split K reduced within clusters of up to that many CTAs
-// (gemm::split_k_cluster_reduce; the landing slots join SharedStorage); 0: through the workspace.
+// (split_k_cluster_reduce; the landing slots join SharedStorage); 0: through the workspace.
 template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
           int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
           bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2, int kClusterSplits_ = 0,
           bool kStreamK_ = false>
-struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
+struct KernelTraits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
@@ -121,7 +120,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr int kResidentRows = kResidentRows_;
   static constexpr bool kOverlapEpilogue = kOverlap_;
   static constexpr bool kUneven = kUneven_;
-  // Stream-K over the last tiles (gemm::StreamKWalk): split units and their fix-up, so no overlap,
+  // Stream-K over the last tiles (StreamKWalk): split units and their fix-up, so no overlap,
   // cluster, fused epilogue or split in a cluster.
   static constexpr bool kStreamK = kStreamK_;
   static_assert(!kStreamK_ || (!kOverlap_ && kClusterM_ == 1 && !kFused_ && kClusterSplits_ == 0 && !kUneven_),
@@ -154,7 +153,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
   static constexpr bool kDoubleBuffer = 3 * (kBlockN / 2) <= 192;
 
   // Plain variants with a bias or per-channel scales: their slices, staged per unit by a
-  // producer warp (StagedEpilogueOperands in gemm/fp8/epilogue.cuh). The per-token scales need
+  // producer warp (StagedEpilogueOperands in gemm/core/epilogue.cuh). The per-token scales need
   // no shared memory: each consumer thread loads its two rows' before the unit's mainloop.
   struct StagedOperands {
     alignas(16) __nv_bfloat16 bias[kBlockN];
@@ -190,7 +189,7 @@ struct Fp8Traits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, 
     hopper::StageBarriers<kStages> bars;
   };
   static constexpr int kClusterSplits = kClusterSplits_;
-  using SharedStorage = gemm::WithClusterLanding<Storage, kBlockN, kConsumerWarpgroups, kClusterSplits_>;
+  using SharedStorage = WithClusterLanding<Storage, kBlockN, kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
 };
 
@@ -201,6 +200,33 @@ struct AScaleGroup : std::integral_constant<int, 1> {};
 template <class T>
 struct AScaleGroup<T, std::void_t<decltype(T::kAScaleGroup)>> : std::integral_constant<int, T::kAScaleGroup> {};
 
+// A family's own epilogue, named by its traits, which the core runs in place of its element math
+// and stores (the core includes no family's epilogue):
+//  - T::FusedEpilogue, with T::kFused: the row broadcast, activation and residual, with producer
+//    warps staging their operands (the FP8 family's, gemm/fp8/epilogue_fused.cuh);
+//  - T::RowScatter: each output row weighted into its own row of an FP32 matrix, in the overlapped
+//    unit loop (the block-scaled stacked problems', gemm/blockscaled/epilogue_scatter.cuh).
+// NoFamilyEpilogue where T names none (or names this).
+struct NoFamilyEpilogue {};
+template <class T, class = void>
+struct FusedEpilogueOf {
+  using type = NoFamilyEpilogue;
+};
+template <class T>
+struct FusedEpilogueOf<T, std::void_t<typename T::FusedEpilogue>> {
+  using type = typename T::FusedEpilogue;
+};
+template <class T, class = void>
+struct RowScatterOf {
+  using type = NoFamilyEpilogue;
+};
+template <class T>
+struct RowScatterOf<T, std::void_t<typename T::RowScatter>> {
+  using type = typename T::RowScatter;
+};
+template <class T>
+inline constexpr bool kScattersRows = !std::is_same_v<typename RowScatterOf<T>::type, NoFamilyEpilogue>;
+
 // Arrivals that complete a stage fill: the producer's, plus the arrivals its per-thread copies make
 // when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales).
 template <class T, class = void>
@@ -209,19 +235,19 @@ template <class T>
 struct StageFillArrivals<T, std::void_t<decltype(T::kStageCopyArrivals)>>
     : std::integral_constant<uint32_t, 1 + T::kStageCopyArrivals> {};
 
-struct Fp8KernelParams {
-  gemm::TileSchedule sched;
+struct KernelParams {
+  TileSchedule sched;
   int m, n, k;
-  gemm::EpilogueParams epi;
+  EpilogueParams epi;
   float* partials;               // split-K partial tiles (null when splits == 1)
   int* tile_counters;            // split-K arrival counters, one per tile
-  // Rows of the A box: the tile's rows (T::kBlockM), or M where M is smaller (gemm::a_box_rows:
+  // Rows of the A box: the tile's rows (T::kBlockM), or M where M is smaller (a_box_rows:
   // boxes past the tensor's last row stream far slower). Consumer warpgroups whose 64 rows start at
   // or past it idle.
   int a_box_rows;
-  // The last tile row's A box where it stops short of a_box_rows (gemm::a_tail): a_tail_rows rows,
+  // The last tile row's A box where it stops short of a_box_rows (a_tail): a_tail_rows rows,
   // loaded by tile row a_tail_block through the kernel's tm_a_tail (kATailMap in
-  // gemm/fp8/kernel.cuh). 0 rows: every tile loads a_box_rows.
+  // gemm/core/kernel.cuh). 0 rows: every tile loads a_box_rows.
   int a_tail_rows;
   int a_tail_block;
   // 2:4-sparse A only (gemm/sparse): the prepacked metadata, one 1 KiB block per 64 rows and K
@@ -239,11 +265,11 @@ struct Fp8KernelParams {
     // (16-byte rows), so the box stops at M as the A box does; the pitch of a group's slot.
     int sfa_box;
   } bs;
-  // sched's walk (gemm::TileWalk::of).
-  gemm::TileWalk walk;
+  // sched's walk (TileWalk::of).
+  TileWalk walk;
   // Uneven columns (T::kUneven only; after the fields every kernel reads, so those keep their
   // parameter layout).
-  gemm::UnevenColumnLayout uneven;
+  UnevenColumnLayout uneven;
   // Grouped problems (a family's grouped layout, T::Problems: gemm/blockscaled/problems.cuh): the
   // descriptors, their count, and the tile offsets [groups + 1] and tensor maps [groups][A, B, D]
   // the preparation kernel wrote. Last, for the same reason.
@@ -255,7 +281,7 @@ struct Fp8KernelParams {
   } groups;
   // Stacked problems (gemm/blockscaled/problems.cuh StackedProblems: every group's rows in one A,
   // its B rows in one B of `count` blocks of n rows): group g owns `rows[g]` rows of A from
-  // `row0[g]`, and its tiles' output rows are scattered (the row scatter, gemm/fp8/epilogue_scatter.cuh).
+  // `row0[g]`, and its tiles' output rows are scattered (the row scatter, gemm/blockscaled/epilogue_scatter.cuh).
   struct Stacked {
     const int* rows;
     const int* row0;
@@ -270,9 +296,9 @@ struct Fp8KernelParams {
     int target_div;
     bool add;
   } scatter;
-  // Stream-K (T::kStreamK only, gemm::StreamKWalk): last, so every other kernel keeps its
+  // Stream-K (T::kStreamK only, StreamKWalk): last, so every other kernel keeps its
   // parameter layout.
-  gemm::StreamKWalk sk;
+  StreamKWalk sk;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
@@ -287,11 +313,11 @@ struct Fp8KernelParams {
     epi.a_scale = a_scale;
     epi.b_scale = b_scale;
   }
-  // The last tile row's shorter A box (gemm::a_tail), for a launch that passes its map.
-  void set_a_tail(const gemm::ATail& t) {
+  // The last tile row's shorter A box (a_tail), for a launch that passes its map.
+  void set_a_tail(const ATail& t) {
     a_tail_rows = t.rows;
     a_tail_block = t.block;
   }
 };
 
-}  // namespace lowbit::fp8
+}  // namespace lowbit::gemm
