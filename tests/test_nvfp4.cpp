@@ -7,6 +7,8 @@
 
 #include "formats/e4m3.h"
 #include "formats/nvfp4.h"
+#include "gemm/nvfp4/variant_table.h"
+#include "gemm/nvfp4/variants.h"
 #include "lowbit/nvfp4.h"
 #include "test_seed.h"
 
@@ -293,4 +295,22 @@ TEST(Nvfp4Scales, BytesAreUnsignedMagnitudes) {
   const std::vector<float> v = dequantize_nvfp4(t);
   ASSERT_EQ(v.size(), 16u);
   for (float e : v) EXPECT_EQ(e, 240.0f);
+}
+
+// The compiled token tiles come from variants.def, one generated translation unit each: every line
+// has its dense launcher, only the tiles whose output is not staged in the ring have a grouped one,
+// and the error messages list the same tiles.
+TEST(Nvfp4Variants, EveryLineHasItsLaunchersAndTheMessagesListThem) {
+  for (const auto& spec : lowbit::nvfp4::kNvfp4VariantSpecs) {
+    const lowbit::nvfp4::Nvfp4Variant* v = lowbit::nvfp4::find_nvfp4_variant(spec.tokens);
+    ASSERT_NE(v, nullptr) << spec.tokens;
+    EXPECT_NE(v->launch_dense, nullptr) << spec.tokens;
+    EXPECT_EQ(v->launch_grouped != nullptr, spec.tokens != 256) << spec.tokens;
+    EXPECT_GE(v->stages, 2) << spec.tokens;
+    EXPECT_GT(v->smem, 0) << spec.tokens;
+    EXPECT_LE(v->smem, 232448) << spec.tokens;
+  }
+  EXPECT_EQ(lowbit::nvfp4::find_nvfp4_variant(48), nullptr);
+  EXPECT_EQ(lowbit::nvfp4::nvfp4_tile_list(), "16, 32, 64, 128 or 256");
+  EXPECT_EQ(lowbit::nvfp4::nvfp4_tile_list(/*grouped=*/true), "16, 32, 64 or 128");
 }

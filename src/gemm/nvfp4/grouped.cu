@@ -15,6 +15,7 @@
 #include "formats/nvfp4_device.cuh"
 #include "gemm/nvfp4/grouped_prepare.cuh"
 #include "gemm/launch_common.h"
+#include "gemm/nvfp4/traits.cuh"
 #include "gemm/nvfp4/variants.h"
 #include "hopper/grid_dependency.cuh"
 #include "hopper/tensor_map.h"
@@ -123,7 +124,8 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   else LOWBIT_RETURN_IF_ERROR(choose_nvfp4_grouped_config(a, &cfg));
   const nvfp4::Nvfp4Variant* v = nvfp4::find_nvfp4_variant(cfg.block_tokens);
   if (!v || !v->launch_grouped)
-    return Status::Invalid(who + ": block_tokens must be 16, 32, 64 or 128 (256 is dense only)");
+    return Status::Invalid(who + ": block_tokens must be " + nvfp4::nvfp4_tile_list(/*grouped=*/true) +
+                           " (the others are dense only)");
   if (cfg.splits != 1) return Status::Invalid(who + ": grouped calls do not split K (splits must be 1)");
   if (static_cast<size_t>(v->smem) > dev.smem_per_block_optin)
     return Status::Error(StatusCode::kUnsupportedDevice, who + ": kernel needs " + std::to_string(v->smem) +

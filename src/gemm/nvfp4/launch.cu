@@ -5,18 +5,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/key_value.h"
 #include "formats/nvfp4_device.cuh"
 #include "gemm/launch_common.h"
 #include "gemm/nvfp4/activations.cuh"
-#include "gemm/nvfp4/kernel.cuh"
+#include "gemm/nvfp4/nvfp4_variants_gen.h"
+#include "gemm/nvfp4/traits.cuh"
 #include "gemm/nvfp4/variants.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/grid_dependency.cuh"
@@ -108,33 +111,6 @@ __global__ void nvfp4_activations_to_bf16(const uint8_t* __restrict__ packed, co
 
 // ---- variants and config -------------------------------------------------------------------
 
-template <int kTokens, bool kGrouped>
-cudaError_t launch_variant(int grid, cudaStream_t stream, const CUtensorMap& act, const nvfp4::Nvfp4KernelParams& p) {
-  using T = nvfp4::Nvfp4Traits<kTokens>;
-  cudaError_t e = hopper::opt_in_dynamic_smem<nvfp4::nvfp4_gemm_kernel<T, kGrouped>>(T::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  // Grouped: launched with PDL behind the preparation (or activation) kernel, so its launch and
-  // prologue hide under that kernel's tail; it waits before reading what they wrote.
-  return hopper::launch_kernel(nvfp4::nvfp4_gemm_kernel<T, kGrouped>, dim3(grid), dim3(T::kThreads), T::kSmemBytes,
-                               stream, kGrouped, act, p);
-}
-
-template <int kTokens>
-constexpr nvfp4::Nvfp4Variant variant(const char* note) {
-  using T = nvfp4::Nvfp4Traits<kTokens>;
-  nvfp4::Nvfp4LaunchFn grouped = nullptr;  // a tile staged in the ring needs one unit per CTA
-  if constexpr (!T::kEpiInRing) grouped = &launch_variant<kTokens, true>;
-  return {kTokens, T::kStages, T::kSmemBytes, &launch_variant<kTokens, false>, grouped, note};
-}
-
-const nvfp4::Nvfp4Variant kVariants[] = {
-    variant<16>("decode: M <= 16, weight-stream bound"),
-    variant<32>("M <= 32"),
-    variant<64>("M <= 64"),
-    variant<128>("M > 64: BF16 tensor-rate bound"),
-    variant<256>("large M, dense only: half the dequantization per MMA, 3 stages, tile staged in the ring"),
-};
-
 const nvfp4::Nvfp4Variant* find_variant(int tokens) { return nvfp4::find_nvfp4_variant(tokens); }
 
 // FP32 split-K partials: each split of each 128-row x `tokens` tile.
@@ -146,9 +122,28 @@ size_t partials_bytes(int64_t tiles, int splits, int tokens) {
 
 namespace nvfp4 {
 const Nvfp4Variant* find_nvfp4_variant(int tokens) {
-  for (const auto& v : kVariants)
+  // The compiled token tiles (variants.def), each with its generated translation unit's launchers.
+  static const std::array<Nvfp4Variant, kNumNvfp4VariantSpecs> variants = [] {
+    std::array<Nvfp4Variant, kNumNvfp4VariantSpecs> v{};
+    for (int i = 0; i < kNumNvfp4VariantSpecs; ++i) {
+      const VariantLauncher& l = kNvfp4VariantLaunchers[i]();
+      v[i] = {kNvfp4VariantSpecs[i].tokens, l.stages, l.smem_bytes, l.dense, l.grouped, kNvfp4VariantSpecs[i].reason};
+    }
+    return v;
+  }();
+  for (const auto& v : variants)
     if (v.tokens == tokens) return &v;
   return nullptr;
+}
+
+std::string nvfp4_tile_list(bool grouped) {
+  std::vector<int> tiles;
+  for (const auto& s : kNvfp4VariantSpecs)
+    if (!grouped || find_nvfp4_variant(s.tokens)->launch_grouped) tiles.push_back(s.tokens);
+  std::string list;
+  for (size_t i = 0; i < tiles.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == tiles.size() ? " or " : ", ") + std::to_string(tiles[i]);
+  return list;
 }
 }  // namespace nvfp4
 
@@ -169,7 +164,7 @@ Status parse_nvfp4_config(const std::string& text, Nvfp4GemmConfig* out) {
     else return Status::Invalid("nvfp4 config: unknown key '" + key + "' (tokens, splits)");
     return Status::Ok();
   }));
-  if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be 16, 32, 64, 128 or 256");
+  if (!find_variant(c.block_tokens)) return Status::Invalid("nvfp4 config: tokens must be " + nvfp4::nvfp4_tile_list());
   if (c.splits < 1) return Status::Invalid("nvfp4 config: splits must be >= 1");
   c.reason = "forced";
   *out = c;
@@ -341,7 +336,7 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
     if (nvfp4_gemm_workspace_size(a.m, a.n, a.k, fp4_act, cfg) > a.workspace_bytes) cfg.splits = 1;
   }
   const nvfp4::Nvfp4Variant* v = find_variant(cfg.block_tokens);
-  if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be 16, 32, 64, 128 or 256");
+  if (!v) return Status::Invalid("nvfp4_gemm: block_tokens must be " + nvfp4::nvfp4_tile_list());
   const int k_blocks = static_cast<int>(ceil_div(a.k, kBlockK));
   if (cfg.splits < 1 || cfg.splits > k_blocks)
     return Status::Invalid("nvfp4_gemm: splits must be in [1, K/128 rounded up = " + std::to_string(k_blocks) + "]");
