@@ -182,6 +182,13 @@ TEST(Reliability, MoeConfigChoiceRefusesBadForcedFields) {
   MoeConfig out;
   std::string why;
   expect_invalid(choose_moe_config(shape, MoeReduce::kAtomic, 132, &bad, &out, &why), "token_tile");
+  // The message lists the compiled tiles (moe/variants.def).
+  expect_invalid(choose_moe_config(shape, MoeReduce::kAtomic, 132, &bad, &out, &why), "16, 32, 64 or 128");
+  // Automatic: the smallest compiled tile that holds the average tokens per expert (m * 8 / 256).
+  for (const auto& [m, tile] : {std::pair{256, 16}, {1024, 32}, {1536, 64}}) {
+    ASSERT_TRUE(choose_moe_config(MoeShape{m, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &out, &why).ok());
+    EXPECT_EQ(out.token_tile, tile) << m << ": " << why;
+  }
   bad.token_tile = 0;
   expect_invalid(choose_moe_config(shape, MoeReduce::kAtomic, 132, &bad, &out, &why), "grid");
   expect_invalid(choose_moe_config(shape, MoeReduce::kAtomic, 0, nullptr, &out, &why), "sm_count");

@@ -20,11 +20,11 @@
 #include "hopper/tensor_map.h"
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
-#include "moe/expert_gemm_kernel.cuh"
 #include "moe/expert_gemm_tiny.cuh"
 #include "moe/finish.cuh"
 #include "moe/gather.cuh"
 #include "moe/layout.cuh"
+#include "moe/moe_variants_gen.h"
 #include "moe/route.cuh"
 #include "moe/workspace.h"
 
@@ -54,10 +54,25 @@ Status check_shape(const char* who, const MoeShape& s) {
   return Status::Ok();
 }
 
+// The swap-AB GEMM's compiled token tiles (moe/variants.def); null where none has this tile.
+const moe::VariantLauncher* find_gemm(int token_tile) {
+  for (int i = 0; i < moe::kNumMoeVariantSpecs; ++i)
+    if (moe::kMoeVariantSpecs[i].token_tile == token_tile) return &moe::kMoeVariantLaunchers[i]();
+  return nullptr;
+}
+// "16, 32, 64 or 128", for error messages.
+std::string gemm_tile_list() {
+  std::string list;
+  for (int i = 0; i < moe::kNumMoeVariantSpecs; ++i)
+    list += (i == 0 ? "" : i + 1 == moe::kNumMoeVariantSpecs ? " or " : ", ") +
+            std::to_string(moe::kMoeVariantSpecs[i].token_tile);
+  return list;
+}
+
 Status check_config(const char* who, const MoeConfig& c) {
   const std::string w(who);
-  if (c.token_tile != 0 && c.token_tile != 16 && c.token_tile != 32 && c.token_tile != 64 && c.token_tile != 128)
-    return Status::Invalid(w + ": token_tile must be 0 (auto), 16, 32, 64 or 128");
+  if (c.token_tile != 0 && !find_gemm(c.token_tile))
+    return Status::Invalid(w + ": token_tile must be 0 (auto), " + gemm_tile_list());
   if (c.splits < 0 || c.splits > 4) return Status::Invalid(w + ": splits must be 0 (auto) or 1 to 4");
   if (c.grid < 0) return Status::Invalid(w + ": grid must be >= 0 (0 = SM count)");
   if (c.tile_prefetch < -1 || c.tile_prefetch > 1) return Status::Invalid(w + ": tile_prefetch must be -1, 0 or 1");
@@ -76,26 +91,6 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.block_n != 0 && c.token_rows == 0) return Status::Invalid(w + ": block_n is the token_rows = 1 path's");
   return Status::Ok();
 }
-
-// The swap-AB GEMM variants: one per token tile.
-template <int kTokenTile>
-struct GemmLauncher {
-  using T = moe::ExpertGemmTraits<kTokenTile, moe::expert_gemm_stages(kTokenTile)>;
-  static constexpr auto kernel = moe::expert_gemm_kernel<T>;
-
-  static cudaError_t opt_in() { return hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes); }
-  static cudaError_t launch(int ctas, cudaStream_t stream, bool pdl, const CUtensorMap& w, const CUtensorMap& x,
-                            const MoeParams& p) {
-    const cudaError_t attr_status = opt_in();
-    if (attr_status != cudaSuccess) return attr_status;
-    static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-    if (log_launches)
-      std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
-                   kTokenTile, T::kStages, p.splits, ctas, T::kSmemBytes);
-    return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, p);
-  }
-  static int smem_bytes() { return T::kSmemBytes; }
-};
 
 // The token-rows GEMM: the block-scaled core's stacked kernel for this column tile (variants.def).
 int core_line(int block_n) {
@@ -127,12 +122,7 @@ bool tiny_applies(const MoeShape& s, MoeReduce reduce) {
 
 int gemm_smem_bytes(int token_tile, bool token_rows, int block_n) {
   if (token_rows) return blockscaled::kBsVariantLaunchers[core_line(block_n)]().smem_bytes;
-  switch (token_tile) {
-    case 16: return GemmLauncher<16>::smem_bytes();
-    case 32: return GemmLauncher<32>::smem_bytes();
-    case 64: return GemmLauncher<64>::smem_bytes();
-    default: return GemmLauncher<128>::smem_bytes();
-  }
+  return find_gemm(token_tile)->smem_bytes;
 }
 
 // The selection rules (moe_config_table), for a shape and forced fields already checked.
@@ -160,12 +150,7 @@ cudaError_t gemm_opt_in(const Prepared& r, const FusedMoeArgs& a) {
   }
   if (r.cfg.tiny == 1)
     return a.topk_ids || a.logits_type == OutType::kFP32 ? tiny_opt_in<float>() : tiny_opt_in<__nv_bfloat16>();
-  switch (r.cfg.token_tile) {
-    case 16: return GemmLauncher<16>::opt_in();
-    case 32: return GemmLauncher<32>::opt_in();
-    case 64: return GemmLauncher<64>::opt_in();
-    default: return GemmLauncher<128>::opt_in();
-  }
+  return find_gemm(r.cfg.token_tile)->opt_in();
 }
 
 Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t workspace_bytes,
@@ -362,13 +347,7 @@ Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
   const int64_t pairs = static_cast<int64_t>(s.m) * s.top_k;
   const int64_t max_units = (std::min<int64_t>(s.experts, pairs) + pairs / r.cfg.token_tile) * r.p.nblocks * r.p.splits;
   const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev->sm_count, max_units));
-  cudaError_t e = cudaSuccess;
-  switch (r.cfg.token_tile) {
-    case 16: e = GemmLauncher<16>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
-    case 32: e = GemmLauncher<32>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
-    case 64: e = GemmLauncher<64>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
-    default: e = GemmLauncher<128>::launch(ctas, stream, pdl, tm_w, tm_x, r.p); break;
-  }
+  const cudaError_t e = find_gemm(r.cfg.token_tile)->launch(ctas, stream, pdl, tm_w, tm_x, r.p);
   return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
 }
 
@@ -494,7 +473,12 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     }
   }
   if (c.token_tile == 0) {
-    c.token_tile = avg <= 16 ? 16 : avg <= 32 ? 32 : avg <= 64 ? 64 : 128;
+    c.token_tile = moe::kMoeVariantSpecs[moe::kNumMoeVariantSpecs - 1].token_tile;
+    for (const auto& v : moe::kMoeVariantSpecs)
+      if (avg <= v.token_tile) {
+        c.token_tile = v.token_tile;
+        break;
+      }
     why += "tile=" + std::to_string(c.token_tile) + ": smallest token tile >= the average tokens per expert (" +
            std::to_string(avg) + "); ";
   } else {
