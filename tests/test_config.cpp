@@ -20,6 +20,13 @@
 
 using namespace lowbit;
 
+namespace {
+// The core's chooser scoring the per-tensor kernels, on a 132-SM H100.
+std::vector<gemm::Candidate> fp8_scored(int64_t m, int64_t n, int64_t k) {
+  return gemm::score_candidates(m, n, k, 132, fp8::fp8_score_options());
+}
+}  // namespace
+
 TEST(Fp8Config, ParsesAndRejects) {
   Fp8GemmConfig c;
   ASSERT_TRUE(parse_fp8_config("bn=64,splits=3,group=4,grid=100", &c).ok());
@@ -121,17 +128,18 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
   const int64_t shapes[][3] = {{4096, 8192, 8192}, {8192, 8192, 8192}, {64, 2112, 7168}, {128, 7168, 16384},
                                {4096, 32768, 512}, {1, 16, 16}, {3, 48, 144}};
   for (const auto& s : shapes) {
-    const auto cands = fp8::score_fp8_candidates(s[0], s[1], s[2], 132);
+    const auto cands = fp8_scored(s[0], s[1], s[2]);
     ASSERT_FALSE(cands.empty());
     const auto& best = cands.front().config;
     EXPECT_GE(best.splits, 1);
-    EXPECT_LE(best.splits, fp8::fp8_k_blocks(s[2]));
+    EXPECT_LE(best.splits, gemm::k_blocks(s[2]));
     EXPECT_FALSE(best.reason.empty());
     for (size_t i = 1; i < cands.size(); ++i) EXPECT_GT(cands[i].t_total_us, 0.0);
   }
   // Small M with few tiles should split K to occupy the SMs.
-  const auto small = fp8::score_fp8_candidates(128, 4096, 7168, 132);
-  EXPECT_GT(small.front().config.splits * fp8::fp8_tiles(128, 4096, small.front().config.block_m, small.front().config.block_n), 64);
+  const auto small = fp8_scored(128, 4096, 7168);
+  const Fp8GemmConfig& pick = small.front().config;
+  EXPECT_GT(pick.splits * gemm::tile_count(128, 4096, pick.block_m, pick.block_n), 64);
   EXPECT_NE(explain_fp8_config(128, 4096, 7168).find("candidates"), std::string::npos);
 }
 
@@ -139,16 +147,16 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
 // warpgroup), so the model ties them; the tie goes by what was measured (session 23): the
 // 128-row tile's ring where DRAM binds, the 64-row tile's deeper one where each CTA's stream does.
 TEST(Fp8Config, SmallMTilesTieByWhatBinds) {
-  const auto dram = fp8::score_fp8_candidates(64, 7168, 16384, 132);
+  const auto dram = fp8_scored(64, 7168, 16384);
   EXPECT_EQ(dram.front().config.block_m, 128) << dram.front().config.to_string();
   EXPECT_EQ(dram.front().config.block_n, 64) << dram.front().config.to_string();
   EXPECT_STREQ(dram.front().bound, "memory");
-  const auto stream = fp8::score_fp8_candidates(64, 4096, 7168, 132);
+  const auto stream = fp8_scored(64, 4096, 7168);
   EXPECT_EQ(stream.front().config.block_m, 64) << stream.front().config.to_string();
   EXPECT_STREQ(stream.front().bound, "stream");
   // Both tiles are costed on the 64 rows they compute and stream.
-  const fp8::Fp8Candidate* tall = nullptr;
-  const fp8::Fp8Candidate* short_tile = nullptr;
+  const gemm::Candidate* tall = nullptr;
+  const gemm::Candidate* short_tile = nullptr;
   for (const auto& c : dram)
     if (c.config.block_n == 64 && c.config.splits == 1 && c.config.promote_every == 1)
       (c.config.block_m == 128 ? tall : short_tile) = &c;
@@ -197,13 +205,13 @@ TEST(Fp8Config, OverlappedEpilogue) {
   // tile to it: 870 vs 903 us).
   for (const auto& shape : {std::array<int64_t, 3>{4096, 32768, 512}, {4096, 24576, 1536}, {4096, 8192, 8192},
                             {8192, 8192, 8192}, {4096, 7168, 2048}}) {
-    const auto best = fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132).front().config;
+    const auto best = fp8_scored(shape[0], shape[1], shape[2]).front().config;
     EXPECT_TRUE(best.block_n == 256 && best.promote_every == 2 && best.overlap) << best.to_string();
   }
   // 4096 x 2112: 256-wide tiles leave the third wave nearly empty; the 176-wide tile stays.
-  EXPECT_EQ(fp8::score_fp8_candidates(4096, 2112, 7168, 132).front().config.block_n, 176);
+  EXPECT_EQ(fp8_scored(4096, 2112, 7168).front().config.block_n, 176);
   // Never with a split.
-  for (const auto& cand : fp8::score_fp8_candidates(128, 4096, 7168, 132)) {
+  for (const auto& cand : fp8_scored(128, 4096, 7168)) {
     if (cand.config.splits > 1) {
       EXPECT_FALSE(cand.config.overlap) << cand.config.to_string();
     }
@@ -213,10 +221,10 @@ TEST(Fp8Config, OverlappedEpilogue) {
 // The balanced grid: where long units would leave a partial last round, the chooser runs as many
 // CTAs as give every one the same number of units; short units and whole waves keep one per SM.
 TEST(Fp8Config, BalancedGrid) {
-  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8_scored(m, n, k).front().config; };
   // The best even-column candidate (the uneven twin fills whole waves instead: UnevenColumnLayout).
   auto best_even = [](int64_t m, int64_t n, int64_t k) {
-    for (const auto& c : fp8::score_fp8_candidates(m, n, k, 132))
+    for (const auto& c : fp8_scored(m, n, k))
       if (!c.config.uneven) return c.config;
     return Fp8GemmConfig{};
   };
@@ -236,13 +244,13 @@ TEST(Fp8Config, BalancedGrid) {
   EXPECT_EQ(best(4096, 2112, 7168).grid, 0);  // the 176-wide tile lost 0.5% with it
   for (int units : {133, 1000, 2048, 3072})
     for (int sms : {114, 132}) {
-      const int g = lowbit::fp8::balanced_grid(units, sms, 64);
+      const int g = lowbit::gemm::balanced_grid(units, sms, 64);
       ASSERT_GT(g, 0);
       EXPECT_LE(g, sms);
       EXPECT_EQ((units + g - 1) / g, (units + sms - 1) / sms) << "same rounds: " << units << " units, " << sms;
     }
-  EXPECT_EQ(lowbit::fp8::balanced_grid(100, 132, 64), 0);  // one round: one CTA per unit already
-  EXPECT_EQ(lowbit::fp8::balanced_grid(264, 132, 64), 0);  // whole waves
+  EXPECT_EQ(lowbit::gemm::balanced_grid(100, 132, 64), 0);  // one round: one CTA per unit already
+  EXPECT_EQ(lowbit::gemm::balanced_grid(264, 132, 64), 0);  // whole waves
 }
 
 // Uneven columns: every tile row covers [0, N) exactly with 240- and 256-wide tiles, in column
@@ -251,17 +259,17 @@ TEST(Fp8Config, BalancedGrid) {
 // that no CTA runs more than its share rounded up (8192^3 on 132 SMs: 9 wide + 7 narrow, 15.56
 // tiles of 256 against 16 before).
 TEST(Fp8Config, UnevenColumnLayout) {
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 8192, 128, 256, 132), 33);  // 2112 tiles: 16 waves
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 8192, 128, 256, 132), 33);  // 1056: 8 waves
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(8192, 8192, 128, 256, 128), 32);  // 128 CTAs: 2048 was whole
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 24576, 128, 256, 132), 99);  // 3168 tiles: 24 waves
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(4096, 7168, 128, 256, 132), 28);   // 29 or more: more rounds
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 608, 128, 256, 1), 0);   // 2 x 256 < 608 < 3 x 240
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 3344, 128, 256, 1), 0);  // the largest such N
-  EXPECT_GT(fp8::fp8_uneven_tiles_n(1, 3360, 128, 256, 1), 0);
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 240, 128, 256, 1), 0);   // narrower than one tile
-  EXPECT_EQ(fp8::fp8_uneven_tiles_n(1, 8200, 128, 256, 1), 0);  // not a multiple of 16
-  EXPECT_EQ(fp8::fp8_uneven_layout(8192, 256, fp8::fp8_schedule(8192, 8192, 32, 128, 256, 1, 1, 16, 132, 132)).wide,
+  EXPECT_EQ(gemm::uneven_tiles_n(8192, 8192, 128, 256, 132), 33);  // 2112 tiles: 16 waves
+  EXPECT_EQ(gemm::uneven_tiles_n(4096, 8192, 128, 256, 132), 33);  // 1056: 8 waves
+  EXPECT_EQ(gemm::uneven_tiles_n(8192, 8192, 128, 256, 128), 32);  // 128 CTAs: 2048 was whole
+  EXPECT_EQ(gemm::uneven_tiles_n(4096, 24576, 128, 256, 132), 99);  // 3168 tiles: 24 waves
+  EXPECT_EQ(gemm::uneven_tiles_n(4096, 7168, 128, 256, 132), 28);   // 29 or more: more rounds
+  EXPECT_EQ(gemm::uneven_tiles_n(1, 608, 128, 256, 1), 0);   // 2 x 256 < 608 < 3 x 240
+  EXPECT_EQ(gemm::uneven_tiles_n(1, 3344, 128, 256, 1), 0);  // the largest such N
+  EXPECT_GT(gemm::uneven_tiles_n(1, 3360, 128, 256, 1), 0);
+  EXPECT_EQ(gemm::uneven_tiles_n(1, 240, 128, 256, 1), 0);   // narrower than one tile
+  EXPECT_EQ(gemm::uneven_tiles_n(1, 8200, 128, 256, 1), 0);  // not a multiple of 16
+  EXPECT_EQ(gemm::uneven_layout(8192, 256, gemm::tile_schedule(8192, 8192, 32, 128, 256, 1, 1, 16, 132, 132)).wide,
             17);  // 17 x 256 + 16 x 240
   Fp8GemmConfig c;
   ASSERT_TRUE(parse_fp8_config("bn=256,promote=2,overlap=1,uneven=1", &c).ok());
@@ -286,10 +294,10 @@ TEST(Fp8Config, UnevenColumnLayout) {
                           Shape{1024, 992, 8, 5}, Shape{1152, 992, 4, 7}}) {
     SCOPED_TRACE(std::to_string(sh.m) + "x" + std::to_string(sh.n) + " group " + std::to_string(sh.group) +
                  " grid " + std::to_string(sh.grid));
-    const auto s = fp8::fp8_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);
-    const auto layout = fp8::fp8_uneven_layout(sh.n, 256, s);
+    const auto s = gemm::tile_schedule(sh.m, sh.n, 4, 128, 256, 1, 1, sh.group, 132, /*uneven_grid=*/sh.grid);
+    const auto layout = gemm::uneven_layout(sh.n, 256, s);
     const auto walk = gemm::TileWalk::of(s);
-    ASSERT_EQ(s.tiles_n, fp8::fp8_uneven_tiles_n(sh.m, sh.n, 128, 256, sh.grid));
+    ASSERT_EQ(s.tiles_n, gemm::uneven_tiles_n(sh.m, sh.n, 128, 256, sh.grid));
     ASSERT_GT(s.tiles_n, 0);
     ASSERT_GE(layout.wide, 0);
     ASSERT_LE(layout.wide, s.tiles_n);
@@ -370,15 +378,15 @@ TEST(Fp8Config, PromoteEveryTwo) {
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
   ASSERT_TRUE(parse_fp8_config("bn=128,promote=3", &c).ok());
   EXPECT_FALSE(fp8::fp8_config_compiled(c, Fp8EpilogueKind::kPlain));
-  EXPECT_EQ(fp8::fp8_promotion_groups(16, 2), 1);
-  EXPECT_EQ(fp8::fp8_promotion_groups(384, 2), 2);  // 3 K blocks: a pair and a padded pair
-  EXPECT_EQ(fp8::fp8_promotion_groups(512, 2), 2);
-  EXPECT_EQ(fp8::fp8_promotion_groups(384, 1), 3);
+  EXPECT_EQ(gemm::promotion_groups(16, 2), 1);
+  EXPECT_EQ(gemm::promotion_groups(384, 2), 2);  // 3 K blocks: a pair and a padded pair
+  EXPECT_EQ(gemm::promotion_groups(512, 2), 2);
+  EXPECT_EQ(gemm::promotion_groups(384, 1), 3);
 
-  const auto big = fp8::score_fp8_candidates(4096, 8192, 8192, 132);
+  const auto big = fp8_scored(4096, 8192, 8192);
   EXPECT_EQ(big.front().config.promote_every, 2) << big.front().config.to_string();
   // Memory-bound: the promotion interval changes no byte, so the tie goes to per-block promotion.
-  const auto small = fp8::score_fp8_candidates(64, 7168, 16384, 132);
+  const auto small = fp8_scored(64, 7168, 16384);
   EXPECT_EQ(small.front().config.promote_every, 1) << small.front().config.to_string();
   for (const auto& cand : big) {
     if (cand.config.promote_every == 2) {
@@ -391,7 +399,7 @@ TEST(Fp8Config, PromoteEveryTwo) {
 // runs faster per FLOP than promoting every two and about as fast as the overlapped 256-wide tile, so
 // it takes the middle of M where its rounds fit; the large-M picks stay; a family passes its own rates.
 TEST(Fp8Config, TileRatesAsMeasured) {
-  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8_scored(m, n, k).front().config; };
   // 1024 x 10240 x 8192: 129.3 us promoting every block against 139.0 every two (call 139).
   EXPECT_EQ(best(1024, 10240, 8192).block_n, 128);
   EXPECT_EQ(best(1024, 10240, 8192).promote_every, 1) << best(1024, 10240, 8192).to_string();
@@ -420,9 +428,9 @@ TEST(Fp8Config, TileRatesAsMeasured) {
   }
   // A family's own rates replace the per-tensor ones: with every class at one rate, the 128-wide
   // tile loses its lead at 1024 x 10240 x 8192.
-  fp8::Fp8ScoreOptions flat;
+  gemm::ScoreOptions flat = fp8::fp8_score_options();
   flat.tile_efficiency = [](int, int, int) { return 0.5; };
-  EXPECT_NE(fp8::score_fp8_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
+  EXPECT_NE(gemm::score_candidates(1024, 10240, 8192, 132, flat).front().config.block_n, 128);
 }
 
 // The narrow 128-row tiles at four to eight tile rows (384 < M <= 1024; docs/perf.md W1 v27, calls
@@ -430,7 +438,7 @@ TEST(Fp8Config, TileRatesAsMeasured) {
 // part-empty. Past eight rows (held out: 0.81-1.04x at M = 2560 and 3000) the model does not take
 // them (two to four tile rows: FewTileRowsAsMeasured).
 TEST(Fp8Config, NarrowTilesFourToEightRows) {
-  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8_scored(m, n, k).front().config; };
   // us, the pick against the model's before (call 170): 28.2 vs 35.3; 108.2 vs 118.0; 30.9 vs 35.6.
   for (const auto& shape : {std::array<int64_t, 4>{1024, 4608, 3584, 96}, {1024, 3584, 18944, 112}, {512, 7168, 5120, 112}}) {
     const auto c = best(shape[0], shape[1], shape[2]);
@@ -447,10 +455,12 @@ TEST(Fp8Config, NarrowTilesFourToEightRows) {
 // One round of tiles at most 128 wide at M <= 128 (docs/perf.md W1 v31, calls 182-186): where the
 // model split K for less than a split's own latency, the measured latency model takes the split back.
 TEST(Fp8Config, SmallMOneRoundByLatency) {
-  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
-  fp8::Fp8ScoreOptions off;
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8_scored(m, n, k).front().config; };
+  gemm::ScoreOptions off = fp8::fp8_score_options();
   off.small_m = nullptr;
-  auto model = [&](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132, off).front().config; };
+  auto model = [&](int64_t m, int64_t n, int64_t k) {
+    return gemm::score_candidates(m, n, k, 132, off).front().config;
+  };
   // Unsplit, where the model split (us, unsplit against its split, call 182): 4.66 vs 5.5; 3.78 vs
   // 4.4 (split in three); 6.88 vs 7.7 (two 64-row rows); 11.8 vs 12.2.
   for (const auto& shape : {std::array<int64_t, 3>{1, 2048, 2048}, {64, 1536, 1536}, {128, 2048, 4096}, {1, 3072, 8192}}) {
@@ -483,7 +493,7 @@ TEST(Fp8Config, SmallMOneRoundByLatency) {
 // that fills one wave with the fewest bytes per CTA, or 64 x 112 at four waves or more; elsewhere
 // the model. The block-scaled family, unmeasured there, keeps its model's order.
 TEST(Fp8Config, FewTileRowsAsMeasured) {
-  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8::score_fp8_candidates(m, n, k, 132).front().config; };
+  auto best = [](int64_t m, int64_t n, int64_t k) { return fp8_scored(m, n, k).front().config; };
   struct Pick { int64_t m, n, k; int block_m, block_n; };
   // us, the pick against the model's (call 168): 32.6 vs 45.6 (128 x 128 split in three); 9.0 vs
   // 12.1; 13.0 vs 14.3; 50.9 vs 55.9; 9.9 vs 11.1 (64 x 64, 75% of the wave); 66.6 vs 74.0 (four
@@ -505,10 +515,10 @@ TEST(Fp8Config, FewTileRowsAsMeasured) {
   }
   EXPECT_EQ(best(352, 2048, 10944).block_m, 128) << best(352, 2048, 10944).to_string();
   {
-    fp8::Fp8ScoreOptions off;
+    gemm::ScoreOptions off = fp8::fp8_score_options();
     off.few_rows = false;
     EXPECT_EQ(best(320, 28672, 4096).to_string(),
-              fp8::score_fp8_candidates(320, 28672, 4096, 132, off).front().config.to_string());
+              gemm::score_candidates(320, 28672, 4096, 132, off).front().config.to_string());
   }
   // Two 128-row rows, the second more than half full (192 < M <= 256, W1 v29, call 176): the same
   // order, 64-row tiles included: 29.6 against 33.5 us (128 x 128 split in two); 10.4 against 11.6;
@@ -523,18 +533,18 @@ TEST(Fp8Config, FewTileRowsAsMeasured) {
   // nothing at 128 or 385 rows.
   EXPECT_NE(best(168, 16384, 3072).block_n, 256) << best(168, 16384, 3072).to_string();
   for (int64_t m : {128, 385}) {
-    fp8::Fp8ScoreOptions off;
+    gemm::ScoreOptions off = fp8::fp8_score_options();
     off.few_rows = false;
     EXPECT_EQ(best(m, 4608, 3584).to_string(),
-              fp8::score_fp8_candidates(m, 4608, 3584, 132, off).front().config.to_string()) << m;
+              gemm::score_candidates(m, 4608, 3584, 132, off).front().config.to_string()) << m;
   }
   // Where the rule finds no one-wave tile, the list is the model's, candidate for candidate: the
   // unscored tiles stay out of its sort (whose 3% ties are not transitive) and heads are kept.
   for (const auto& shape : {std::array<int64_t, 3>{214, 28672, 512}, {257, 12288, 13824}, {193, 28672, 512}}) {
-    fp8::Fp8ScoreOptions off;
+    gemm::ScoreOptions off = fp8::fp8_score_options();
     off.few_rows = false;
-    const auto with = fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132);
-    const auto without = fp8::score_fp8_candidates(shape[0], shape[1], shape[2], 132, off);
+    const auto with = fp8_scored(shape[0], shape[1], shape[2]);
+    const auto without = gemm::score_candidates(shape[0], shape[1], shape[2], 132, off);
     ASSERT_EQ(with.size(), without.size()) << shape[0] << "x" << shape[1] << "x" << shape[2];
     for (size_t i = 0; i < with.size(); ++i)
       EXPECT_EQ(with[i].config.to_string(), without[i].config.to_string()) << shape[0] << "x" << shape[1] << " #" << i;
@@ -554,7 +564,7 @@ TEST(Fp8Config, SplitTailHead) {
   c.head_cols = 0;
   EXPECT_EQ(fp8_gemm_workspace_size(1024, 4608, 8192, c), gemm::split_k_workspace_bytes(288, 5, 128, 128));
   int heads = 0;
-  for (const auto& cand : fp8::score_fp8_candidates(1024, 4608, 8192, 132)) {
+  for (const auto& cand : fp8_scored(1024, 4608, 8192)) {
     if (cand.config.head_cols == 0) continue;
     ++heads;
     const int64_t tiles_m = 8, tiles_n = (4608 + cand.config.block_n - 1) / cand.config.block_n;
@@ -563,10 +573,10 @@ TEST(Fp8Config, SplitTailHead) {
     EXPECT_FALSE(cand.config.overlap || cand.config.uneven);
   }
   EXPECT_GT(heads, 0);
-  for (const auto& cand : fp8::score_fp8_candidates(256, 28672, 4096, 132)) EXPECT_EQ(cand.config.head_cols, 0);
-  fp8::Fp8ScoreOptions none;
+  for (const auto& cand : fp8_scored(256, 28672, 4096)) EXPECT_EQ(cand.config.head_cols, 0);
+  gemm::ScoreOptions none = fp8::fp8_score_options();
   none.heads = false;
-  for (const auto& cand : fp8::score_fp8_candidates(1024, 4608, 8192, 132, none)) EXPECT_EQ(cand.config.head_cols, 0);
+  for (const auto& cand : gemm::score_candidates(1024, 4608, 8192, 132, none)) EXPECT_EQ(cand.config.head_cols, 0);
 }
 
 TEST(Fp8Config, WorkspaceSize) {
@@ -603,9 +613,9 @@ TEST(Fp8Config, WorkspaceSize) {
 // including bands taller than the grid; the schedule clamps the band to the grid (a forced group
 // of 2^30 once overflowed the band size and left tiles unwritten; launchers now refuse it).
 TEST(TileSchedule, RasterCoversEveryTileOnceForAnyGroup) {
-  EXPECT_LE(lowbit::fp8::fp8_schedule(300, 512, 4, 128, 128, 1, 1, (1 << 30) + 1, 132).group_m, 3);
-  EXPECT_EQ(lowbit::fp8::fp8_schedule(300, 512, 4, 128, 128, 1, 1, 2, 132).group_m, 2);
-  EXPECT_LE(lowbit::fp8::fp8_schedule(1 << 20, 512, 4, 128, 128, 1, 1, 0, 1 << 20).group_m,
+  EXPECT_LE(lowbit::gemm::tile_schedule(300, 512, 4, 128, 128, 1, 1, (1 << 30) + 1, 132).group_m, 3);
+  EXPECT_EQ(lowbit::gemm::tile_schedule(300, 512, 4, 128, 128, 1, 1, 2, 132).group_m, 2);
+  EXPECT_LE(lowbit::gemm::tile_schedule(1 << 20, 512, 4, 128, 128, 1, 1, 0, 1 << 20).group_m,
             lowbit::gemm::kMaxRasterGroup);
   for (const auto& [tm, tn] : std::vector<std::pair<int, int>>{{3, 4}, {7, 5}, {1, 9}, {33, 2}, {100, 3}})
     for (int group : {1, 2, 3, 8, lowbit::gemm::kMaxRasterGroup}) {

@@ -20,8 +20,7 @@
 #include "gemm/blockscaled/core_traits.cuh"
 #include "gemm/blockscaled/grouped_prepare.cuh"
 #include "gemm/blockscaled/grouped_workspace.h"
-#include "gemm/fp8/config.h"
-#include "gemm/fp8/variants.h"
+#include "gemm/core/chooser.h"
 #include "gemm/launch_common.h"
 #include "hopper/cluster_launch.h"
 #include "hopper/tensor_map.h"
@@ -56,7 +55,7 @@ Status check_config(const char* who, const BlockScaledConfig& c) {
 // ---- dense: the GEMM core with the block-scaled operand and promotion policies -----------------
 
 // What one block-scaled CTA of the 64-row tile streams at most (the core's model,
-// gemm/fp8/config.cpp, takes 75 GB/s for the plain mainloop): its lone consumer warpgroup scales
+// gemm/core/chooser.cpp, takes 75 GB/s for the plain mainloop): its lone consumer warpgroup scales
 // every K block with no other MMAs to cover it. Measured at 64 x 4096 x 7168, unsplit 64 x 64 tiles
 // on 64 SMs: 917 KB per CTA in 17.3-19.0 us, 48-53 GB/s; at the plain rate the chooser left half
 // the SMs idle where splitting K ran 1.13-1.2x faster (docs/perf.md block-scaled v5).
@@ -66,7 +65,7 @@ constexpr double kStreamGBs = 50.0;
 // splits each reduces within a cluster for an output type: the model's tiles, or (`wave_only`)
 // those the chooser takes only where they fill one wave.
 struct DenseTiles {
-  fp8::Fp8Variant v[blockscaled::kNumBsVariantSpecs];
+  gemm::TileSpec v[blockscaled::kNumBsVariantSpecs];
   int cluster_splits[blockscaled::kNumBsVariantSpecs] = {};
   int n = 0;
   DenseTiles(OutType out, bool wave_only) {
@@ -76,7 +75,7 @@ struct DenseTiles {
       for (int i = 0; i < n; ++i) seen = seen || (v[i].block_m == s.block_m && v[i].block_n == s.block_n);
       if (seen) continue;
       cluster_splits[n] = blockscaled::bs_cluster_splits(s.block_m, s.block_n, out);
-      v[n++] = fp8::Fp8Variant{s.block_n,
+      v[n++] = gemm::TileSpec{s.block_n,
                                blockscaled::core_stages(s.block_m, s.block_n,
                                                         blockscaled::core_epi_slots(s.block_m, s.block_n, s.overlap, s.problems),
                                                         0, blockscaled::a_scale_group(s.block_m, s.block_n, s.problems)),
@@ -91,7 +90,7 @@ ClusterCapacity cluster_capacity(int device) {
                                 blockscaled::kNumBsVariantSpecs, device);
 }
 
-// One round of narrow tiles at M <= 128 where the model splits K (fp8::order_one_round_small_m),
+// One round of narrow tiles at M <= 128 where the model splits K (gemm::order_one_round_small_m),
 // fitted to 600 times of this family's 64 x 32, 64 x 48, 64 x 64, 64 x 80 and 128 x 64 tiles,
 // unsplit and split, at M = 16, 64 and 128, N = 1536-5120, K = 1536-8192 (RMS error 5.8%; docs/perf.md
 // block-scaled v19): the per-tensor form, with each CTA's stream at 92 GB/s (0.18 us per K block at
@@ -99,7 +98,7 @@ ClusterCapacity cluster_capacity(int device) {
 // 0.14 us (64 x 32's K loop: without the floor it took 64 x 32 at 128 x 2048 x 5120, where v18
 // measured it up to 5% slower than the split). Up to K = 8192, the fit's range: held out (call 188)
 // the 73 picks it changed there ran 1.13x (1.008-1.34x); past it 10 ran 0.88-1.19x.
-const fp8::Fp8RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31, 8192};
+const gemm::RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31, 8192};
 
 // One measured exception to the model's order: unsplit tiles of 64 working rows whose units fill
 // 80 to 100% of one wave go ahead of the split ones. At K <= 8192 every candidate there is
@@ -143,31 +142,31 @@ double bs_tile_efficiency(int block_m, int block_n, int /*promote_every*/) {
   return block_n == 64 ? 0.50 : 0.80;
 }
 // The model's candidates over the MODEL tiles, or the WAVE tiles (variants.def).
-std::vector<fp8::Fp8Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int sms, OutType out,
+std::vector<gemm::Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int sms, OutType out,
                                            const ClusterCapacity& capacity, bool wave_only) {
   static const DenseTiles bf16(OutType::kBF16, false), fp32(OutType::kFP32, false);
   static const DenseTiles bf16_wave(OutType::kBF16, true), fp32_wave(OutType::kFP32, true);
   const DenseTiles& tiles = out == OutType::kFP32 ? (wave_only ? fp32_wave : fp32) : (wave_only ? bf16_wave : bf16);
   if (tiles.n == 0) return {};
-  fp8::Fp8ScoreOptions o;
+  gemm::ScoreOptions o;
   o.short_tile_stream_gbs = kStreamGBs;
   o.tiles = tiles.v;
   o.num_tiles = tiles.n;
   o.cluster_splits = tiles.cluster_splits;
-  o.cluster_fixup_us = fp8::kClusterSplitFixupUs;
+  o.cluster_fixup_us = gemm::kClusterSplitFixupUs;
   o.capacity = capacity;
   o.tile_efficiency = bs_tile_efficiency;
   o.heads = false;
   o.few_rows = false;  // measured on the per-tensor kernels only (W1 v26, v28, v29)
   o.small_m = nullptr;  // score_dense applies the family's own (kBsRoundLatency), after its rule
   o.stream_k = [](int, int, int) { return false; };  // no block-scaled stream-K kernel
-  return fp8::score_fp8_candidates(m, n, k, sms, o);
+  return gemm::score_candidates(m, n, k, sms, o);
 }
 // What the last wave of the model's first choice that the call can run (`runs`: its split-K
 // workspace, its kernel) fills, in the model's own waves (a cluster split's waves count the CTAs
 // that fit in clusters); 1 for whole waves or none.
 template <class Runs>
-double first_last_wave(const std::vector<fp8::Fp8Candidate>& cands, const Runs& runs) {
+double first_last_wave(const std::vector<gemm::Candidate>& cands, const Runs& runs) {
   for (const auto& c : cands) {
     if (!runs(c.config)) continue;
     const double part = c.waves - std::floor(c.waves);
@@ -176,21 +175,21 @@ double first_last_wave(const std::vector<fp8::Fp8Candidate>& cands, const Runs& 
   return 1.0;
 }
 template <class Runs>
-std::vector<fp8::Fp8Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
+std::vector<gemm::Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
                                            const ClusterCapacity& capacity, const Runs& runs) {
-  std::vector<fp8::Fp8Candidate> cands = score_tiles(m, n, k, sms, out, capacity, false);
+  std::vector<gemm::Candidate> cands = score_tiles(m, n, k, sms, out, capacity, false);
   const double fill = first_last_wave(cands, runs);
-  auto full_wave = [&](const fp8::Fp8Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config, fill); };
+  auto full_wave = [&](const gemm::Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config, fill); };
   // Ahead of the model's order where it holds (full_wave_of_short_tiles), then the WAVE tiles where
   // it holds for them (nowhere else; the widths fill one wave at different N, so they rarely meet):
   // the call's cached pick and pick_dense (explain, workspace size) both take the first candidate
   // that fits.
   auto first_other = std::stable_partition(cands.begin(), cands.end(), full_wave);
-  std::vector<fp8::Fp8Candidate> out_cands(cands.begin(), first_other);
+  std::vector<gemm::Candidate> out_cands(cands.begin(), first_other);
   for (const auto& c : score_tiles(m, n, k, sms, out, capacity, true))
     if (full_wave(c)) out_cands.push_back(c);
   out_cands.insert(out_cands.end(), first_other, cands.end());
-  fp8::order_one_round_small_m(out_cands, m, n, k, kBsRoundLatency);
+  gemm::order_one_round_small_m(out_cands, m, n, k, kBsRoundLatency);
   return out_cands;
 }
 
@@ -208,7 +207,7 @@ bool reduces_in_cluster(const Fp8GemmConfig& c, OutType out, int mode = -1, cons
 // 32, and a split run over that workspace wrote past it: block-scaled v8).
 size_t split_workspace(int64_t m, int64_t n, const Fp8GemmConfig& c) {
   if (m <= 0 || n <= 0 || c.splits < 1 || !blockscaled::bs_tile_compiled(c.block_m, c.block_n)) return 0;
-  return gemm::split_k_workspace_bytes(static_cast<size_t>(fp8::fp8_tiles(m, n, c.block_m, c.block_n)), c.splits,
+  return gemm::split_k_workspace_bytes(static_cast<size_t>(gemm::tile_count(m, n, c.block_m, c.block_n)), c.splits,
                                        c.block_m, c.block_n);
 }
 // The workspace a dense config needs: none when its splits reduce within a cluster.
@@ -525,11 +524,11 @@ Status dense_config(const Fp8BlockScaledArgs& x, const BlockScaledConfig* forced
     if (!blockscaled::bs_tile_compiled(c.block_m, c.block_n))
       return Status::Invalid("fp8_blockscaled_gemm: no dense tile bm=" + std::to_string(c.block_m) + ", bn=" +
                              std::to_string(c.block_n) + " (compiled:" + dense_tiles_text() + ")");
-    const int kb = fp8::fp8_k_blocks(x.k);
+    const int kb = gemm::k_blocks(x.k);
     if (c.splits < 1 || c.splits > kb)
       return Status::Invalid("fp8_blockscaled_gemm: splits must be in [1, " + std::to_string(kb) + "] (K blocks)");
     LOWBIT_RETURN_IF_ERROR(
-        gemm::check_split_tiles("fp8_blockscaled_gemm", fp8::fp8_tiles(x.m, x.n, c.block_m, c.block_n), c.splits));
+        gemm::check_split_tiles("fp8_blockscaled_gemm", gemm::tile_count(x.m, x.n, c.block_m, c.block_n), c.splits));
     if (c.overlap && (c.splits != 1 || blockscaled::find_bs_variant(c.block_m, c.block_n, x.out_type, true) < 0))
       return Status::Invalid("fp8_blockscaled_gemm: overlap=1 needs splits=1 and a tile compiled with it (" +
                              dense_text(c) + "; compiled:" + overlap_tiles() + ")");
@@ -657,7 +656,7 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
     LOWBIT_RETURN_IF_ERROR(hopper::make_tensor_map_2d(st, &tm_a_tail));
   }
   if (a_group > 1) {
-    hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, fp8::fp8_k_blocks(x.k), x.m,
+    hopper::TensorMap2dSpec ss = hopper::dense_2d(x.sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, gemm::k_blocks(x.k), x.m,
                                                   static_cast<uint32_t>(a_group), static_cast<uint32_t>(sfa_box));
     ss.row_stride_bytes = static_cast<uint64_t>(x.sfa_ld) * 4;
     ss.swizzle = hopper::TmaSwizzle::kNone;
@@ -665,8 +664,8 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
   }
 
   gemm::KernelParams p{};
-  const int k_blocks = fp8::fp8_k_blocks(x.k);
-  p.sched = fp8::fp8_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group,
+  const int k_blocks = gemm::k_blocks(x.k);
+  p.sched = gemm::tile_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group,
                               dev.sm_count);
   p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);

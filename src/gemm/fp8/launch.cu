@@ -96,7 +96,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
                            std::to_string(c.block_n) + " runs with stages=" + std::to_string(stages));
   if (c.promote_every != 1 && c.promote_every != 2)
     return Status::Invalid("fp8_gemm: promote must be 1 or 2 (K blocks per FP32 promotion)");
-  const int kb = fp8::fp8_promotion_groups(a.k, c.promote_every);
+  const int kb = gemm::promotion_groups(a.k, c.promote_every);
   if (c.splits < 1 || c.splits > kb)
     return Status::Invalid("fp8_gemm: splits must be in [1, " + std::to_string(kb) +
                            "] (K blocks of 128, rounded up, per promotion group)");
@@ -104,7 +104,8 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
     return Status::Invalid("fp8_gemm: raster_group must be in [0, " + std::to_string(gemm::kMaxRasterGroup) +
                            "] (0 = auto)");
   if (c.grid < 0) return Status::Invalid("fp8_gemm: grid must be >= 0");
-  LOWBIT_RETURN_IF_ERROR(gemm::check_split_tiles("fp8_gemm", fp8::fp8_tiles(a.m, a.n, c.block_m, c.block_n), c.splits));
+  LOWBIT_RETURN_IF_ERROR(
+      gemm::check_split_tiles("fp8_gemm", gemm::tile_count(a.m, a.n, c.block_m, c.block_n), c.splits));
   if (c.cluster != 1 && c.cluster != 2) return Status::Invalid("fp8_gemm: cluster must be 1 or 2");
   const bool plain = !staged_epilogue(a) && !fused_epilogue(a);
   if (c.overlap && c.splits != 1)
@@ -116,7 +117,7 @@ Status validate_config(const Fp8GemmArgs& a, const Fp8GemmConfig& c) {
   if (!fp8::fp8_config_compiled(c, epilogue_kind(a), a.out_type == OutType::kFP32, a.out_type == OutType::kFP16))
     return Status::Invalid("fp8_gemm: no kernel for config " + c.to_string() + " with this epilogue and output (" +
                            fp8::compiled_variants_text(c.block_m, c.block_n) + "; gemm/fp8/variants.def)");
-  if (c.uneven && fp8::fp8_uneven_tiles_n(1, a.n, c.block_m, c.block_n, 1) == 0)
+  if (c.uneven && gemm::uneven_tiles_n(1, a.n, c.block_m, c.block_n, 1) == 0)
     return Status::Invalid("fp8_gemm: uneven=1 needs N covered exactly by tiles of " +
                            std::to_string(c.block_n - gemm::UnevenColumnLayout::kTrim) + " and " +
                            std::to_string(c.block_n) + " columns (every N >= 3360 is; below, N in [240k, 256k]); N = " +
@@ -194,7 +195,8 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     // The pick says which split-K transport it runs (cluster_reduce 0 or 1).
     const Fp8EpilogueKind epilogue = epilogue_kind(args);
     LOWBIT_RETURN_IF_ERROR(chosen.pick(
-        key, &cfg, [&] { return fp8::score_fp8_candidates(args.m, args.n, args.k, dev.sm_count); },
+        key, &cfg,
+        [&] { return gemm::score_candidates(args.m, args.n, args.k, dev.sm_count, fp8::fp8_score_options()); },
         [&](Fp8GemmConfig* c) {
           if (!fp8::fp8_usable_config(c, epilogue, args.out_type == OutType::kFP32, args.out_type == OutType::kFP16))
             return false;
@@ -321,11 +323,11 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     // Uneven columns: as many tiles a row as fill the waves of the grid best (one CTA per SM at
     // most for these kernels).
     const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
-    p.sched = fp8::fp8_schedule(args.m, args.n, fp8::fp8_promotion_groups(args.k, cfg.promote_every), cfg.block_m,
+    p.sched = gemm::tile_schedule(args.m, args.n, gemm::promotion_groups(args.k, cfg.promote_every), cfg.block_m,
                                 cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
     p.walk = gemm::TileWalk::of(p.sched);
     if (cfg.uneven)
-      p.uneven = fp8::fp8_uneven_layout(args.n, cfg.block_n, p.sched);
+      p.uneven = gemm::uneven_layout(args.n, cfg.block_n, p.sched);
     p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
     p.set_a_tail(a_tail);
     p.epi.row_scale = args.a_row_scale;

@@ -3,21 +3,9 @@
 // gemm/fp8/variants.def; every line there names a tile of this table (variant_launch.cuh checks).
 #pragma once
 
-namespace lowbit::fp8 {
+#include "gemm/core/chooser.h"
 
-struct Fp8Variant {
-  int block_n;
-  int stages;        // plain epilogue (alpha, bias)
-  int fused_stages;  // fused epilogue: fewer, to make room for the staged row-broadcast rows; 0 = none
-  // Also compiled promoting every two K blocks (plain epilogue without a bias): half the
-  // promotion adds and waits, 1.65x cuBLASLt's FP32-out error (docs/perf.md W1 v5).
-  bool promote2;
-  const char* note;
-  // Rows of a tile: 128 (two consumer warpgroups), or 64 (one): twice the tiles along M, so a
-  // small-M shape fills the SMs without splitting K, and a stage is half the bytes, so the ring
-  // is twice as deep (docs/perf.md W1 v7).
-  int block_m = 128;
-};
+namespace lowbit::fp8 {
 
 // The fused epilogue's shared memory: the plain one's 32 KiB of output staging, plus both
 // consumer warpgroups' row-broadcast rows (64 x block_n BF16 each) and bias slices
@@ -51,7 +39,7 @@ static_assert(fp8_stages_for(kFp8ResidentBlockN, true, 128, kFp8ResidentMaxRows)
 // With promotion each consumer thread holds the FP32 accumulator (block_n / 2 registers) and a
 // partial: 192 columns fit in the 232 registers a consumer gets with a whole-width partial; 256
 // fits by issuing each K block in two 128-column parts through one partial (gemm::Consumer).
-constexpr Fp8Variant kFp8Variants[] = {
+constexpr gemm::TileSpec kFp8Variants[] = {
     {64, fp8_stages_for(64), fp8_stages_for(64, true), false, "narrow: more tiles for small M, deepest pipeline"},
     {128, fp8_stages_for(128), fp8_stages_for(128, true), true, "balanced default"},
     {192, fp8_stages_for(192), fp8_stages_for(192, true), true, "wide: less L2 traffic per FLOP for large M"},

@@ -14,8 +14,8 @@
 #include "common/device_cache.h"
 #include "common/key_value.h"
 #include "formats/sparse24_layout.h"
+#include "gemm/core/chooser.h"
 #include "gemm/core/kernel.cuh"
-#include "gemm/fp8/config.h"
 #include "gemm/launch_common.h"
 #include "gemm/sparse/traits.cuh"
 #include "hopper/cluster_launch.h"
@@ -128,7 +128,7 @@ int64_t tiles_for(int64_t m, int64_t n, int block_n) {
   return check::mul(m / 128 + (m % 128 != 0), n / block_n + (n % block_n != 0), &tiles) ? tiles : INT64_MAX;
 }
 
-// Cost model (same form as the dense chooser, gemm/fp8/config.cpp): waves of units at the sparse
+// Cost model (same form as the core chooser, gemm/core/chooser.cpp): waves of units at the sparse
 // tensor rate (twice the dense one) against the bytes streamed (half of A, its metadata, B, D).
 struct Scored {
   Sparse24GemmConfig config;
@@ -169,9 +169,9 @@ std::vector<Scored> score(int64_t m, int64_t n, int64_t k, Sparse24Type type, bo
       std::snprintf(reason, sizeof(reason), "model: %d units on %d SMs, %s-bound, est %.1f us (%s)", units, sm_count,
                     t_compute >= t_memory ? "tensor" : "memory", s.t_us, v.note);
       s.config.reason = reason;
-      // The dense chooser's balanced grid (fp8::balanced_grid; 1.009 at 4096 x 8192 x 8192 and
+      // The dense chooser's balanced grid (gemm::balanced_grid; 1.009 at 4096 x 8192 x 8192 and
       // 8192^3 here, docs/perf.md W1 v12): its threshold counts K blocks of 128.
-      const int g = v.block_n == 256 ? fp8::balanced_grid(units, sm_count, unit_kb * group_k(type, promote) / 128) : 0;
+      const int g = v.block_n == 256 ? gemm::balanced_grid(units, sm_count, unit_kb * group_k(type, promote) / 128) : 0;
       if (g > 0) {
         s.config.grid = g;
         s.config.reason += "; grid=" + std::to_string(g) + " (the same number of units on every CTA)";
@@ -361,7 +361,8 @@ Status sparse24_gemm(const Sparse24GemmArgs& args, cudaStream_t stream, const Sp
 
   gemm::KernelParams p{};
   // With clusters, the schedule's rows are cluster rows (cfg.cluster tiles each).
-  p.sched = fp8::fp8_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count);
+  p.sched = gemm::tile_schedule(args.m, args.n, kb, 128, cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group,
+                                dev.sm_count);
   p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(args.m, args.n, args.k, a_box_rows, args.alpha, args.a_scale, args.b_scale);
   p.epi.row_period = 1;
