@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Several problems (T::Problems): each unit's maps and sizes are its group's, so nothing that
   // reads the kernel parameters' one problem per unit (split-K, a bias, the fused steps, clusters).
-  using Problems = typename ProblemsOf<T>::type;
+  using Problems = ProblemsOf<T>;
   static_assert(!kWalksGroups<T> || (T::kBlockM == 128 && !T::kFused && !T::kStaged && T::kClusterM == 1 &&
                                      !kClusterSplit && !UnevenColumns<T>::value),
                 "grouped problems: 128-row tiles, plain epilogue, single CTAs, unsplit");
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // A family's row scatter (T::RowScatter: the block-scaled stacked problems') replaces the element
   // math and the TMA store: each row is weighted and added into its own row of an FP32 matrix.
   constexpr bool kScatter = kScattersRows<T>;
-  using RowScatter = typename RowScatterOf<T>::type;
+  using RowScatter = RowScatterOf<T>;
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
                 "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // cluster each peer's relay thread then says its copy is free too (peers multicast into it).
   // The staged epilogue operands are this CTA's alone.
   using StagedOps = StagedEpilogueOperands<T>;
-  using Fused = typename FusedEpilogueOf<T>::type;
+  using Fused = FusedEpilogueOf<T>;
   static_assert(!T::kFused || !std::is_same_v<Fused, NoFamilyEpilogue>, "a fused variant names its fused epilogue");
   if constexpr (T::kFused) Fused::init(ss, p);
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs);

@@ -48,18 +48,14 @@ struct DenseProblems {
   __device__ __forceinline__ static int n(const Unit&, const KernelParams& p) { return p.n; }
 };
 
-template <class T, class = void>
-struct ProblemsOf {
-  using type = DenseProblems<T>;
-};
+// T's problems policy, or one dense problem.
 template <class T>
-struct ProblemsOf<T, std::void_t<typename T::Problems>> {
-  using type = typename T::Problems;
-};
-
+using ProblemsMember = typename T::Problems;
+template <class T>
+using ProblemsOf = typename PolicyOr<ProblemsMember, T, DenseProblems<T>>::type;
 // Whether T walks several problems (its own Problems policy): such kernels run unsplit, single-CTA
 // units with the plain epilogue.
 template <class T>
-inline constexpr bool kWalksGroups = !std::is_same_v<typename ProblemsOf<T>::type, DenseProblems<T>>;
+inline constexpr bool kWalksGroups = !std::is_same_v<ProblemsOf<T>, DenseProblems<T>>;
 
 }  // namespace lowbit::gemm

@@ -200,6 +200,16 @@ struct AScaleGroup : std::integral_constant<int, 1> {};
 template <class T>
 struct AScaleGroup<T, std::void_t<decltype(T::kAScaleGroup)>> : std::integral_constant<int, T::kAScaleGroup> {};
 
+// A policy type T names (the member type Member<T>), or Default where it names none.
+template <template <class> class Member, class T, class Default, class = void>
+struct PolicyOr {
+  using type = Default;
+};
+template <template <class> class Member, class T, class Default>
+struct PolicyOr<Member, T, Default, std::void_t<Member<T>>> {
+  using type = Member<T>;
+};
+
 // A family's own epilogue, named by its traits, which the core runs in place of its element math
 // and stores (the core includes no family's epilogue):
 //  - T::FusedEpilogue, with T::kFused: the row broadcast, activation and residual, with producer
@@ -208,24 +218,16 @@ struct AScaleGroup<T, std::void_t<decltype(T::kAScaleGroup)>> : std::integral_co
 //    unit loop (the block-scaled stacked problems', gemm/blockscaled/epilogue_scatter.cuh).
 // NoFamilyEpilogue where T names none (or names this).
 struct NoFamilyEpilogue {};
-template <class T, class = void>
-struct FusedEpilogueOf {
-  using type = NoFamilyEpilogue;
-};
 template <class T>
-struct FusedEpilogueOf<T, std::void_t<typename T::FusedEpilogue>> {
-  using type = typename T::FusedEpilogue;
-};
-template <class T, class = void>
-struct RowScatterOf {
-  using type = NoFamilyEpilogue;
-};
+using FusedEpilogueMember = typename T::FusedEpilogue;
 template <class T>
-struct RowScatterOf<T, std::void_t<typename T::RowScatter>> {
-  using type = typename T::RowScatter;
-};
+using RowScatterMember = typename T::RowScatter;
 template <class T>
-inline constexpr bool kScattersRows = !std::is_same_v<typename RowScatterOf<T>::type, NoFamilyEpilogue>;
+using FusedEpilogueOf = typename PolicyOr<FusedEpilogueMember, T, NoFamilyEpilogue>::type;
+template <class T>
+using RowScatterOf = typename PolicyOr<RowScatterMember, T, NoFamilyEpilogue>::type;
+template <class T>
+inline constexpr bool kScattersRows = !std::is_same_v<RowScatterOf<T>, NoFamilyEpilogue>;
 
 // Arrivals that complete a stage fill: the producer's, plus the arrivals its per-thread copies make
 // when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales).
