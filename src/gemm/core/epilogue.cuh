@@ -1,11 +1,11 @@
-// FP8 GEMM epilogue: alpha, per-token and per-channel scales, a bias and (beside per-row scales
-// or FP16 output) a residual, converted to BF16, FP16 or FP32 and stored with TMA (the fused
-// operations -- row broadcast, activation, residual -- are applied to the accumulators first by
-// gemm/fp8/epilogue_fused.cuh; every variant stores here). Each consumer warpgroup stages its
-// 64-row slice in 64-row chunks (128, 64 or 32 bytes wide, swizzled to that width so the
-// fragment writes are bank-conflict free: EpilogueStaging), and one thread stores each chunk
-// with TMA; the store runs asynchronously while the warpgroup moves on to the next unit's
-// mainloop.
+// The GEMM core's epilogue: alpha, per-token and per-channel scales, a bias and (beside per-row
+// scales or FP16 output) a residual, converted to BF16, FP16 or FP32 and stored with TMA (a
+// family's fused epilogue -- the FP8 family's row broadcast, activation and residual,
+// gemm/fp8/epilogue_fused.cuh -- is applied to the accumulators first; every variant stores here).
+// Each consumer warpgroup stages its 64-row slice in 64-row chunks (128, 64 or 32 bytes wide,
+// swizzled to that width so the fragment writes are bank-conflict free: EpilogueStaging), and one
+// thread stores each chunk with TMA; the store runs asynchronously while the warpgroup moves on to
+// the next unit's mainloop.
 #pragma once
 
 #include <cuda.h>

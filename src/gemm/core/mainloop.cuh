@@ -1,4 +1,4 @@
-// FP8 GEMM mainloop: the TMA producer and the WGMMA consumer for one work unit.
+// The GEMM core's mainloop: the TMA producer and the WGMMA consumer for one work unit.
 // Separate from the epilogue and the scheduler. What a stage holds and how it becomes MMAs is an
 // operand-path policy (gemm/core/operands.cuh: dense; gemm/sparse/operands.cuh: 2:4 sparse);
 // how a finished K block joins the FP32 accumulator is a promotion policy (plain, block-scaled).

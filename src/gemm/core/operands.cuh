@@ -1,4 +1,4 @@
-// Operand paths of the FP8 GEMM mainloop: what a stage holds besides the barriers and how a
+// Operand paths of the GEMM core's mainloop: what a stage holds besides the barriers and how a
 // consumer warpgroup turns it into wgmma instructions. The dense path lives here; the 2:4-sparse
 // one (gemm/sparse/operands.cuh) provides the same members, so the producer, the consumer's
 // pipeline and promotion, the scheduler and the epilogue are shared.

@@ -1,4 +1,6 @@
-// Compile-time shape of one FP8 GEMM kernel variant and its shared-memory layout.
+// The GEMM core's compile-time shape of one kernel variant (KernelTraits: tile, stages, epilogue
+// staging, shared-memory layout), its parameters (KernelParams), and how it finds the policies a
+// family's traits name.
 #pragma once
 
 #include <cuda.h>
