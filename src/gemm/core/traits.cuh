@@ -163,33 +163,19 @@ struct KernelTraits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_
     uint64_t full;   // the loader arms it with the unit's byte count; bulk copies complete it
     uint64_t empty;  // every working consumer warp arrives once it has read the operands
   };
-  // Fused variants (gemm/fp8/epilogue_fused.cuh): each consumer warpgroup's row-broadcast rows
-  // (64 x block_n BF16, in 64-column chunks of 64 rows x 128 bytes, 128-byte swizzled) and bias
-  // slice, refilled by a producer warp; `full` (they landed) and `empty` (the warpgroup read them).
-  struct FusedOperands {
-    alignas(1024) uint8_t bcast[kConsumerWarpgroups][kBlockN / 64][64 * 128];
-    alignas(16) __nv_bfloat16 bias[kConsumerWarpgroups][kBlockN];
-    uint64_t full[kConsumerWarpgroups];
-    uint64_t empty[kConsumerWarpgroups];
-  };
-  // Fused with resident rows: rows [0, P) of the CTA's columns (64-column chunks of kResidentRows x
-  // 128 bytes, 128-byte swizzled as TMA writes 8-row boxes) and the bias slice, loaded once;
-  // `full` completes when they have landed.
-  struct ResidentOperands {
-    alignas(1024) uint8_t rows[kBlockN / 64][(kResidentRows > 0 ? kResidentRows : 8) * 128];
-    alignas(16) __nv_bfloat16 bias[kBlockN];
-    uint64_t full;
-  };
-  using EpilogueOperands = std::conditional_t<
-      kFused, std::conditional_t<(kResidentRows > 0), ResidentOperands, FusedOperands>, StagedOperands>;
-
-  struct alignas(1024) Storage {
+  // The shared memory: the stages, the epilogue staging, the epilogue's operands (`Ops`) and the
+  // ring's barriers. The core's operands are the staged bias and channel scales; a fused variant's
+  // traits lay out their own in the same place (the FP8 family's WithFusedEpilogue,
+  // gemm/fp8/epilogue_fused.cuh).
+  template <class Ops>
+  struct alignas(1024) StorageWith {
     uint8_t a[kStages][kSmemA];  // 1024-byte aligned: the 128B swizzle atom
     uint8_t b[kStages][kSmemB];
     uint8_t epi[kConsumerWarpgroups][Staging::kEpiSlots][Staging::kEpiSlotBytes];
-    EpilogueOperands ops;
+    Ops ops;
     hopper::StageBarriers<kStages> bars;
   };
+  using Storage = StorageWith<StagedOperands>;
   static constexpr int kClusterSplits = kClusterSplits_;
   using SharedStorage = WithClusterLanding<Storage, kBlockN, kConsumerWarpgroups, kClusterSplits_>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack

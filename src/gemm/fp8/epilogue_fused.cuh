@@ -30,6 +30,9 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "gemm/core/epilogue.cuh"
 #include "gemm/core/epilogue_params.h"
 #include "gemm/core/tile_scheduler.cuh"
@@ -40,6 +43,44 @@
 #include "hopper/tma.cuh"
 
 namespace lowbit::fp8 {
+
+// Each consumer warpgroup's row-broadcast rows (64 x block_n BF16, in 64-column chunks of 64 rows x
+// 128 bytes, 128-byte swizzled) and bias slice, refilled by a producer warp; `full` (they landed)
+// and `empty` (the warpgroup read them).
+template <int kWarpgroups, int kBlockN>
+struct FusedOperands {
+  alignas(1024) uint8_t bcast[kWarpgroups][kBlockN / 64][64 * 128];
+  alignas(16) __nv_bfloat16 bias[kWarpgroups][kBlockN];
+  uint64_t full[kWarpgroups];
+  uint64_t empty[kWarpgroups];
+};
+// With resident rows: rows [0, P) of the CTA's columns (64-column chunks of kRows x 128 bytes,
+// 128-byte swizzled as TMA writes 8-row boxes) and the bias slice, loaded once; `full` completes
+// when they have landed.
+template <int kBlockN, int kRows>
+struct ResidentOperands {
+  alignas(1024) uint8_t rows[kBlockN / 64][kRows * 128];
+  alignas(16) __nv_bfloat16 bias[kBlockN];
+  uint64_t full;
+};
+
+template <class T>
+struct FusedEpilogue;
+
+// A fused variant's traits: the core's (Core: KernelTraits with kFused), naming this family's
+// fused epilogue, which the core kernel runs (gemm::FusedEpilogueOf), and laying out its operands
+// in the core's shared memory in place of the staged bias and channel scales.
+template <class Core>
+struct WithFusedEpilogue : Core {
+  static_assert(Core::kFused, "the fused epilogue's traits start from a fused core variant");
+  using FusedEpilogue = fp8::FusedEpilogue<WithFusedEpilogue>;
+  using EpilogueOperands =
+      std::conditional_t<(Core::kResidentRows > 0), ResidentOperands<Core::kBlockN, Core::kResidentRows>,
+                         FusedOperands<Core::kConsumerWarpgroups, Core::kBlockN>>;
+  using SharedStorage = gemm::WithClusterLanding<typename Core::template StorageWith<EpilogueOperands>, Core::kBlockN,
+                                                 Core::kConsumerWarpgroups, Core::kClusterSplits>;
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
+};
 
 template <class T>
 struct FusedEpilogue {

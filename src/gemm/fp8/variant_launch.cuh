@@ -21,13 +21,6 @@
 
 namespace lowbit::fp8 {
 
-// A fused variant's traits name this family's fused epilogue, which the core kernel runs
-// (gemm::FusedEpilogueOf).
-template <class Core>
-struct WithFusedEpilogue : Core {
-  using FusedEpilogue = fp8::FusedEpilogue<WithFusedEpilogue>;
-};
-
 template <int kLine>
 struct VariantOf {
   static constexpr Fp8VariantSpec S = kFp8VariantSpecs[kLine];
