@@ -100,9 +100,8 @@ using CoreBase =
     gemm::KernelTraits<kBlockN,
                        core_stages(kBlockM, kBlockN, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems),
                                    kClusterSplits_, a_scale_group(kBlockM, kBlockN, kProblems)),
-                       kOutFp32, /*fused=*/false, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM,
-                       /*resident_rows=*/0, kOverlap, /*uneven=*/false, /*fp16=*/false,
-                       core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
+                       kOutFp32, /*staged=*/false, /*cluster=*/1, /*promote_every=*/1, kBlockM, kOverlap,
+                       /*uneven=*/false, /*fp16=*/false, core_epi_slots(kBlockM, kBlockN, kOverlap, kProblems)>;
 
 template <int kBlockM, int kBlockN, bool kOutFp32, bool kOverlap = false, int kClusterSplits_ = 0,
           BsProblems kProblems = BsProblems::kDense>

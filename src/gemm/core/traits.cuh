@@ -22,9 +22,6 @@ namespace lowbit::gemm {
 // their layout against it at compile time; the launcher also checks the device's own limit.
 constexpr int kSm90MaxSmemPerBlock = 232448;
 
-// kFused_: the epilogue carries the row-broadcast / activation / residual steps. Kept a
-// compile-time switch: with those steps merely present (and switched off at run time) the plain
-// GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
 // kStaged_: the bias is staged in shared memory by a producer warp (fused variants stage their
 // operands their own way, gemm/fp8/epilogue_fused.cuh). The launcher uses the unstaged variant
 // only without a bias: staging made the no-bias kernels 1-7% slower (docs/perf.md, W2 v2), and
@@ -82,15 +79,13 @@ struct RegisterSplit {
 // remote arrivals off the consumers' path, docs/perf.md W1 v9), so the launcher never picks it.
 // kPromoteEvery_: K blocks the tensor cores accumulate before each FP32 promotion (DenseOperandsT).
 // kBlockM_: tile rows, 64 per consumer warpgroup (128: two, 64: one; variants.h).
-// kResidentRows_ (fused only): > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many,
-// for the CTA's N block in shared memory for the whole kernel, loaded once; the launcher walks
-// each CTA along M only (variants.h, gemm/fp8/epilogue_fused.cuh). 0: rows gathered per unit.
 // kOverlap_: each unit's first MMA group is issued before the previous unit's epilogue, so the
 // tensor cores work while the consumers scale, stage and store (Consumer::start). Only where
 // nothing in the epilogue waits or branches per lane while the group is in flight: the plain
 // epilogue; the staged one without a residual, whose operands are waited for before the group is
-// issued and released by a predicated arrive (W1 v20); or the fused one with resident
-// rows and neither activation nor residual (FusedEpilogue::apply_overlapped). No split-K fix-up
+// issued and released by a predicated arrive (W1 v20); or a family's fused one where it says so
+// (the FP8 family's with resident rows and neither activation nor residual,
+// FusedEpilogue::apply_overlapped). No split-K fix-up
 // (the launcher refuses splits), single CTAs. A divergent path with a wgmma group in flight makes
 // ptxas serialize every wgmma of the kernel (C7518, docs/perf.md W1 v3 attempt); the TMA store is
 // issued by a predicated instruction.
@@ -102,44 +97,41 @@ struct RegisterSplit {
 // stages carry more (the block-scaled A scales) may trade one for a stage.
 // kClusterSplits_ > 1: split K reduced within clusters of up to that many CTAs
 // (split_k_cluster_reduce; the landing slots join SharedStorage); 0: through the workspace.
-template <int kBlockN_, int kStages_, bool kOutFp32_, bool kFused_ = false, bool kStaged_ = true, int kClusterM_ = 1,
-          int kPromoteEvery_ = 1, int kBlockM_ = 128, int kResidentRows_ = 0, bool kOverlap_ = false,
-          bool kUneven_ = false, bool kOutFp16_ = false, int kEpiSlots_ = 2, int kClusterSplits_ = 0,
-          bool kStreamK_ = false>
+template <int kBlockN_, int kStages_, bool kOutFp32_, bool kStaged_ = true, int kClusterM_ = 1, int kPromoteEvery_ = 1,
+          int kBlockM_ = 128, bool kOverlap_ = false, bool kUneven_ = false, bool kOutFp16_ = false,
+          int kEpiSlots_ = 2, int kClusterSplits_ = 0, bool kStreamK_ = false>
 struct KernelTraits : EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>, RegisterSplit {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // 128 E4M3 bytes: one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutFp32 = kOutFp32_;
-  static constexpr bool kFused = kFused_;
-  static constexpr bool kStaged = kStaged_ || kFused_;
+  // A family's fused epilogue (T::FusedEpilogue) replaces the staged one where its traits say so
+  // (the FP8 family's WithFusedEpilogue).
+  static constexpr bool kFused = false;
+  static constexpr bool kStaged = kStaged_;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static_assert(kBlockM == 128 || (kBlockM == 64 && !kFused_ && kClusterM_ == 1),
-                "64-row tiles: plain or bias epilogue, single CTAs");
+  static_assert(kBlockM == 128 || (kBlockM == 64 && kClusterM_ == 1), "64-row tiles: single CTAs");
   static constexpr int kClusterM = kClusterM_;
-  static constexpr int kResidentRows = kResidentRows_;
   static constexpr bool kOverlapEpilogue = kOverlap_;
   static constexpr bool kUneven = kUneven_;
   // Stream-K over the last tiles (StreamKWalk): split units and their fix-up, so no overlap,
   // cluster, fused epilogue or split in a cluster.
   static constexpr bool kStreamK = kStreamK_;
-  static_assert(!kStreamK_ || (!kOverlap_ && kClusterM_ == 1 && !kFused_ && kClusterSplits_ == 0 && !kUneven_),
+  static_assert(!kStreamK_ || (!kOverlap_ && kClusterM_ == 1 && kClusterSplits_ == 0 && !kUneven_),
                 "stream-K: split units through the workspace, single CTAs, the plain or staged epilogue");
   static_assert(!kUneven_ || (kOverlap_ && kBlockN_ == 256 && kPromoteEvery_ == 2 && kBlockM_ == 128 && !kOutFp32_ &&
-                              !kFused_ && kClusterM_ == 1),
+                              kClusterM_ == 1),
                 "uneven columns: the overlapped 256-wide tile, promote=2, BF16 out, plain or staged");
-  static_assert(!kOverlap_ || (kClusterM_ == 1 && (!kFused_ || kResidentRows_ > 0)),
-                "the overlapped epilogue: plain, staged, or fused with resident rows; single CTAs");
-  static_assert(kResidentRows == 0 || (kFused_ && kResidentRows % 8 == 0), "resident rows: fused, whole 8-row boxes");
+  static_assert(!kOverlap_ || kClusterM_ == 1, "the overlapped epilogue: single CTAs");
   using Operands = DenseOperandsT<kPromoteEvery_>;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
   static_assert(kBlockN_ % (8 * kClusterM_) == 0, "each CTA multicasts whole 8-row swizzle atoms of B");
 
   static constexpr int kSmemA = kBlockM * kBlockK;  // bytes per stage
   static constexpr int kSmemB = kBlockN * kBlockK;
-  static_assert(!kOutFp16_ || (kStaged_ && !kFused_), "FP16 out: the staged epilogue");
+  static_assert(!kOutFp16_ || kStaged_, "FP16 out: the staged epilogue");
   using Staging = EpilogueStaging<kBlockN_, kOutFp32_, kEpiSlots_, kOutFp16_>;
   // How finished K blocks join the accumulator (a family's traits may derive and replace it:
   // gemm/blockscaled/core_traits.cuh).

@@ -67,16 +67,27 @@ struct ResidentOperands {
 template <class T>
 struct FusedEpilogue;
 
-// A fused variant's traits: the core's (Core: KernelTraits with kFused), naming this family's
-// fused epilogue, which the core kernel runs (gemm::FusedEpilogueOf), and laying out its operands
-// in the core's shared memory in place of the staged bias and channel scales.
-template <class Core>
+// A fused variant's traits: the core's (Core, a staged 128-row variant) with this family's fused
+// epilogue, which the core kernel runs in place of its staged one (gemm::FusedEpilogueOf), and its
+// operands laid out in the core's shared memory in place of the staged bias and channel scales.
+// Kept a compile-time switch: with the fused steps merely present (and switched off at run time)
+// the plain GEMM ran up to 2.6x slower on short-K shapes (docs/perf.md, W2 v1).
+// kResidentRows_ > 0 keeps the row-broadcast tensor's rows [0, P), P <= that many, for the CTA's N
+// block in shared memory for the whole kernel, loaded once; the launcher walks each CTA along M
+// only (variants.h). 0: rows gathered per unit. The overlapped unit loop only with resident rows
+// (FusedEpilogue::apply_overlapped).
+template <class Core, int kResidentRows_>
 struct WithFusedEpilogue : Core {
-  static_assert(Core::kFused, "the fused epilogue's traits start from a fused core variant");
+  static constexpr bool kFused = true;
+  static constexpr int kResidentRows = kResidentRows_;
+  static_assert(Core::kStaged && Core::kBlockM == 128 && Core::kClusterM == 1 && !Core::kStreamK && !Core::kUneven &&
+                    !Core::kOutFp16,
+                "the fused epilogue: staged 128-row single CTAs, no stream-K, uneven columns or FP16 out");
+  static_assert(!Core::kOverlapEpilogue || kResidentRows > 0, "the overlapped fused epilogue: resident rows");
+  static_assert(kResidentRows % 8 == 0, "resident rows: whole 8-row boxes");
   using FusedEpilogue = fp8::FusedEpilogue<WithFusedEpilogue>;
-  using EpilogueOperands =
-      std::conditional_t<(Core::kResidentRows > 0), ResidentOperands<Core::kBlockN, Core::kResidentRows>,
-                         FusedOperands<Core::kConsumerWarpgroups, Core::kBlockN>>;
+  using EpilogueOperands = std::conditional_t<(kResidentRows > 0), ResidentOperands<Core::kBlockN, kResidentRows>,
+                                              FusedOperands<Core::kConsumerWarpgroups, Core::kBlockN>>;
   using SharedStorage = gemm::WithClusterLanding<typename Core::template StorageWith<EpilogueOperands>, Core::kBlockN,
                                                  Core::kConsumerWarpgroups, Core::kClusterSplits>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack

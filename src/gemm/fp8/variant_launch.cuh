@@ -33,10 +33,10 @@ struct VariantOf {
       (gemm::cluster_landing_bytes(S.block_m, S.block_n, S.cluster_splits) + kStageBytes - 1) / kStageBytes;
   using Core =
       gemm::KernelTraits<S.block_n, fp8_stages_for(S.block_n, kFused, S.block_m, S.resident_rows) - kLandingStages,
-                         S.out == OutType::kFP32, kFused, kStaged, S.cluster, S.promote_every, S.block_m,
-                         S.resident_rows, S.overlap, S.uneven, S.out == OutType::kFP16, /*epi_slots=*/2,
-                         S.cluster_splits, S.stream_k>;
-  using T = std::conditional_t<kFused, WithFusedEpilogue<Core>, Core>;
+                         S.out == OutType::kFP32, kStaged, S.cluster, S.promote_every, S.block_m, S.overlap, S.uneven,
+                         S.out == OutType::kFP16, /*epi_slots=*/2, S.cluster_splits, S.stream_k>;
+  static_assert(kFused || S.resident_rows == 0, "resident rows: the fused epilogue's");
+  using T = std::conditional_t<kFused, WithFusedEpilogue<Core, S.resident_rows>, Core>;
   static cudaError_t launch(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                             const CUtensorMap& d, const CUtensorMap& bcast, const CUtensorMap& a_tail,
                             const gemm::KernelParams& p, int device, int* launched) {
