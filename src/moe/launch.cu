@@ -57,16 +57,12 @@ Status check_shape(const char* who, const MoeShape& s) {
 // The swap-AB GEMM's compiled token tiles (moe/variants.def); null where none has this tile.
 const moe::VariantLauncher* find_gemm(int token_tile) {
   for (int i = 0; i < moe::kNumMoeVariantSpecs; ++i)
-    if (moe::kMoeVariantSpecs[i].token_tile == token_tile) return &moe::kMoeVariantLaunchers[i]();
+    if (moe::kMoeVariantSpecs[i].tokens == token_tile) return &moe::kMoeVariantLaunchers[i]();
   return nullptr;
 }
 // "16, 32, 64 or 128", for error messages.
 std::string gemm_tile_list() {
-  std::string list;
-  for (int i = 0; i < moe::kNumMoeVariantSpecs; ++i)
-    list += (i == 0 ? "" : i + 1 == moe::kNumMoeVariantSpecs ? " or " : ", ") +
-            std::to_string(moe::kMoeVariantSpecs[i].token_tile);
-  return list;
+  return gemm::token_tile_list(moe::kMoeVariantSpecs, [](int) { return true; });
 }
 
 Status check_config(const char* who, const MoeConfig& c) {
@@ -473,10 +469,10 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     }
   }
   if (c.token_tile == 0) {
-    c.token_tile = moe::kMoeVariantSpecs[moe::kNumMoeVariantSpecs - 1].token_tile;
+    c.token_tile = moe::kMoeVariantSpecs[moe::kNumMoeVariantSpecs - 1].tokens;
     for (const auto& v : moe::kMoeVariantSpecs)
-      if (avg <= v.token_tile) {
-        c.token_tile = v.token_tile;
+      if (avg <= v.tokens) {
+        c.token_tile = v.tokens;
         break;
       }
     why += "tile=" + std::to_string(c.token_tile) + ": smallest token tile >= the average tokens per expert (" +

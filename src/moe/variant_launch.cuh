@@ -22,8 +22,8 @@ namespace lowbit::moe {
 
 template <int kLine>
 struct VariantOf {
-  static constexpr MoeVariantSpec S = kMoeVariantSpecs[kLine];
-  using T = ExpertGemmTraits<S.token_tile, expert_gemm_stages(S.token_tile)>;
+  static constexpr gemm::TokenTileSpec S = kMoeVariantSpecs[kLine];
+  using T = ExpertGemmTraits<S.tokens, expert_gemm_stages(S.tokens)>;
   static constexpr auto kernel = expert_gemm_kernel<T>;
 
   static cudaError_t opt_in() { return hopper::opt_in_dynamic_smem<kernel>(T::kSmemBytes); }
@@ -34,7 +34,7 @@ struct VariantOf {
     static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
     if (log_launches)
       std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
-                   S.token_tile, T::kStages, p.splits, ctas, T::kSmemBytes);
+                   S.tokens, T::kStages, p.splits, ctas, T::kSmemBytes);
     return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, p);
   }
 };

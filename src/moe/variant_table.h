@@ -3,14 +3,11 @@
 // the same table.
 #pragma once
 
+#include "gemm/token_tiles.h"
+
 namespace lowbit::moe {
 
-struct MoeVariantSpec {
-  int token_tile;
-  const char* reason;
-};
-
-inline constexpr MoeVariantSpec kMoeVariantSpecs[] = {
+inline constexpr gemm::TokenTileSpec kMoeVariantSpecs[] = {
 #define LOWBIT_MOE_VARIANT(token_tile, reason) {token_tile, reason},
 #include "moe/variants.def"
 #undef LOWBIT_MOE_VARIANT
@@ -18,11 +15,6 @@ inline constexpr MoeVariantSpec kMoeVariantSpecs[] = {
 inline constexpr int kNumMoeVariantSpecs = sizeof(kMoeVariantSpecs) / sizeof(kMoeVariantSpecs[0]);
 
 // The chooser takes the first tile that holds the average tokens per expert.
-constexpr bool moe_tiles_ascend() {
-  for (int i = 1; i < kNumMoeVariantSpecs; ++i)
-    if (kMoeVariantSpecs[i].token_tile <= kMoeVariantSpecs[i - 1].token_tile) return false;
-  return true;
-}
-static_assert(moe_tiles_ascend(), "moe/variants.def lists its token tiles in ascending order");
+static_assert(gemm::token_tiles_ascend(kMoeVariantSpecs), "moe/variants.def lists its token tiles in ascending order");
 
 }  // namespace lowbit::moe

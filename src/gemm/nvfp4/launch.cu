@@ -137,13 +137,9 @@ const Nvfp4Variant* find_nvfp4_variant(int tokens) {
 }
 
 std::string nvfp4_tile_list(bool grouped) {
-  std::vector<int> tiles;
-  for (const auto& s : kNvfp4VariantSpecs)
-    if (!grouped || find_nvfp4_variant(s.tokens)->launch_grouped) tiles.push_back(s.tokens);
-  std::string list;
-  for (size_t i = 0; i < tiles.size(); ++i)
-    list += (i == 0 ? "" : i + 1 == tiles.size() ? " or " : ", ") + std::to_string(tiles[i]);
-  return list;
+  return gemm::token_tile_list(kNvfp4VariantSpecs, [grouped](int tokens) {
+    return !grouped || find_nvfp4_variant(tokens)->launch_grouped != nullptr;
+  });
 }
 }  // namespace nvfp4
 

@@ -19,7 +19,7 @@ namespace lowbit::nvfp4 {
 
 template <int kLine>
 struct VariantOf {
-  static constexpr Nvfp4VariantSpec S = kNvfp4VariantSpecs[kLine];
+  static constexpr gemm::TokenTileSpec S = kNvfp4VariantSpecs[kLine];
   using T = Nvfp4Traits<S.tokens>;
   template <bool kGrouped>
   static cudaError_t launch(int grid, cudaStream_t stream, const CUtensorMap& act, const Nvfp4KernelParams& p) {

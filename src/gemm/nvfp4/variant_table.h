@@ -3,14 +3,11 @@
 // only if it is a line of the same table.
 #pragma once
 
+#include "gemm/token_tiles.h"
+
 namespace lowbit::nvfp4 {
 
-struct Nvfp4VariantSpec {
-  int tokens;
-  const char* reason;
-};
-
-inline constexpr Nvfp4VariantSpec kNvfp4VariantSpecs[] = {
+inline constexpr gemm::TokenTileSpec kNvfp4VariantSpecs[] = {
 #define LOWBIT_NVFP4_VARIANT(tokens, reason) {tokens, reason},
 #include "gemm/nvfp4/variants.def"
 #undef LOWBIT_NVFP4_VARIANT
