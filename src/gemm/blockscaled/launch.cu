@@ -143,7 +143,7 @@ double bs_tile_efficiency(int block_m, int block_n, int /*promote_every*/) {
 }
 // The model's candidates over the MODEL tiles, or the WAVE tiles (variants.def).
 std::vector<gemm::Candidate> score_tiles(int64_t m, int64_t n, int64_t k, int sms, OutType out,
-                                           const ClusterCapacity& capacity, bool wave_only) {
+                                         const ClusterCapacity& capacity, bool wave_only) {
   static const DenseTiles bf16(OutType::kBF16, false), fp32(OutType::kFP32, false);
   static const DenseTiles bf16_wave(OutType::kBF16, true), fp32_wave(OutType::kFP32, true);
   const DenseTiles& tiles = out == OutType::kFP32 ? (wave_only ? fp32_wave : fp32) : (wave_only ? bf16_wave : bf16);
@@ -176,7 +176,7 @@ double first_last_wave(const std::vector<gemm::Candidate>& cands, const Runs& ru
 }
 template <class Runs>
 std::vector<gemm::Candidate> score_dense(int64_t m, int64_t n, int64_t k, int sms, OutType out,
-                                           const ClusterCapacity& capacity, const Runs& runs) {
+                                         const ClusterCapacity& capacity, const Runs& runs) {
   std::vector<gemm::Candidate> cands = score_tiles(m, n, k, sms, out, capacity, false);
   const double fill = first_last_wave(cands, runs);
   auto full_wave = [&](const gemm::Candidate& c) { return full_wave_of_short_tiles(m, n, k, sms, c.config, fill); };
@@ -665,8 +665,8 @@ Status fp8_blockscaled_gemm(const Fp8BlockScaledArgs& x, cudaStream_t stream, co
 
   gemm::KernelParams p{};
   const int k_blocks = gemm::k_blocks(x.k);
-  p.sched = gemm::tile_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group,
-                              dev.sm_count);
+  p.sched =
+      gemm::tile_schedule(x.m, x.n, k_blocks, cfg.block_m, cfg.block_n, 1, cfg.splits, cfg.raster_group, dev.sm_count);
   p.walk = gemm::TileWalk::of(p.sched);
   p.set_problem(x.m, x.n, x.k, a_box_rows, 1.0f, nullptr, nullptr);
   p.set_a_tail(a_tail);

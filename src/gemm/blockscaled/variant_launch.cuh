@@ -25,8 +25,7 @@ struct VariantOf {
                             const gemm::KernelParams& p, int device, int* launched) {
     const int cluster = T::kClusterSplits > 1 && p.sched.splits > 1 ? p.sched.splits : 1;
     return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units / cluster, T::kThreads, T::kSmemBytes,
-                                                              cluster, device, s, launched, a, b, d, sfa,
-                                                              a_tail, p);
+                                                           cluster, device, s, launched, a, b, d, sfa, a_tail, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
     return hopper::prepare_persistent<gemm::gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);

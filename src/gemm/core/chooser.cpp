@@ -136,8 +136,8 @@ int promotion_groups(int64_t k, int promote_every) {
   return (k_blocks(k) + promote_every - 1) / std::max(1, promote_every);
 }
 
-TileSchedule tile_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster,
-                                int splits, int raster_group, int sm_count, int uneven_grid) {
+TileSchedule tile_schedule(int64_t m, int64_t n, int k_blocks, int block_m, int block_n, int cluster, int splits,
+                           int raster_group, int sm_count, int uneven_grid) {
   TileSchedule s;
   s.tiles_m = static_cast<int>(((m + block_m - 1) / block_m + cluster - 1) / cluster);
   s.tiles_n = static_cast<int>((n + block_n - 1) / block_n);
@@ -178,7 +178,7 @@ int uneven_tiles_n(int64_t m, int64_t n, int block_m, int block_n, int grid) {
 
 StreamKWalk stream_k_walk(int64_t m, int64_t n, int64_t k, const Fp8GemmConfig& c, int sm_count) {
   const TileSchedule s = tile_schedule(m, n, promotion_groups(k, c.promote_every), c.block_m, c.block_n, 1, 1,
-                                            c.raster_group, sm_count, 0);
+                                       c.raster_group, sm_count, 0);
   return StreamKWalk::of(s, c.grid > 0 ? c.grid : sm_count, c.stream_k);
 }
 
@@ -325,8 +325,7 @@ void order_one_round_small_m(std::vector<Candidate>& cands, int64_t m, int64_t n
               cands.begin() + static_cast<std::ptrdiff_t>(best) + 1);
 }
 
-std::vector<Candidate> score_candidates(int64_t m, int64_t n, int64_t k, int sm_count,
-                                               const ScoreOptions& options) {
+std::vector<Candidate> score_candidates(int64_t m, int64_t n, int64_t k, int sm_count, const ScoreOptions& options) {
   const bool few_rows = options.few_rows && m > 128 && m <= 384;
   std::vector<Candidate> out;
   std::vector<Candidate> extras;  // unscored tiles, unsplit, for few_rows_order only

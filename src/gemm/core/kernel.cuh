@@ -31,9 +31,8 @@ namespace lowbit::gemm {
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                    const __grid_constant__ CUtensorMap tm_d, const __grid_constant__ CUtensorMap tm_bcast,
-                    const __grid_constant__ CUtensorMap tm_a_tail,
-                    const KernelParams p) {
+                const __grid_constant__ CUtensorMap tm_d, const __grid_constant__ CUtensorMap tm_bcast,
+                const __grid_constant__ CUtensorMap tm_a_tail, const KernelParams p) {
   // Static checks.
   static_assert(T::kBlockN % 16 == 0 && T::kBlockN >= 16 && T::kBlockN <= 256, "wgmma N");
   static_assert(T::kSmemB == T::kBlockN * 128, "B: one 128-byte swizzle row per K block");
@@ -305,16 +304,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const int thread = static_cast<int>(threadIdx.x) - 128;
         bool finish;
         if constexpr (kClusterSplit)
-          finish = p.sched.splits == 1 ||
-                   split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
-                                                reinterpret_cast<float4*>(&ss.epi[0][0][0]), parity, thread,
-                                                128 * consumer_wgs);
+          finish = p.sched.splits == 1 || split_k_cluster_reduce(acc, w, p.sched.splits, ss.csplit,
+                                                                 reinterpret_cast<float4*>(&ss.epi[0][0][0]), parity,
+                                                                 thread, 128 * consumer_wgs);
         else if constexpr (StreamK<T>::value)  // a whole tile, or one of its w.parts pieces
-          finish = w.parts == 1 || split_k_fixup_at(acc, w, w.parts, StreamKWalk::first_slot(w),
-                                                          p.partials, p.tile_counters, thread, 128 * consumer_wgs);
+          finish = w.parts == 1 || split_k_fixup_at(acc, w, w.parts, StreamKWalk::first_slot(w), p.partials,
+                                                    p.tile_counters, thread, 128 * consumer_wgs);
         else
-          finish = p.sched.splits == 1 || split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters,
-                                                              thread, 128 * consumer_wgs);
+          finish = p.sched.splits == 1 ||
+                   split_k_fixup(acc, w, p.sched.splits, p.partials, p.tile_counters, thread, 128 * consumer_wgs);
         // The verdict is the same in every thread (the fix-up's barrier OR); taken from lane 0 the
         // compiler knows it: read as it is, the unit loop's branches on it took the next unit's K
         // loop off the uniform datapath (per-thread stage and descriptor arithmetic; docs/perf.md

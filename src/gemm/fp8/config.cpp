@@ -275,8 +275,8 @@ size_t fp8_gemm_workspace_size(int64_t m, int64_t n, int64_t k, const Fp8GemmCon
   // With a head (Fp8GemmConfig::head_cols) only the tail's tiles split.
   const int64_t tail_n = n - static_cast<int64_t>(config.head_cols) * config.block_n;
   return gemm::split_k_workspace_bytes(
-      static_cast<size_t>(gemm::tile_count(m, config.head_cols > 0 && tail_n > 0 ? tail_n : n, config.block_m,
-                                         config.block_n)),
+      static_cast<size_t>(
+          gemm::tile_count(m, config.head_cols > 0 && tail_n > 0 ? tail_n : n, config.block_m, config.block_n)),
       config.splits, config.block_m, config.block_n);
 }
 

@@ -324,7 +324,7 @@ Status fp8_gemm(const Fp8GemmArgs& args, cudaStream_t stream, const Fp8GemmConfi
     // most for these kernels).
     const int uneven_grid = cfg.uneven ? (cfg.grid > 0 ? cfg.grid : dev.sm_count) : 0;
     p.sched = gemm::tile_schedule(args.m, args.n, gemm::promotion_groups(args.k, cfg.promote_every), cfg.block_m,
-                                cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
+                                  cfg.block_n, cfg.cluster, cfg.splits, cfg.raster_group, dev.sm_count, uneven_grid);
     p.walk = gemm::TileWalk::of(p.sched);
     if (cfg.uneven)
       p.uneven = gemm::uneven_layout(args.n, cfg.block_n, p.sched);

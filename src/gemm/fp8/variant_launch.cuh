@@ -44,8 +44,8 @@ struct VariantOf {
     // within a cluster, each cluster is one tile's splits: whole clusters, at most one per tile.
     const int cluster = S.cluster_splits > 1 && p.sched.splits > 1 ? p.sched.splits : S.cluster;
     return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units / (cluster / S.cluster), T::kThreads,
-                                                        T::kSmemBytes, cluster, device, stream, launched, a, b, d,
-                                                        bcast, a_tail, p);
+                                                           T::kSmemBytes, cluster, device, stream, launched, a, b, d,
+                                                           bcast, a_tail, p);
   }
   static cudaError_t resident(int cluster, int device, int* ctas) {
     return hopper::prepare_persistent<gemm::gemm_kernel<T>>(T::kThreads, T::kSmemBytes, cluster, device, ctas);

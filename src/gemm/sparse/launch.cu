@@ -58,9 +58,9 @@ template <Sparse24Type kType, int kBlockN, int kCluster, bool kPromote, bool kOu
 cudaError_t launch_variant(int grid, int max_units, cudaStream_t stream, const CUtensorMap& a, const CUtensorMap& b,
                            const CUtensorMap& d, const gemm::KernelParams& p, int device, int* launched) {
   using T = sparse::SparseTraits<kType, kBlockN, kCluster, kPromote, kOutFp16>;
-  return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster,
-                                                           device, stream, launched, a, b, d, d, a,
-                                                           p);  // no row broadcast, no A tail
+  return hopper::launch_persistent<gemm::gemm_kernel<T>>(grid, max_units, T::kThreads, T::kSmemBytes, kCluster, device,
+                                                         stream, launched, a, b, d, d, a,
+                                                         p);  // no row broadcast, no A tail
 }
 
 struct Entry {
