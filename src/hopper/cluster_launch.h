@@ -105,9 +105,12 @@ inline int persistent_grid(int grid, int max_ctas, int max_units, int cluster, b
 template <class... KernelArgs, class... Args>
 cudaError_t launch_clustered(void (*kernel)(KernelArgs...), int ctas, int threads, int smem_bytes, int cluster,
                              cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_launch_config(ctas, threads, smem_bytes, cluster, stream, &attr);
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(ctas));
+  shape.block = dim3(static_cast<unsigned>(threads));
+  shape.smem_bytes = static_cast<size_t>(smem_bytes);
+  shape.cluster = static_cast<unsigned>(cluster);
+  return launch(kernel, shape, stream, std::forward<Args>(args)...);
 }
 
 // Launches kKernel as a persistent grid (see persistent_grid) on `stream`; *launched gets the CTA

@@ -13,6 +13,8 @@
 
 #include <utility>
 
+#include "hopper/launch.h"
+
 namespace lowbit::hopper {
 
 __device__ __forceinline__ void grid_dependency_wait() { cudaGridDependencySynchronize(); }
@@ -27,17 +29,12 @@ __device__ __forceinline__ void launch_dependents() { cudaTriggerProgrammaticLau
 template <class... KernelArgs, class... Args>
 cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
                           cudaStream_t stream, bool pdl, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl ? attribute : nullptr;
-  config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  LaunchShape shape;
+  shape.grid = grid;
+  shape.block = block;
+  shape.smem_bytes = smem_bytes;
+  shape.pdl = pdl;
+  return launch(kernel, shape, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace lowbit::hopper
