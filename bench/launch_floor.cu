@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "hopper/launch.h"
+
 namespace lowbit::bench {
 namespace {
 
@@ -13,8 +15,6 @@ struct alignas(16) ParamBlock {
 __global__ void empty_like_gemm(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                                 const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                                 const ParamBlock) {}
-__global__ void empty_maps_only(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
-                                const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap) {}
 __global__ void empty_one_pointer(const void*) {}
 
 // Every floor launch has the GEMM's grid (one CTA per H100 SM, three warpgroups) and empty
@@ -60,14 +60,11 @@ cudaError_t launch_empty_like_gemm(cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_empty_maps_only(cudaStream_t stream) {
-  empty_maps_only<<<kGrid, kThreads, 0, stream>>>(kMap, kMap, kMap, kMap);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_empty_one_pointer(cudaStream_t stream) {
-  empty_one_pointer<<<kGrid, kThreads, 0, stream>>>(nullptr);
-  return cudaGetLastError();
+cudaError_t launch_empty_like_gemm_lowbit(cudaStream_t stream) {
+  hopper::LaunchShape shape;
+  shape.grid = dim3(kGrid);
+  shape.block = dim3(kThreads);
+  return hopper::launch(empty_like_gemm, shape, stream, kMap, kMap, kMap, kMap, kBlock);
 }
 
 cudaError_t launch_empty_like_gemm_driver(cudaStream_t stream) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/arg_check.h"
 #include "device_fill.h"
 #include "gpu_test_util.h"
 #include "lowbit/lowbit.h"
@@ -619,6 +620,44 @@ TEST_F(ReliabilityGpu, RefusedCallsLeaveNoPendingError) {
   EXPECT_EQ(fp8_gemm(a, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The pointer-kind check (common/arg_check.h) on every kind of memory: what a kernel can read is
+// accepted (device memory, a pointer into it, managed memory, pinned and registered host memory),
+// what it cannot is refused (pageable host memory where the device does not read it, a freed
+// allocation), and no error is left pending either way.
+TEST_F(ReliabilityGpu, PointerKindsAcceptedAndRefused) {
+  auto check = [](const void* ptr) { return check::ArgCheck("kinds").ptr("x", ptr, 16).device(); };
+  Buf dev_mem(1 << 16);
+  EXPECT_TRUE(check(dev_mem.p).ok()) << check(dev_mem.p).to_string();
+  EXPECT_TRUE(check(static_cast<char*>(dev_mem.p) + 4096).ok());
+  void* managed = nullptr;
+  CUDA_OK(cudaMallocManaged(&managed, 1 << 16));
+  EXPECT_TRUE(check(managed).ok()) << check(managed).to_string();
+  CUDA_OK(cudaFree(managed));
+  void* pinned = nullptr;
+  CUDA_OK(cudaMallocHost(&pinned, 1 << 16));
+  EXPECT_TRUE(check(pinned).ok()) << check(pinned).to_string();
+  CUDA_OK(cudaFreeHost(pinned));
+  std::vector<uint8_t> host(1 << 16);
+  void* aligned = host.data() + (4096 - reinterpret_cast<uintptr_t>(host.data()) % 4096) % 4096;
+  CUDA_OK(cudaHostRegister(aligned, 1 << 14, cudaHostRegisterDefault));
+  EXPECT_TRUE(check(aligned).ok()) << check(aligned).to_string();
+  CUDA_OK(cudaHostUnregister(aligned));
+  int device = 0, pageable = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+  EXPECT_EQ(check(aligned).ok(), pageable != 0) << check(aligned).to_string();
+  void* freed = nullptr;
+  CUDA_OK(cudaMalloc(&freed, 1 << 16));
+  CUDA_OK(cudaFree(freed));
+  const Status st = check(freed);
+  EXPECT_EQ(st.ok(), pageable != 0) << st.to_string();
+  if (!pageable) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("not memory the device can read"), std::string::npos) << st.message();
+  }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
