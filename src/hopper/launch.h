@@ -1,7 +1,7 @@
 // The one place lowbit launches a kernel: the driver's cuLaunchKernelEx on the kernel's
 // context-independent handle (cudaGetKernel), with the cluster and PDL attributes. The runtime's
-// cudaLaunchKernelEx costs 0.3-1.3 us more host time per call for the same launch (docs/perf.md,
-// P1 "The launch through the driver"), which an eager caller pays on every GEMM.
+// cudaLaunchKernelEx took 0.3-0.55 us more host time for the same launch on the H100's host
+// (docs/perf.md, P1 "The launch through the driver"), which an eager caller pays on every GEMM.
 #pragma once
 
 #include <cuda_runtime.h>
