@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "common/driver_entry.h"
 #include "hopper/launch.h"
 
 namespace lowbit::bench {
@@ -23,19 +24,11 @@ constexpr unsigned kGrid = 132, kThreads = 384;
 const CUtensorMap kMap{};
 const ParamBlock kBlock{};
 
-// The driver's cuLaunchKernel, reached through the runtime's entry-point query (as
-// hopper/tensor_map.cpp reaches cuTensorMapEncodeTiled), so nothing links libcuda.
+// The driver's cuLaunchKernel (common/driver_entry.h: nothing links libcuda).
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void**, void**);
 LaunchFn driver_launch() {
-  static const LaunchFn fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    return cudaGetDriverEntryPointByVersion("cuLaunchKernel", &ptr, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-                   q == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<LaunchFn>(ptr)
-               : nullptr;
-  }();
+  static const LaunchFn fn = driver_entry<LaunchFn>("cuLaunchKernel", 12000);
   return fn;
 }
 

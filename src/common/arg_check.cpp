@@ -1,6 +1,7 @@
 #include "common/arg_check.h"
 
 #include "common/device_cache.h"
+#include "common/driver_entry.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -107,22 +108,12 @@ Status ArgCheck::device(const DeviceInfo** dev) {
 
 namespace {
 
-// cuPointerGetAttributes, reached through the runtime's entry-point query (no link-time libcuda).
-// Asked for the four attributes the check reads, it costs about half of cudaPointerGetAttributes
-// (0.046 against 0.08-0.11 us on the H100's host; docs/perf.md, P1 "The launch through the
-// driver"), and it leaves no error behind for an address nothing allocated: the attributes read
-// as zero.
+// cuPointerGetAttributes, asked for the four attributes the check reads, costs about half of
+// cudaPointerGetAttributes (0.046 against 0.08-0.11 us on the H100's host; docs/perf.md, P1 "The
+// launch through the driver"), and it leaves no error behind for an address nothing allocated:
+// the attributes read as zero.
 PFN_cuPointerGetAttributes_v7000 pointer_attributes() {
-  static const PFN_cuPointerGetAttributes_v7000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &p, 7000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuPointerGetAttributes_v7000>(p);
-  }();
+  static const auto fn = driver_entry<PFN_cuPointerGetAttributes_v7000>("cuPointerGetAttributes", 7000);
   return fn;
 }
 

@@ -9,33 +9,21 @@
 
 #include "common/context.h"
 #include "common/device_cache.h"
+#include "common/driver_entry.h"
 
 namespace lowbit {
 
 namespace {
 
-// The driver entry points lowbit calls directly, looked up once through the runtime (no
-// link-time libcuda).
+// The context calls, looked up once.
 struct DriverCalls {
   PFN_cuCtxGetCurrent_v4000 get_current = nullptr;
   PFN_cuCtxGetId_v12000 get_id = nullptr;
 };
 
 const DriverCalls& driver() {
-  static const DriverCalls calls = [] {
-    DriverCalls c;
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 4000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      c.get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(p);
-    p = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      c.get_id = reinterpret_cast<PFN_cuCtxGetId_v12000>(p);
-    if (!c.get_current || !c.get_id) cudaGetLastError();  // a failed lookup leaves nothing behind
-    return c;
-  }();
+  static const DriverCalls calls{driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000),
+                                 driver_entry<PFN_cuCtxGetId_v12000>("cuCtxGetId", 12000)};
   return calls;
 }
 

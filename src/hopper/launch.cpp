@@ -5,21 +5,13 @@
 
 #include <cstdint>
 
+#include "common/driver_entry.h"
+
 namespace lowbit::hopper {
 namespace {
 
-// cuLaunchKernelEx, reached through the runtime's entry-point query (no link-time libcuda).
 PFN_cuLaunchKernelEx_v11060 driver_launch() {
-  static const PFN_cuLaunchKernelEx_v11060 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &p, 11060, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // a failed lookup leaves nothing behind
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuLaunchKernelEx_v11060>(p);
-  }();
+  static const auto fn = driver_entry<PFN_cuLaunchKernelEx_v11060>("cuLaunchKernelEx", 11060);
   return fn;
 }
 

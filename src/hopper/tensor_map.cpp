@@ -5,30 +5,17 @@
 
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
+
+#include "common/driver_entry.h"
 
 namespace lowbit::hopper {
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn(Status* status) {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static Status init_status = Status::Ok();
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q);
-    if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || ptr == nullptr) {
-      init_status = Status::Error(StatusCode::kCudaError,
-                                  std::string("cuTensorMapEncodeTiled not available from the driver: ") +
-                                      cudaGetErrorString(err));
-      return;
-    }
-    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  });
-  *status = init_status;
+  static const auto fn = driver_entry<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", 12000);
+  *status = fn ? Status::Ok()
+               : Status::Error(StatusCode::kCudaError, "cuTensorMapEncodeTiled is not available from the driver");
   return fn;
 }
 
