@@ -121,9 +121,6 @@ PFN_cuPointerGetAttributes_v7000 pointer_attributes() {
 
 Status device_accessible(const char* who, const char* name, const void* p, int current) {
   const PFN_cuPointerGetAttributes_v7000 query = pointer_attributes();
-  if (query == nullptr)
-    return Status::Error(StatusCode::kCudaError, std::string(who) + ": cuPointerGetAttributes(" + name +
-                                                     ") is not available from the driver");
   CUpointer_attribute attrs[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_POINTER};
   unsigned int type = 0;
@@ -131,10 +128,23 @@ Status device_accessible(const char* who, const char* name, const void* p, int c
   int device = -1;
   CUdeviceptr device_pointer = 0;
   void* values[4] = {&type, &managed, &device, &device_pointer};
-  const CUresult r = query(4, attrs, values, reinterpret_cast<CUdeviceptr>(p));
-  if (r != CUDA_SUCCESS) {
-    return Status::Error(StatusCode::kCudaError, std::string(who) + ": cuPointerGetAttributes(" + name +
-                                                     "): " + cudaGetErrorString(static_cast<cudaError_t>(r)));
+  if (query == nullptr || query(4, attrs, values, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+    // The query may fail as a whole where one attribute has no answer in this context (memory this
+    // context has no mapping of: another device's, another context's registration). The runtime's
+    // query classifies those, as the check did before.
+    cudaPointerAttributes at{};
+    const cudaError_t e = cudaPointerGetAttributes(&at, p);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // leave no error behind for the caller's next CUDA call
+      return Status::Error(StatusCode::kCudaError,
+                           std::string(who) + ": cudaPointerGetAttributes(" + name + "): " + cudaGetErrorString(e));
+    }
+    managed = at.type == cudaMemoryTypeManaged;
+    type = at.type == cudaMemoryTypeHost     ? CU_MEMORYTYPE_HOST
+           : at.type == cudaMemoryTypeDevice ? CU_MEMORYTYPE_DEVICE
+                                             : 0;
+    device = at.device;
+    device_pointer = reinterpret_cast<CUdeviceptr>(at.devicePointer);
   }
   if (managed) return Status::Ok();
   if (type == CU_MEMORYTYPE_HOST && device_pointer != 0) return Status::Ok();

@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "common/driver_entry.h"
@@ -44,11 +45,29 @@ cudaError_t kernel_handle(const void* kernel, cudaKernel_t* out) {
   return cudaSuccess;
 }
 
+// A kernel handle launches in its stream's context, not the calling thread's (cuLaunchKernelEx):
+// a stream of another context -- another device's -- would run the kernel there, on arguments
+// checked, sized and mapped for this one. The runtime's launch refused such a stream, and so does
+// this. The null, legacy and per-thread streams are the current context's. Where the driver cannot
+// tell, the launch goes ahead as the runtime's would.
+bool stream_of_another_context(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
+  static const auto stream_context = driver_entry<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
+  static const auto current_context = driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
+  if (stream_context == nullptr || current_context == nullptr) return false;
+  CUcontext of_stream = nullptr, current = nullptr;
+  if (stream_context(reinterpret_cast<CUstream>(stream), &of_stream) != CUDA_SUCCESS) return false;
+  if (current_context(&current) != CUDA_SUCCESS) return false;
+  return of_stream != current;
+}
+
 }  // namespace
 
 cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStream_t stream, void** params) {
   const PFN_cuLaunchKernelEx_v11060 launch = driver_launch();
   if (launch == nullptr) return cudaErrorNotSupported;
+  if (shape.smem_bytes > UINT_MAX) return cudaErrorInvalidValue;
+  if (stream_of_another_context(stream)) return cudaErrorInvalidResourceHandle;
   cudaKernel_t k = nullptr;
   cudaError_t e = kernel_handle(kernel, &k);
   if (e != cudaSuccess) return e;
@@ -79,8 +98,8 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   config.hStream = reinterpret_cast<CUstream>(stream);
   config.attrs = n > 0 ? attrs : nullptr;
   config.numAttrs = n;
-  // A kernel handle launches in the calling thread's current context (ArgCheck::device made one
-  // current).
+  // With the null stream, in the calling thread's current context (ArgCheck::device made one
+  // current); otherwise in the stream's, which is the same one (stream_of_another_context).
   CUresult r = launch(&config, reinterpret_cast<CUfunction>(k), params, nullptr);
   if (r == CUDA_ERROR_INVALID_HANDLE) {
     // A handle the runtime no longer knows (its modules were loaded again): ask once more.

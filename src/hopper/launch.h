@@ -19,8 +19,11 @@ struct LaunchShape {
 };
 
 // Launches `kernel` (a __global__ function's address) with one pointer per parameter in `params`.
-// The error is the driver's, as the runtime's code of the same number (the two enumerations agree
-// for launch errors); nothing is left in the runtime's last error.
+// The error is the driver's CUresult read as the cudaError_t of the same number (the two
+// enumerations share their numbers; a bad launch configuration reads as cudaErrorInvalidValue where
+// the runtime said cudaErrorInvalidConfiguration), or cudaErrorInvalidResourceHandle for a stream
+// of another context than the current one, which the runtime refused too. Nothing is left in the
+// runtime's last error.
 cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStream_t stream, void** params);
 
 // Launches kernel(args...) on `stream`: each argument converted to its parameter's type, as
