@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "common/arg_check.h"
 #include "device_fill.h"
 #include "hopper/tensor_map.h"
 #include "launch_floor.h"
@@ -28,11 +29,12 @@ struct Row {
 
 // Host us per call of each row: rounds of 400 calls, the rows one after another within a round
 // (so a slower stretch of the host's clock hits every row alike), the median round per row; round
-// 0 warms up. -1 where a call failed (*failure says why).
-std::vector<double> per_call_us(const std::vector<Row>& rows, Status* failure) {
+// 0 warms up. -1 where a call failed (failures[i] says why).
+std::vector<double> per_call_us(const std::vector<Row>& rows, std::vector<Status>* failures) {
   constexpr int kRounds = 31, kCalls = 400;
   std::vector<std::vector<double>> samples(rows.size());
   std::vector<bool> failed(rows.size(), false);
+  failures->assign(rows.size(), Status::Ok());
   for (int r = 0; r < kRounds; ++r)
     for (size_t i = 0; i < rows.size(); ++i) {
       if (failed[i]) continue;
@@ -41,7 +43,7 @@ std::vector<double> per_call_us(const std::vector<Row>& rows, Status* failure) {
       for (int c = 0; c < kCalls && !failed[i]; ++c) {
         const Status st = rows[i].call();
         if (!st.ok()) {
-          *failure = st;
+          (*failures)[i] = st;
           failed[i] = true;
         }
       }
@@ -125,8 +127,10 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
       {"fp8_blockscaled_gemm", [&] { return fp8_blockscaled_gemm(x, s); }},
       {"nvfp4_gemm (BF16 activations)", [&] { return nvfp4_gemm(v, s); }},
   };
-  // What a call is made of: the launch itself, one pointer-kind check, one tensor map encoded
-  // by the driver and one from lowbit's per-thread cache (hopper/tensor_map.h).
+  // What a call is made of: the launch itself, one pointer-kind check (common/arg_check.h), one
+  // tensor map encoded by the driver and one from lowbit's per-thread cache (hopper/tensor_map.h).
+  int device = 0;
+  cudaGetDevice(&device);
   const hopper::TensorMap2dSpec spec = hopper::dense_2d(b.p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 128);
   CUtensorMap map;
   const std::vector<Row> parts = {
@@ -134,10 +138,7 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
       {"floor: lowbit's launch, same params", [&] { return status_of(launch_empty_like_gemm_lowbit(s)); }},
       {"driver launch, same params", [&] { return status_of(launch_empty_like_gemm_driver(s)); }},
       {"driver launch, one pointer", [&] { return status_of(launch_empty_one_pointer_driver(s)); }},
-      {"part: cudaPointerGetAttributes", [&] {
-         cudaPointerAttributes attr;
-         return status_of(cudaPointerGetAttributes(&attr, a.p));
-       }},
+      {"part: one pointer-kind check", [&] { return check::device_accessible("bench", "A", a.p, device); }},
       {"part: cuTensorMapEncodeTiled", [&] { return hopper::encode_tensor_map_2d(spec, &map); }},
       {"part: tensor map from the cache", [&] { return hopper::make_tensor_map_2d(spec, &map); }},
   };
@@ -145,17 +146,18 @@ int run_host_overhead(int64_t m, int64_t n, int64_t k, double target_us) {
               static_cast<long long>(n), static_cast<long long>(k), target_us);
   std::vector<Row> all = rows;
   all.insert(all.end(), parts.begin(), parts.end());
-  Status failure;
-  const std::vector<double> us = per_call_us(all, &failure);
-  const double floor_us = us[rows.size() + 1];  // lowbit's own launch of the empty kernel
+  std::vector<Status> failures;
+  const std::vector<double> us = per_call_us(all, &failures);
+  const double floor_us = us[rows.size() + 1];  // lowbit's own launch of the empty kernel (-1: failed)
   int rc = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     if (us[i] < 0) {
-      std::printf("  %-36s FAILED: %s\n", all[i].what, failure.to_string().c_str());
+      std::printf("  %-36s FAILED: %s\n", all[i].what, failures[i].to_string().c_str());
       rc = 1;
     } else if (i < rows.size()) {
-      std::printf("  %-36s %6.2f us (%.2f above the floor)%s\n", all[i].what, us[i], us[i] - floor_us,
-                  us[i] <= target_us ? "" : " (over the target)");
+      char above[48] = "";
+      if (floor_us > 0) std::snprintf(above, sizeof(above), " (%.2f above the floor)", us[i] - floor_us);
+      std::printf("  %-36s %6.2f us%s%s\n", all[i].what, us[i], above, us[i] <= target_us ? "" : " (over the target)");
     } else {
       std::printf("  %-36s %6.3f us\n", all[i].what, us[i]);
     }

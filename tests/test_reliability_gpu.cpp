@@ -2,7 +2,9 @@
 // every family at once from a cold start, host memory passed where device memory belongs, calls
 // refused one after the other, grouped calls with bad groups. No input may end the CUDA context,
 // leave an error pending, or give a thread an error or a wrong answer.
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "common/arg_check.h"
+#include "common/driver_entry.h"
 #include "device_fill.h"
 #include "gpu_test_util.h"
 #include "lowbit/lowbit.h"
@@ -659,6 +662,46 @@ TEST_F(ReliabilityGpu, PointerKindsAcceptedAndRefused) {
     EXPECT_NE(st.message().find("not memory the device can read"), std::string::npos) << st.message();
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// A stream of another context than the calling thread's current one -- another device's, or a
+// second context on this device -- is refused with an error and nothing runs: lowbit launches
+// through the driver on kernel handles, which would run the kernel in the stream's context, on
+// pointers and sizes checked for this one (hopper/launch.cpp). The current context stays usable.
+TEST_F(ReliabilityGpu, StreamOfAnotherContextIsRefused) {
+  const auto create = driver_entry<PFN_cuCtxCreate_v12050>("cuCtxCreate", 12050);
+  const auto pop = driver_entry<PFN_cuCtxPopCurrent_v4000>("cuCtxPopCurrent", 4000);
+  const auto push = driver_entry<PFN_cuCtxPushCurrent_v4000>("cuCtxPushCurrent", 4000);
+  const auto destroy = driver_entry<PFN_cuCtxDestroy_v4000>("cuCtxDestroy", 4000);
+  const auto stream_create = driver_entry<PFN_cuStreamCreate_v2000>("cuStreamCreate", 2000);
+  const auto stream_destroy = driver_entry<PFN_cuStreamDestroy_v4000>("cuStreamDestroy", 4000);
+  ASSERT_TRUE(create && pop && push && destroy && stream_create && stream_destroy);
+  constexpr int64_t kDim = 128;
+  Buf a(kDim * kDim), b(kDim * kDim), d(kDim * kDim * 2);
+  CUDA_OK(cudaMemset(a.p, 0, kDim * kDim));
+  CUDA_OK(cudaMemset(b.p, 0, kDim * kDim));
+  int device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUcontext other = nullptr, popped = nullptr;
+  ASSERT_EQ(create(&other, nullptr, 0, device), CUDA_SUCCESS);  // current until popped
+  CUstream foreign = nullptr;
+  ASSERT_EQ(stream_create(&foreign, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(pop(&popped), CUDA_SUCCESS);
+  Fp8GemmArgs g;
+  g.m = g.n = g.k = kDim;
+  g.a = a.p;
+  g.b = b.p;
+  g.d = d.p;
+  const Status st = fp8_gemm(g, reinterpret_cast<cudaStream_t>(foreign));
+  EXPECT_EQ(st.code(), StatusCode::kCudaError) << st.to_string();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const Status own = fp8_gemm(g, nullptr);
+  EXPECT_TRUE(own.ok()) << own.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(push(other), CUDA_SUCCESS);
+  EXPECT_EQ(stream_destroy(foreign), CUDA_SUCCESS);
+  ASSERT_EQ(pop(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(destroy(other), CUDA_SUCCESS);
 }
 
 // Every launching call can be captured, from a cold start of lowbit's caches, in the strictest
