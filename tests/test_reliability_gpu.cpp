@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -672,21 +673,46 @@ TEST_F(ReliabilityGpu, StreamOfAnotherContextIsRefused) {
   const auto create = driver_entry<PFN_cuCtxCreate_v12050>("cuCtxCreate", 12050);
   const auto pop = driver_entry<PFN_cuCtxPopCurrent_v4000>("cuCtxPopCurrent", 4000);
   const auto push = driver_entry<PFN_cuCtxPushCurrent_v4000>("cuCtxPushCurrent", 4000);
+  const auto current = driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
   const auto destroy = driver_entry<PFN_cuCtxDestroy_v4000>("cuCtxDestroy", 4000);
   const auto stream_create = driver_entry<PFN_cuStreamCreate_v2000>("cuStreamCreate", 2000);
   const auto stream_destroy = driver_entry<PFN_cuStreamDestroy_v4000>("cuStreamDestroy", 4000);
-  ASSERT_TRUE(create && pop && push && destroy && stream_create && stream_destroy);
+  ASSERT_TRUE(create && pop && push && current && destroy && stream_create && stream_destroy);
   constexpr int64_t kDim = 128;
   Buf a(kDim * kDim), b(kDim * kDim), d(kDim * kDim * 2);
   CUDA_OK(cudaMemset(a.p, 0, kDim * kDim));
   CUDA_OK(cudaMemset(b.p, 0, kDim * kDim));
+  CUDA_OK(cudaMemset(d.p, 0x7f, kDim * kDim * 2));
   int device = 0;
   CUDA_OK(cudaGetDevice(&device));
-  CUcontext other = nullptr, popped = nullptr;
-  ASSERT_EQ(create(&other, nullptr, 0, device), CUDA_SUCCESS);  // current until popped
+  CUcontext mine = nullptr, other = nullptr, popped = nullptr;
+  ASSERT_EQ(current(&mine), CUDA_SUCCESS);
+  ASSERT_EQ(create(&other, nullptr, 0, device), CUDA_SUCCESS);  // pushed: current until popped
   CUstream foreign = nullptr;
-  ASSERT_EQ(stream_create(&foreign, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const CUresult made = stream_create(&foreign, CU_STREAM_NON_BLOCKING);
   ASSERT_EQ(pop(&popped), CUDA_SUCCESS);
+  // Whatever fails below, the other context and its stream go, and this thread's context stays.
+  struct Cleanup {
+    decltype(push) push_;
+    decltype(pop) pop_;
+    decltype(destroy) destroy_;
+    decltype(stream_destroy) stream_destroy_;
+    CUcontext ctx;
+    CUstream stream;
+    ~Cleanup() {
+      CUcontext top = nullptr;
+      if (stream && push_(ctx) == CUDA_SUCCESS) {
+        stream_destroy_(stream);
+        pop_(&top);
+      }
+      destroy_(ctx);
+    }
+  } cleanup{push, pop, destroy, stream_destroy, other, made == CUDA_SUCCESS ? foreign : nullptr};
+  ASSERT_EQ(made, CUDA_SUCCESS);
+  ASSERT_EQ(popped, other);
+  CUcontext now = nullptr;
+  ASSERT_EQ(current(&now), CUDA_SUCCESS);
+  ASSERT_EQ(now, mine);
   Fp8GemmArgs g;
   g.m = g.n = g.k = kDim;
   g.a = a.p;
@@ -695,13 +721,14 @@ TEST_F(ReliabilityGpu, StreamOfAnotherContextIsRefused) {
   const Status st = fp8_gemm(g, reinterpret_cast<cudaStream_t>(foreign));
   EXPECT_EQ(st.code(), StatusCode::kCudaError) << st.to_string();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> out(kDim * kDim * 2);
+  CUDA_OK(cudaMemcpy(out.data(), d.p, out.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(out.begin(), out.end(), uint8_t{0x7f}), static_cast<std::ptrdiff_t>(out.size()))
+      << "the refused call wrote D";
   const Status own = fp8_gemm(g, nullptr);
   EXPECT_TRUE(own.ok()) << own.to_string();
   CUDA_OK(cudaDeviceSynchronize());
-  ASSERT_EQ(push(other), CUDA_SUCCESS);
-  EXPECT_EQ(stream_destroy(foreign), CUDA_SUCCESS);
-  ASSERT_EQ(pop(&popped), CUDA_SUCCESS);
-  EXPECT_EQ(destroy(other), CUDA_SUCCESS);
 }
 
 // Every launching call can be captured, from a cold start of lowbit's caches, in the strictest

@@ -48,16 +48,18 @@ cudaError_t kernel_handle(const void* kernel, cudaKernel_t* out) {
 // A kernel handle launches in its stream's context, not the calling thread's (cuLaunchKernelEx):
 // a stream of another context -- another device's -- would run the kernel there, on arguments
 // checked, sized and mapped for this one. The runtime's launch refused such a stream, and so does
-// this. The null, legacy and per-thread streams are the current context's. Where the driver cannot
-// tell, the launch goes ahead as the runtime's would.
+// this. The null, legacy and per-thread streams are the current context's. A green context's
+// streams count as its device's primary context, whose memory they share (cuStreamGetCtx_v2).
+// Where the driver cannot tell (no current context, an older driver), the launch goes ahead as
+// the runtime's would.
 bool stream_of_another_context(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
-  static const auto stream_context = driver_entry<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
-  static const auto current_context = driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
-  if (stream_context == nullptr || current_context == nullptr) return false;
+  static const auto contexts = driver_entry<PFN_cuStreamGetCtx_v12050>("cuStreamGetCtx", 12050);
+  if (contexts == nullptr) return false;
   CUcontext of_stream = nullptr, current = nullptr;
-  if (stream_context(reinterpret_cast<CUstream>(stream), &of_stream) != CUDA_SUCCESS) return false;
-  if (current_context(&current) != CUDA_SUCCESS) return false;
+  CUgreenCtx green = nullptr;
+  if (contexts(reinterpret_cast<CUstream>(stream), &of_stream, &green) != CUDA_SUCCESS) return false;
+  if (contexts(nullptr, &current, &green) != CUDA_SUCCESS || current == nullptr) return false;
   return of_stream != current;
 }
 
