@@ -27,6 +27,16 @@
 
 namespace lowbit::gemm {
 
+// Four consecutive accumulators of a partial, from `at` on, summed in place: both transports add
+// the other splits' partials this way.
+template <int kRegs>
+__device__ __forceinline__ void add_partial4(float (&acc)[kRegs], int at, float4 v) {
+  acc[at] += v.x;
+  acc[at + 1] += v.y;
+  acc[at + 2] += v.z;
+  acc[at + 3] += v.w;
+}
+
 // Partials are stored in fragment order ([tile][split][reg/4][thread] as float4), so each
 // thread reads back exactly the values it would have held: coalesced, and no layout change.
 // Returns true in the split that must finish the tile. All `threads` consumer threads call it.
@@ -75,11 +85,7 @@ __device__ __forceinline__ bool split_k_fixup_from(float (&acc)[kRegs], const Wo
     if (s == in_acc) continue;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float4 v = __ldcg(slot(s, j));
-      acc[4 * j] += v.x;
-      acc[4 * j + 1] += v.y;
-      acc[4 * j + 2] += v.z;
-      acc[4 * j + 3] += v.w;
+      add_partial4(acc, 4 * j, __ldcg(slot(s, j)));
     }
   }
   return true;
@@ -190,11 +196,7 @@ __device__ __forceinline__ bool split_k_cluster_reduce(float (&acc)[kRegs], cons
   for (int r = 1; r < splits; ++r) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float4 v = hopper::ld_shared_f32x4(landing_slot<kVec>(l, staging, r, j, thread));
-      acc[4 * j] += v.x;
-      acc[4 * j + 1] += v.y;
-      acc[4 * j + 2] += v.z;
-      acc[4 * j + 3] += v.w;
+      add_partial4(acc, 4 * j, hopper::ld_shared_f32x4(landing_slot<kVec>(l, staging, r, j, thread)));
     }
   }
   return true;
