@@ -734,38 +734,43 @@ TEST_F(ReliabilityGpu, StreamOfAnotherContextIsRefused) {
 // Every launching call can be captured, from a cold start of lowbit's caches, in the strictest
 // capture mode (cudaStreamCaptureModeGlobal, PyTorch's default for torch.cuda.graph), where a
 // call that could synchronize -- from any thread -- invalidates the capture. The replayed graph
-// must give the eager call's result bit for bit.
+// must give the eager call's result bit for bit. Both stream kinds: a blocking stream (plain
+// cudaStreamCreate) also invalidates the capture if lowbit touches the legacy null stream, which a
+// non-blocking one does not notice (docs/perf.md P1, "The launch through the driver").
 TEST_F(ReliabilityGpu, CapturedInGlobalModeEveryFamily) {
   P p;
   ASSERT_NO_FATAL_FAILURE(p.make(lowbit_test::seed()));
   const std::vector<Family> fams = families();
-  Slots graph_slots, eager_slots;
-  ASSERT_NO_FATAL_FAILURE(graph_slots.make(p, fams));
-  ASSERT_NO_FATAL_FAILURE(eager_slots.make(p, fams));
-  cudaStream_t s = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CUDA_OK(cudaDeviceSynchronize());
-  for (size_t fi = 0; fi < fams.size(); ++fi) {
-    SCOPED_TRACE(fams[fi].name);
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    const Status st = fams[fi].run(p, graph_slots.slots[fi], s);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(s, &graph);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_EQ(end, cudaSuccess) << "the call invalidated a global-mode capture: " << cudaGetErrorString(end);
-    cudaGraphExec_t exec = nullptr;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    ASSERT_TRUE(fams[fi].run(p, eager_slots.slots[fi], s).ok());
-    CUDA_OK(cudaStreamSynchronize(s));
-    const auto got = download(graph_slots.slots[fi]);
-    const auto want = download(eager_slots.slots[fi]);
-    EXPECT_EQ(poisoned(want), 0u);
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0) << "the replay differs from the eager call";
+  for (const unsigned flags : {cudaStreamDefault, cudaStreamNonBlocking}) {
+    SCOPED_TRACE(flags == cudaStreamDefault ? "blocking stream" : "non-blocking stream");
+    Slots graph_slots, eager_slots;  // poisoned afresh for each stream kind
+    ASSERT_NO_FATAL_FAILURE(graph_slots.make(p, fams));
+    ASSERT_NO_FATAL_FAILURE(eager_slots.make(p, fams));
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, flags));
+    CUDA_OK(cudaDeviceSynchronize());
+    for (size_t fi = 0; fi < fams.size(); ++fi) {
+      SCOPED_TRACE(fams[fi].name);
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const Status st = fams[fi].run(p, graph_slots.slots[fi], s);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(end, cudaSuccess) << "the call invalidated a global-mode capture: " << cudaGetErrorString(end);
+      cudaGraphExec_t exec = nullptr;
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      ASSERT_TRUE(fams[fi].run(p, eager_slots.slots[fi], s).ok());
+      CUDA_OK(cudaStreamSynchronize(s));
+      const auto got = download(graph_slots.slots[fi]);
+      const auto want = download(eager_slots.slots[fi]);
+      EXPECT_EQ(poisoned(want), 0u);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0) << "the replay differs from the eager call";
+    }
+    CUDA_OK(cudaGetLastError());
+    cudaStreamDestroy(s);
   }
-  CUDA_OK(cudaGetLastError());
-  cudaStreamDestroy(s);
 }

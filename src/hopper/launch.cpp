@@ -16,51 +16,72 @@ PFN_cuLaunchKernelEx_v11060 driver_launch() {
   return fn;
 }
 
-// The kernel handle of a __global__ function's address. The handle is the same in every context,
-// so each thread keeps the ones it asked for, direct-mapped by address (a colliding kernel
-// replaces the older entry and is asked for again).
-struct HandleEntry {
-  const void* kernel;
-  cudaKernel_t handle;
+// The driver's calls about the calling thread's context, looked up once.
+struct ContextCalls {
+  PFN_cuCtxGetCurrent_v4000 current = driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
+  PFN_cuCtxGetId_v12000 id = driver_entry<PFN_cuCtxGetId_v12000>("cuCtxGetId", 12000);
+  PFN_cuStreamGetCtx_v12050 of_stream = driver_entry<PFN_cuStreamGetCtx_v12050>("cuStreamGetCtx", 12050);
 };
-HandleEntry& handle_entry(const void* kernel) {
+const ContextCalls& context_calls() {
+  static const ContextCalls calls;
+  return calls;
+}
+
+// A kernel's function in one context (cudaGetFuncBySymbol). Launching the function costs about
+// 0.2 us less host time than launching the context-independent kernel handle, which the driver
+// resolves to it on every launch (docs/perf.md P1, "The launch through the driver"). Each thread
+// keeps the ones it asked for, direct-mapped by kernel address and keyed by the context's id too:
+// ids are never reused in a process, so a function of a destroyed context (cudaDeviceReset) is
+// never found again; a colliding kernel replaces the older entry.
+struct FunctionEntry {
+  const void* kernel;
+  unsigned long long context;
+  CUfunction function;
+};
+FunctionEntry& function_entry(const void* kernel) {
   static constexpr int kSlots = 256;
-  thread_local HandleEntry cache[kSlots] = {};
+  thread_local FunctionEntry cache[kSlots] = {};
   return cache[(reinterpret_cast<uintptr_t>(kernel) >> 4) % kSlots];
 }
-cudaError_t kernel_handle(const void* kernel, cudaKernel_t* out) {
-  HandleEntry& e = handle_entry(kernel);
-  if (e.kernel == kernel) {
-    *out = e.handle;
+cudaError_t function_of(const void* kernel, unsigned long long context, CUfunction* out) {
+  FunctionEntry& e = function_entry(kernel);
+  if (context != 0 && e.kernel == kernel && e.context == context) {
+    *out = e.function;
     return cudaSuccess;
   }
-  cudaKernel_t k = nullptr;
-  const cudaError_t err = cudaGetKernel(&k, kernel);
+  cudaFunction_t f = nullptr;
+  const cudaError_t err = cudaGetFuncBySymbol(&f, kernel);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return err;
   }
-  e = HandleEntry{kernel, k};
-  *out = k;
+  if (context != 0) e = FunctionEntry{kernel, context, reinterpret_cast<CUfunction>(f)};
+  *out = reinterpret_cast<CUfunction>(f);
   return cudaSuccess;
 }
 
-// A kernel handle launches in its stream's context, not the calling thread's (cuLaunchKernelEx):
-// a stream of another context -- another device's -- would run the kernel there, on arguments
-// checked, sized and mapped for this one. The runtime's launch refused such a stream, and so does
-// this. The null, legacy and per-thread streams are the current context's. A green context's
-// streams count as its device's primary context, whose memory they share (cuStreamGetCtx_v2).
-// Where the driver cannot tell (no current context, an older driver), the launch goes ahead as
-// the runtime's would.
-bool stream_of_another_context(cudaStream_t stream) {
+// A launch runs in its stream's context, not the calling thread's (cuLaunchKernelEx): a stream of
+// another context -- another device's -- would run the kernel there, on arguments checked, sized
+// and mapped for this one, and the function is this context's. The runtime's launch refused such
+// a stream, and so does this. The null, legacy and per-thread streams are the current context's.
+// A green context's streams count as their device's primary context, whose memory they share
+// (cuStreamGetCtx_v2). Where the driver cannot tell (no current context, an older driver), the
+// launch goes ahead as the runtime's would.
+bool stream_of_another_context(cudaStream_t stream, CUcontext current) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
-  static const auto contexts = driver_entry<PFN_cuStreamGetCtx_v12050>("cuStreamGetCtx", 12050);
-  if (contexts == nullptr) return false;
-  CUcontext of_stream = nullptr, current = nullptr;
+  const ContextCalls& d = context_calls();
+  if (d.of_stream == nullptr || current == nullptr) return false;
+  CUcontext of_stream = nullptr;
   CUgreenCtx green = nullptr;
-  if (contexts(reinterpret_cast<CUstream>(stream), &of_stream, &green) != CUDA_SUCCESS) return false;
-  if (contexts(nullptr, &current, &green) != CUDA_SUCCESS || current == nullptr) return false;
-  return of_stream != current;
+  if (d.of_stream(reinterpret_cast<CUstream>(stream), &of_stream, &green) != CUDA_SUCCESS) return false;
+  if (of_stream == current) return false;
+  // Only a green context made current (cuCtxFromGreenCtx) gets here without a foreign stream: the
+  // driver names its device's primary context for the thread's per-thread stream. Never ask the
+  // legacy null stream: under a global-mode capture that query invalidates the capture (docs/perf.md
+  // P1, "The launch through the driver").
+  CUcontext thread_primary = nullptr;
+  if (d.of_stream(CU_STREAM_PER_THREAD, &thread_primary, &green) != CUDA_SUCCESS) return false;
+  return of_stream != thread_primary;
 }
 
 }  // namespace
@@ -69,9 +90,15 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   const PFN_cuLaunchKernelEx_v11060 launch = driver_launch();
   if (launch == nullptr) return cudaErrorNotSupported;
   if (shape.smem_bytes > UINT_MAX) return cudaErrorInvalidValue;
-  if (stream_of_another_context(stream)) return cudaErrorInvalidResourceHandle;
-  cudaKernel_t k = nullptr;
-  cudaError_t e = kernel_handle(kernel, &k);
+  const ContextCalls& d = context_calls();
+  CUcontext current = nullptr;
+  unsigned long long context = 0;
+  if (d.current != nullptr && d.current(&current) == CUDA_SUCCESS && current != nullptr && d.id != nullptr &&
+      d.id(current, &context) != CUDA_SUCCESS)
+    context = 0;
+  if (stream_of_another_context(stream, current)) return cudaErrorInvalidResourceHandle;
+  CUfunction f = nullptr;
+  cudaError_t e = function_of(kernel, context, &f);
   if (e != cudaSuccess) return e;
   CUlaunchAttribute attrs[2];
   unsigned n = 0;
@@ -100,15 +127,15 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   config.hStream = reinterpret_cast<CUstream>(stream);
   config.attrs = n > 0 ? attrs : nullptr;
   config.numAttrs = n;
-  // With the null stream, in the calling thread's current context (ArgCheck::device made one
-  // current); otherwise in the stream's, which is the same one (stream_of_another_context).
-  CUresult r = launch(&config, reinterpret_cast<CUfunction>(k), params, nullptr);
+  // In the calling thread's current context (ArgCheck::device made one current), whose function
+  // this is; a stream is of that context too (stream_of_another_context).
+  CUresult r = launch(&config, f, params, nullptr);
   if (r == CUDA_ERROR_INVALID_HANDLE) {
-    // A handle the runtime no longer knows (its modules were loaded again): ask once more.
-    handle_entry(kernel) = HandleEntry{};
-    e = kernel_handle(kernel, &k);
+    // A function the runtime no longer knows (its modules were loaded again): ask once more.
+    function_entry(kernel) = FunctionEntry{};
+    e = function_of(kernel, context, &f);
     if (e != cudaSuccess) return e;
-    r = launch(&config, reinterpret_cast<CUfunction>(k), params, nullptr);
+    r = launch(&config, f, params, nullptr);
   }
   return static_cast<cudaError_t>(r);
 }

@@ -1,7 +1,8 @@
-// The one place lowbit launches a kernel: the driver's cuLaunchKernelEx on the kernel's
-// context-independent handle (cudaGetKernel), with the cluster and PDL attributes. The runtime's
-// cudaLaunchKernelEx took 0.3-0.55 us more host time for the same launch on the H100's host
-// (docs/perf.md, P1 "The launch through the driver"), which an eager caller pays on every GEMM.
+// The one place lowbit launches a kernel: the driver's cuLaunchKernelEx on the kernel's function in
+// the current context (cached per thread, kernel and context), with the cluster and PDL
+// attributes. The runtime's cudaLaunchKernelEx took 0.3-0.55 us more host time for the same launch
+// on the H100's host (docs/perf.md, P1 "The launch through the driver"), which an eager caller pays
+// on every GEMM.
 #pragma once
 
 #include <cuda_runtime.h>
