@@ -35,22 +35,30 @@ inline cudaLaunchConfig_t cluster_launch_config(int ctas, int threads, int smem_
 // Opts kKernel into `smem_bytes` of dynamic shared memory in the current context. The attribute
 // belongs to the context, so it is remembered per device together with the context it was set
 // in: a second GPU, or the fresh context after cudaDeviceReset, gets it set again.
+// Each thread also remembers the last context it found the attribute set in, so an eager call
+// pays neither the lock nor cudaGetDevice (context ids are never reused in a process).
 template <auto kKernel>
 cudaError_t opt_in_dynamic_smem(int smem_bytes) {
+  thread_local uint64_t seen_in = 0;
+  const uint64_t ctx = current_context_id();
+  if (ctx != 0 && seen_in == ctx) return cudaSuccess;
   static std::mutex mu;
   static uint64_t done_in[64] = {};  // context id in which the attribute was set, per device
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
-  const uint64_t ctx = current_context_id();
   std::lock_guard<std::mutex> lock(mu);
   const bool cached = device >= 0 && device < 64 && ctx != 0;
-  if (cached && done_in[device] == ctx) return cudaSuccess;
+  if (cached && done_in[device] == ctx) {
+    seen_in = ctx;
+    return cudaSuccess;
+  }
   e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) return e;
   // Setting it creates the context if none was current: remember the one it landed in.
   const uint64_t now = current_context_id();
   if (device >= 0 && device < 64 && now != 0) done_in[device] = now;
+  seen_in = now;
   return e;
 }
 
@@ -69,9 +77,20 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
   // property of the device and kernel.
   cudaError_t e = opt_in_dynamic_smem<kKernel>(smem_bytes);
   if (e != cudaSuccess) return e;
+  // The thread's last answer per cluster size, read without the lock.
+  struct Seen {
+    int device = -1;
+    int ctas = 0;
+  };
+  thread_local Seen seen[9];
+  if (seen[cluster].device == device && seen[cluster].ctas > 0) {
+    *max_ctas = seen[cluster].ctas;
+    return cudaSuccess;
+  }
   std::lock_guard<std::mutex> lock(mu);
   if (device >= 0 && device < 64 && cached[device][cluster] > 0) {
     *max_ctas = cached[device][cluster];
+    seen[cluster] = Seen{device, *max_ctas};
     return cudaSuccess;
   }
   int ctas = 0;
@@ -88,6 +107,7 @@ cudaError_t prepare_persistent(int threads, int smem_bytes, int cluster, int dev
   }
   if (ctas <= 0) return cudaErrorInvalidConfiguration;
   if (device >= 0 && device < 64) cached[device][cluster] = ctas;
+  seen[cluster] = Seen{device, ctas};
   *max_ctas = ctas;
   return cudaSuccess;
 }
