@@ -99,13 +99,17 @@ inline Status cuda_error(const std::string& what, cudaError_t e) {
   return Status::Error(StatusCode::kCudaError, what + ": " + cudaGetErrorString(e));
 }
 
-// After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)") and the Status.
-// `describe` (a callable returning std::string) runs only when logging or on an error, so a
-// launch builds no strings.
+// After a launch: the LOWBIT_LOG line ("[lowbit] <describe()>: grid G (U units)"; without the units
+// where only the device knows them, units < 0) and the Status. `describe` (a callable returning
+// std::string) runs only when logging or on an error, so a launch builds no strings.
 template <class Describe>
-Status launch_status(cudaError_t e, const Describe& describe, int launched, int units) {
+Status launch_status(cudaError_t e, const Describe& describe, int launched, int64_t units) {
   static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches) std::fprintf(stderr, "[lowbit] %s: grid %d (%d units)\n", describe().c_str(), launched, units);
+  if (log_launches && units >= 0)
+    std::fprintf(stderr, "[lowbit] %s: grid %d (%lld units)\n", describe().c_str(), launched,
+                 static_cast<long long>(units));
+  else if (log_launches)
+    std::fprintf(stderr, "[lowbit] %s: grid %d\n", describe().c_str(), launched);
   if (e != cudaSuccess) return cuda_error(describe() + " launch", e);
   return Status::Ok();
 }

@@ -326,11 +326,9 @@ Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   int launched = 0;
   const cudaError_t e = blockscaled::kBsVariantLaunchers[r.core_line]().launch(
       r.cfg.grid, 0, stream, r.tm_x, r.tm_w, r.tm_x, r.tm_x, r.tm_x, p, r.dev->device, &launched);
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] moe expert gemm: block-scaled core, stacked, bn=%d, %d CTAs\n", r.cfg.block_n,
-                 launched);
-  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
+  return gemm::launch_status(
+      e, [&] { return "moe expert gemm (block-scaled core, stacked) bn=" + std::to_string(r.cfg.block_n); }, launched,
+      -1);
 }
 
 Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
@@ -344,7 +342,10 @@ Status run_gemm(const Prepared& r, cudaStream_t stream, bool pdl) {
   const int64_t max_units = (std::min<int64_t>(s.experts, pairs) + pairs / r.cfg.token_tile) * r.p.nblocks * r.p.splits;
   const int ctas = static_cast<int>(std::min<int64_t>(r.cfg.grid > 0 ? r.cfg.grid : r.dev->sm_count, max_units));
   const cudaError_t e = find_gemm(r.cfg.token_tile)->launch(ctas, stream, pdl, tm_w, tm_x, r.p);
-  return e == cudaSuccess ? Status::Ok() : gemm::cuda_error("moe expert gemm launch", e);
+  const auto describe = [&] {
+    return "moe expert gemm token tile " + std::to_string(r.cfg.token_tile) + ", splits " + std::to_string(r.p.splits);
+  };
+  return gemm::launch_status(e, describe, ctas, -1);
 }
 
 // Whether a call's first kernel launches with PDL (MoeConfig::pdl_first; only with pdl=1).

@@ -9,8 +9,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <cstdio>
-#include <cstdlib>
 
 #include "hopper/cluster_launch.h"
 #include "hopper/grid_dependency.cuh"
@@ -31,10 +29,6 @@ struct VariantOf {
                             const MoeParams& p) {
     const cudaError_t attr_status = opt_in();
     if (attr_status != cudaSuccess) return attr_status;
-    static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-    if (log_launches)
-      std::fprintf(stderr, "[lowbit] moe expert gemm: token tile %d, %d stages, splits %d, %d CTAs, %d bytes smem\n",
-                   S.tokens, T::kStages, p.splits, ctas, T::kSmemBytes);
     return hopper::launch_kernel(kernel, ctas, T::kThreads, T::kSmemBytes, stream, pdl, w, x, p);
   }
 };

@@ -424,12 +424,10 @@ Status launch_grouped(const char* who, const Source& source, const Fp8GroupedPro
   // The unit count is known only on the device: every CTA that fits, idle ones exit at once.
   int launched = 0;
   e = entry.launch(cfg.grid, 0, stream, tmpl->a, tmpl->b, tmpl->d, tmpl->d, tmpl->a, p, dev.device, &launched);
-  if (e != cudaSuccess) return gemm::cuda_error(std::string(who) + " launch", e);
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] blockscaled grouped: bn=%d%s, %d CTAs\n", g.block_n, g.overlap ? ", overlap" : "",
-                 launched);
-  return Status::Ok();
+  const auto describe = [&] {
+    return std::string(who) + " bn=" + std::to_string(g.block_n) + (g.overlap ? ",overlap" : "");
+  };
+  return gemm::launch_status(e, describe, launched, -1);
 }
 
 }  // namespace

@@ -153,14 +153,10 @@ Status nvfp4_grouped_gemm(const Nvfp4GroupedArgs& a, cudaStream_t stream, const 
   p.nvfp4_activations = a.nvfp4_activations;
   p.tile_start = ws.tile_start;
   p.act_maps = ws.maps;
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] nvfp4_grouped_gemm G=%d %s: grid %d\n", a.groups, cfg.to_string().c_str(),
-                 dev.sm_count);
   // Persistent: one CTA per SM walks the groups' tiles (their count is known on the device only).
   e = v->launch_grouped(dev.sm_count, stream, *tmpl, p);
-  if (e != cudaSuccess) return gemm::cuda_error(who + " launch", e);
-  return Status::Ok();
+  return gemm::launch_status(
+      e, [&] { return who + " G=" + std::to_string(a.groups) + " " + cfg.to_string(); }, dev.sm_count, -1);
 }
 
 Status nvfp4_grouped_check_status(const void* workspace, cudaStream_t stream) {

@@ -393,15 +393,13 @@ Status nvfp4_gemm(const Nvfp4GemmArgs& a, cudaStream_t stream, const Nvfp4GemmCo
         reinterpret_cast<__nv_bfloat16*>(ws));
     if (e != cudaSuccess) return gemm::cuda_error("nvfp4_gemm activation staging launch", e);
   }
-  static const bool log_launches = std::getenv("LOWBIT_LOG") != nullptr;
-  if (log_launches)
-    std::fprintf(stderr, "[lowbit] nvfp4_gemm %lldx%lldx%lld %s: %lld units\n", static_cast<long long>(a.m),
-                 static_cast<long long>(a.n), static_cast<long long>(a.k), cfg.to_string().c_str(),
-                 static_cast<long long>(units));
   // One CTA per unit (the dense kernel computes unit blockIdx.x).
   const cudaError_t e = v->launch_dense(static_cast<int>(units), stream, tm_act, p);
-  if (e != cudaSuccess) return gemm::cuda_error("nvfp4_gemm launch", e);
-  return Status::Ok();
+  const auto describe = [&] {
+    return "nvfp4_gemm " + std::to_string(a.m) + "x" + std::to_string(a.n) + "x" + std::to_string(a.k) + " " +
+           cfg.to_string();
+  };
+  return gemm::launch_status(e, describe, static_cast<int>(units), units);
 }
 
 }  // namespace lowbit
