@@ -736,7 +736,7 @@ TEST_F(ReliabilityGpu, StreamOfAnotherContextIsRefused) {
 // call that could synchronize -- from any thread -- invalidates the capture. The replayed graph
 // must give the eager call's result bit for bit. Both stream kinds: a blocking stream (plain
 // cudaStreamCreate) also invalidates the capture if lowbit touches the legacy null stream, which a
-// non-blocking one does not notice (docs/perf.md P1, "The launch through the driver").
+// non-blocking one does not notice (docs/perf.md P1, "The context check under capture").
 TEST_F(ReliabilityGpu, CapturedInGlobalModeEveryFamily) {
   P p;
   ASSERT_NO_FATAL_FAILURE(p.make(lowbit_test::seed()));

@@ -77,8 +77,8 @@ bool stream_of_another_context(cudaStream_t stream, CUcontext current) {
   if (of_stream == current) return false;
   // Only a green context made current (cuCtxFromGreenCtx) gets here without a foreign stream: the
   // driver names its device's primary context for the thread's per-thread stream. Never ask the
-  // legacy null stream: under a global-mode capture that query invalidates the capture (docs/perf.md
-  // P1, "The launch through the driver").
+  // legacy null stream: under a global-mode capture that query invalidates a blocking stream's
+  // capture (docs/perf.md P1, "The context check under capture").
   CUcontext thread_primary = nullptr;
   if (d.of_stream(CU_STREAM_PER_THREAD, &thread_primary, &green) != CUDA_SUCCESS) return false;
   return of_stream != thread_primary;

@@ -9,7 +9,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-
 #include "hopper/cluster_launch.h"
 #include "hopper/grid_dependency.cuh"
 #include "moe/expert_gemm_kernel.cuh"

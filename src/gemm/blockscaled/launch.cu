@@ -96,7 +96,7 @@ ClusterCapacity cluster_capacity(int device) {
 // block-scaled v19): the per-tensor form, with each CTA's stream at 92 GB/s (0.18 us per K block at
 // 64 x 64, against the per-tensor kernels' 0.12: the 64-row pace of issue 39) and no K block under
 // 0.14 us (64 x 32's K loop: without the floor it took 64 x 32 at 128 x 2048 x 5120, where v18
-// measured it up to 5% slower than the split). Up to K = 8192, the fit's range: held out (call 188)
+// measured it up to 5% slower than the split). Up to K = 8192, the fit's range: held out (v19)
 // the 73 picks it changed there ran 1.13x (1.008-1.34x); past it 10 ran 0.88-1.19x.
 const gemm::RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31, 8192};
 
