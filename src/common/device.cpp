@@ -45,14 +45,13 @@ Status ensure_current_context(int device) {
 
 }  // namespace
 
-uint64_t current_context_id() {
+CurrentContext current_context() {
   const DriverCalls& d = driver();
-  if (!d.get_current || !d.get_id) return 0;
-  CUcontext ctx = nullptr;
-  if (d.get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return 0;
+  CurrentContext c;
+  if (!d.get_current || d.get_current(&c.handle) != CUDA_SUCCESS || c.handle == nullptr) return CurrentContext{};
   unsigned long long id = 0;
-  if (d.get_id(ctx, &id) != CUDA_SUCCESS) return 0;
-  return static_cast<uint64_t>(id);
+  if (d.get_id && d.get_id(c.handle, &id) == CUDA_SUCCESS) c.id = static_cast<uint64_t>(id);
+  return c;
 }
 
 Status current_device(const DeviceInfo** out) {

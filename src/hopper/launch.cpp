@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/context.h"
 #include "common/driver_entry.h"
 
 namespace lowbit::hopper {
@@ -16,15 +17,11 @@ PFN_cuLaunchKernelEx_v11060 driver_launch() {
   return fn;
 }
 
-// The driver's calls about the calling thread's context, looked up once.
-struct ContextCalls {
-  PFN_cuCtxGetCurrent_v4000 current = driver_entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
-  PFN_cuCtxGetId_v12000 id = driver_entry<PFN_cuCtxGetId_v12000>("cuCtxGetId", 12000);
-  PFN_cuStreamGetCtx_v12050 of_stream = driver_entry<PFN_cuStreamGetCtx_v12050>("cuStreamGetCtx", 12050);
-};
-const ContextCalls& context_calls() {
-  static const ContextCalls calls;
-  return calls;
+// The driver's stream-to-context query, looked up once (the thread's own context:
+// current_context, common/context.h).
+PFN_cuStreamGetCtx_v12050 stream_context_call() {
+  static const auto fn = driver_entry<PFN_cuStreamGetCtx_v12050>("cuStreamGetCtx", 12050);
+  return fn;
 }
 
 // A kernel's function in one context (cudaGetFuncBySymbol). Launching the function costs about
@@ -69,18 +66,18 @@ cudaError_t function_of(const void* kernel, unsigned long long context, CUfuncti
 // launch goes ahead as the runtime's would.
 bool stream_of_another_context(cudaStream_t stream, CUcontext current) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
-  const ContextCalls& d = context_calls();
-  if (d.of_stream == nullptr || current == nullptr) return false;
+  const PFN_cuStreamGetCtx_v12050 context_of = stream_context_call();
+  if (context_of == nullptr || current == nullptr) return false;
   CUcontext of_stream = nullptr;
   CUgreenCtx green = nullptr;
-  if (d.of_stream(reinterpret_cast<CUstream>(stream), &of_stream, &green) != CUDA_SUCCESS) return false;
+  if (context_of(reinterpret_cast<CUstream>(stream), &of_stream, &green) != CUDA_SUCCESS) return false;
   if (of_stream == current) return false;
   // Only a green context made current (cuCtxFromGreenCtx) gets here without a foreign stream: the
   // driver names its device's primary context for the thread's per-thread stream. Never ask the
   // legacy null stream: under a global-mode capture that query invalidates a blocking stream's
   // capture (docs/perf.md P1, "The context check under capture").
   CUcontext thread_primary = nullptr;
-  if (d.of_stream(CU_STREAM_PER_THREAD, &thread_primary, &green) != CUDA_SUCCESS) return false;
+  if (context_of(CU_STREAM_PER_THREAD, &thread_primary, &green) != CUDA_SUCCESS) return false;
   return of_stream != thread_primary;
 }
 
@@ -90,13 +87,9 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   const PFN_cuLaunchKernelEx_v11060 launch = driver_launch();
   if (launch == nullptr) return cudaErrorNotSupported;
   if (shape.smem_bytes > UINT_MAX) return cudaErrorInvalidValue;
-  const ContextCalls& d = context_calls();
-  CUcontext current = nullptr;
-  unsigned long long context = 0;
-  if (d.current != nullptr && d.current(&current) == CUDA_SUCCESS && current != nullptr && d.id != nullptr &&
-      d.id(current, &context) != CUDA_SUCCESS)
-    context = 0;
-  if (stream_of_another_context(stream, current)) return cudaErrorInvalidResourceHandle;
+  const CurrentContext current = current_context();
+  const unsigned long long context = current.id;
+  if (stream_of_another_context(stream, current.handle)) return cudaErrorInvalidResourceHandle;
   CUfunction f = nullptr;
   cudaError_t e = function_of(kernel, context, &f);
   if (e != cudaSuccess) return e;
