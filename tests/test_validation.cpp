@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "lowbit/blockscaled.h"
@@ -373,6 +375,16 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(v19b.rfind("bm=64,bn=32,splits=1,", 0), 0u) << v19b;
   const std::string v19_long = explain_blockscaled_choice(def, false, 128, 2048, 132, 10944);
   EXPECT_EQ(v19_long.rfind("bm=128,bn=64,splits=3,", 0), 0u) << v19_long;
+  // A split whose units need two rounds of clusters is taken back for the best one-round candidate
+  // (docs/perf.md block-scaled "Splits past one round"): at N = 4352 and 4864 no 64-row tile fills
+  // 80% of a wave, the model split 64 x 64 three ways (204-228 units), and unsplit ran 1.05-1.18x
+  // faster (16 x 4352 x 3072: 7.49 against 8.8 us).
+  for (const auto& [m, n, k] : {std::tuple<int, int, int>{16, 4352, 3072}, {64, 4864, 4096}}) {
+    const std::string one = explain_blockscaled_choice(def, false, m, n, 132, k);
+    EXPECT_NE(one.find("splits=1,"), std::string::npos) << one;
+    EXPECT_EQ(one.rfind("bm=", 0), 0u) << one;
+    EXPECT_NE(one.find("splits past one round"), std::string::npos) << one;
+  }
   // Past K = 8192 the one wave goes first only where the model's choice leaves its last wave under
   // 80% full: 128 x 128 split in two (72 units) at N = 4608, not 128 x 64 split in two (128 units)
   // at N = 4096.

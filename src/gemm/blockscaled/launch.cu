@@ -98,7 +98,12 @@ ClusterCapacity cluster_capacity(int device) {
 // 0.14 us (64 x 32's K loop: without the floor it took 64 x 32 at 128 x 2048 x 5120, where v18
 // measured it up to 5% slower than the split). Up to K = 8192, the fit's range: held out (v19)
 // the 73 picks it changed there ran 1.13x (1.008-1.34x); past it 10 ran 0.88-1.19x.
-const gemm::RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31, 8192};
+// Past one round (RoundLatency::past_one_round): the model split 64 x 64 three ways in clusters
+// where N left every 64-row tile under 80% of a wave (68-76 unsplit units), so its 204-228 units
+// needed two rounds of clusters; the unsplit tile ran 1.05-1.18x faster at all 12 such shapes of a
+// sweep outside the suites (M = 16, 64; N = 4352, 4864; K = 3072-6144; docs/perf.md block-scaled
+// "Splits past one round").
+const gemm::RoundLatency kBsRoundLatency{2.40, 1.43, 92.45, 0.1407, 3.06, 2.31, 8192, /*past_one_round=*/true};
 
 // One measured exception to the model's order: unsplit tiles of 64 working rows whose units fill
 // 80 to 100% of one wave go ahead of the split ones. At K <= 8192 every candidate there is
@@ -278,6 +283,9 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
         std::snprintf(buf, sizeof(buf), " (the core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
                       cand.bound, cand.units);
       *why = buf;
+      // A pick the one-round rule moved ahead (gemm::order_one_round_small_m) says so.
+      const size_t moved = c.reason.find("; one round");
+      if (moved != std::string::npos) why->insert(why->size() - 1, c.reason.substr(moved));
     }
     *out = c;
     return Status::Ok();

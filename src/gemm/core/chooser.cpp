@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "common/arg_check.h"
@@ -292,10 +293,13 @@ void order_one_round_small_m(std::vector<Candidate>& cands, int64_t m, int64_t n
     return g.stream_k == 0 && g.head_cols == 0 && !g.uneven && g.promote_every == 1 && !g.overlap &&
            g.block_n <= 128 && c.waves <= 1.0 && g.splits <= 4;
   };
-  if (m > 128 || (latency.max_k > 0 && k > latency.max_k) || cands.empty() || !in_scope(cands.front()) ||
-      cands.front().config.splits == 1)
+  if (m > 128 || (latency.max_k > 0 && k > latency.max_k) || cands.empty() || cands.front().config.splits == 1)
     return;
-  const int max_splits = cands.front().config.splits;
+  // A first choice split past one round: the unsplit one-round candidates compete, by the estimate
+  // alone (what the family measured; a split of one round in its place was not).
+  const bool past_one_round = latency.past_one_round && cands.front().waves > 1.0;
+  if (!in_scope(cands.front()) && !past_one_round) return;
+  const int max_splits = past_one_round ? 1 : cands.front().config.splits;
   const double bytes = static_cast<double>(m) * k + static_cast<double>(n) * k + 2.0 * static_cast<double>(m) * n;
   const double dram_us = bytes / (latency.dram_tbs * 1e6);
   auto estimate = [&](const Candidate& c) {
@@ -308,7 +312,7 @@ void order_one_round_small_m(std::vector<Candidate>& cands, int64_t m, int64_t n
            std::pow(std::pow(stream_us, q) + std::pow(dram_us, q), 1.0 / q);
   };
   size_t best = 0;
-  double best_us = estimate(cands.front());
+  double best_us = past_one_round ? std::numeric_limits<double>::infinity() : estimate(cands.front());
   for (size_t i = 1; i < cands.size(); ++i) {
     if (!in_scope(cands[i]) || cands[i].config.splits > max_splits) continue;
     const double us = estimate(cands[i]);
@@ -318,8 +322,9 @@ void order_one_round_small_m(std::vector<Candidate>& cands, int64_t m, int64_t n
     }
   }
   if (best == 0) return;
-  char why[96];
-  std::snprintf(why, sizeof(why), "; one round at M <= 128: latency est %.1f us (W1 v31)", best_us);
+  char why[112];
+  std::snprintf(why, sizeof(why), "; one round at M <= 128: latency est %.1f us (%s)", best_us,
+                past_one_round ? "block-scaled, splits past one round" : "W1 v31");
   cands[best].config.reason += why;
   std::rotate(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(best),
               cands.begin() + static_cast<std::ptrdiff_t>(best) + 1);

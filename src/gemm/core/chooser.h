@@ -47,6 +47,9 @@ struct Candidate {
 // each CTA's stream of its work rows and B rows per K block (at least `kb_floor_us` a K block: the
 // narrowest tiles' K loop), and DRAM for the whole problem, the two rates combined as a `norm`-norm
 // (near where they meet both bind). Past `max_k` (0: none) the model's order stands.
+// `past_one_round`: the rule also takes back a first choice whose split units need more than one
+// round (waves > 1) for the best unsplit one-round candidate, where the family measured that such
+// splits lose (the block-scaled family's, docs/perf.md block-scaled "Splits past one round").
 struct RoundLatency {
   double round_us;
   double split_us;
@@ -55,6 +58,7 @@ struct RoundLatency {
   double dram_tbs;
   double norm;
   int64_t max_k;
+  bool past_one_round = false;
 };
 
 // What a family that runs on the core gives the scoring: its compiled tiles, and what its kernels
