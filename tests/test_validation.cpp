@@ -375,7 +375,7 @@ TEST(BlockScaledValidation, ExplainsTileChoice) {
   EXPECT_EQ(v19b.rfind("bm=64,bn=32,splits=1,", 0), 0u) << v19b;
   const std::string v19_long = explain_blockscaled_choice(def, false, 128, 2048, 132, 10944);
   EXPECT_EQ(v19_long.rfind("bm=128,bn=64,splits=3,", 0), 0u) << v19_long;
-  // A split whose units need two rounds of clusters is taken back for the best one-round candidate
+  // A split whose units need two rounds of clusters is taken back for the best unsplit one-round tile
   // (docs/perf.md block-scaled "Splits past one round"): at N = 4352 and 4864 no 64-row tile fills
   // 80% of a wave, the model split 64 x 64 three ways (204-228 units), and unsplit ran 1.05-1.18x
   // faster (16 x 4352 x 3072: 7.49 against 8.8 us).
