@@ -88,10 +88,9 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   if (launch == nullptr) return cudaErrorNotSupported;
   if (shape.smem_bytes > UINT_MAX) return cudaErrorInvalidValue;
   const CurrentContext current = current_context();
-  const unsigned long long context = current.id;
   if (stream_of_another_context(stream, current.handle)) return cudaErrorInvalidResourceHandle;
   CUfunction f = nullptr;
-  cudaError_t e = function_of(kernel, context, &f);
+  cudaError_t e = function_of(kernel, current.id, &f);
   if (e != cudaSuccess) return e;
   CUlaunchAttribute attrs[2];
   unsigned n = 0;
@@ -126,7 +125,7 @@ cudaError_t launch_params(const void* kernel, const LaunchShape& shape, cudaStre
   if (r == CUDA_ERROR_INVALID_HANDLE) {
     // A function the runtime no longer knows (its modules were loaded again): ask once more.
     function_entry(kernel) = FunctionEntry{};
-    e = function_of(kernel, context, &f);
+    e = function_of(kernel, current.id, &f);
     if (e != cudaSuccess) return e;
     r = launch(&config, f, params, nullptr);
   }

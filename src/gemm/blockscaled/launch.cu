@@ -279,13 +279,14 @@ Status pick_dense(int64_t m, int64_t n, int64_t k, OutType out_type, int sms, co
       if (full_wave_of_short_tiles(m, n, k, sms, cand.config, fill))
         std::snprintf(buf, sizeof(buf),
                       " (one wave of unsplit 64-row tiles, %d units: docs/perf.md block-scaled v12, v16-v18)", cand.units);
-      else
-        std::snprintf(buf, sizeof(buf), " (the core's cost model: %.1f us, %s-bound, %d units)", cand.t_total_us,
-                      cand.bound, cand.units);
+      else {
+        // With what the one-round rule (gemm::order_one_round_small_m) added where it moved the pick.
+        const size_t moved = c.reason.find("; one round");
+        const std::string rule = moved == std::string::npos ? std::string() : c.reason.substr(moved);
+        std::snprintf(buf, sizeof(buf), " (the core's cost model: %.1f us, %s-bound, %d units%s)", cand.t_total_us,
+                      cand.bound, cand.units, rule.c_str());
+      }
       *why = buf;
-      // A pick the one-round rule moved ahead (gemm::order_one_round_small_m) says so.
-      const size_t moved = c.reason.find("; one round");
-      if (moved != std::string::npos) why->insert(why->size() - 1, c.reason.substr(moved));
     }
     *out = c;
     return Status::Ok();
