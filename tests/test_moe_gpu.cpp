@@ -415,7 +415,8 @@ TEST_F(MoeGpu, EmptyBatch) {
 
 // Layout and quantize+gather: counts, offsets and the tile schedule exact; every expert segment
 // holds exactly its (token, slot) pairs; every sorted row's bytes and scales equal the host
-// quantizer's for its token.
+// quantizer's for its token (swap-AB), or, where the chooser takes the token-rows GEMM (which
+// gathers the sorted rows itself), every token's own row and scales do, [m, k] and [k / 128, m].
 // Runs the stages up to the GEMM and checks what they left in the workspace.
 void check_layout_and_gather(MoeData& d) {
   upload_all(d);
@@ -446,7 +447,9 @@ void check_layout_and_gather(MoeData& d) {
     ASSERT_EQ(offsets[e], off) << "expert " << e;
     ASSERT_EQ(tile_start[e], tiles) << "expert " << e;
     off += (count[e] + 3) / 4 * 4;
-    tiles += (count[e] + cfg.token_tile - 1) / cfg.token_tile * d.nb() * cfg.splits;
+    // Each token tile has a unit per column tile: 128 wide (swap-AB) or block_n (the token-rows GEMM).
+    const int col_tiles = cfg.token_rows == 1 ? (d.s.n + cfg.block_n - 1) / cfg.block_n : d.nb();
+    tiles += (count[e] + cfg.token_tile - 1) / cfg.token_tile * col_tiles * cfg.splits;
   }
   ASSERT_EQ(offsets[E], off);
   ASSERT_EQ(tile_start[E], tiles);
@@ -455,6 +458,15 @@ void check_layout_and_gather(MoeData& d) {
   const auto xq = read_dev<uint8_t>(v.xq, static_cast<size_t>(v.rows) * K);
   const auto xs = read_dev<float>(v.x_scales, static_cast<size_t>(v.rows) * KB);
   const formats::QuantizedRows q = formats::quantize_e4m3_rows_1x128(d.x, d.s.m, K);
+  const bool token_major = cfg.token_rows == 1;
+  if (token_major) {
+    for (int t = 0; t < d.s.m; ++t) {
+      ASSERT_EQ(std::memcmp(&xq[static_cast<size_t>(t) * K], &q.codes[static_cast<size_t>(t) * K], K), 0)
+          << "quantized row of token " << t;
+      for (int b = 0; b < KB; ++b)
+        ASSERT_EQ(xs[static_cast<size_t>(b) * d.s.m + t], q.scales[static_cast<size_t>(t) * KB + b]) << "token " << t;
+    }
+  }
   std::set<int> seen;
   for (int e = 0; e < E; ++e) {
     for (int r = offsets[e]; r < offsets[e] + counts[e]; ++r) {
@@ -464,6 +476,7 @@ void check_layout_and_gather(MoeData& d) {
       ASSERT_EQ(ids[pair], e) << "row " << r << " in expert " << e << "'s segment holds pair " << pair;
       ASSERT_TRUE(seen.insert(pair).second) << "pair " << pair << " gathered twice";
       ASSERT_EQ(row_weight[r], w[pair]);
+      if (token_major) continue;
       const int t = pair / d.s.top_k;
       ASSERT_EQ(std::memcmp(&xq[static_cast<size_t>(r) * K], &q.codes[static_cast<size_t>(t) * K], K), 0)
           << "quantized row of token " << t;
@@ -477,6 +490,17 @@ void check_layout_and_gather(MoeData& d) {
 TEST_F(MoeGpu, LayoutAndGatherExact) {
   const uint64_t seed = lowbit_test::seed();
   MoeData d = make_case(MoeShape{301, 256, 512, 64, 6}, OutType::kFP32, MoeReduce::kAtomic, Fill::kRandom, seed, false);
+  check_layout_and_gather(d);
+}
+
+// 301 tokens over 8 experts, top-4: 150 per expert, so the chooser takes the token-rows GEMM and the
+// quantize stage writes each token once, token-major.
+TEST_F(MoeGpu, LayoutAndTokenMajorQuantizeExact) {
+  const uint64_t seed = lowbit_test::seed();
+  MoeData d = make_case(MoeShape{301, 256, 512, 8, 4}, OutType::kFP32, MoeReduce::kAtomic, Fill::kRandom, seed, false);
+  DeviceInfo dev;
+  ASSERT_TRUE(require_hopper(&dev).ok());
+  ASSERT_EQ(moe_choose_config(d.s, d.reduce, dev.sm_count, nullptr).token_rows, 1);
   check_layout_and_gather(d);
 }
 

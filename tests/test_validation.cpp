@@ -717,6 +717,18 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
     MoeConfig tile64;
     tile64.token_tile = 64;  // a forced swap-AB tile keeps swap-AB
     EXPECT_EQ(moe_choose_config(MoeShape{2048, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &tile64).token_rows, 0);
+    // The token-rows GEMM gathers at 32-bit offsets into the quantized tokens: exactly 4 GiB of them
+    // still runs it, one token row more does not, forced or not.
+    EXPECT_EQ(moe_choose_config(MoeShape{524288, 512, 8192, 64, 8}, MoeReduce::kAtomic, 132, nullptr).token_rows, 1);
+    const MoeConfig past = moe_choose_config(MoeShape{524289, 512, 8192, 64, 8}, MoeReduce::kAtomic, 132, nullptr);
+    EXPECT_EQ(past.token_rows, 0);
+    EXPECT_EQ(past.block_n, 0);
+    MoeConfig rows256;
+    rows256.token_rows = 1;
+    rows256.block_n = 256;
+    std::string why;
+    EXPECT_EQ(moe_choose_config(MoeShape{524289, 512, 8192, 64, 8}, MoeReduce::kAtomic, 132, &rows256, &why).token_rows, 0);
+    EXPECT_NE(why.find("32-bit offsets"), std::string::npos) << why;
   }
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());
   EXPECT_TRUE(parse_moe_config("pdl=0", &c).ok());

@@ -12,7 +12,9 @@
 //   2. layout:    tokens per expert, expert segment offsets and the GEMM's tile schedule
 //                 (a parallel count and block scan).
 //   3. quantize + gather: each token quantized once and its rows written into its experts'
-//                 segments of the expert-sorted activation buffer.
+//                 segments of the expert-sorted activation buffer; with the token-rows GEMM
+//                 (MoeConfig::token_rows) written once, to the token's own row, which the GEMM
+//                 gathers from as it loads each expert's rows.
 //   4. expert GEMM with the weighted scatter fused into its epilogue: only experts with tokens
 //                 have tiles. Atomic mode adds each row into Y (FP32 atomics, run-to-run order
 //                 varies); deterministic mode writes each (token, expert) row and a finishing
@@ -95,8 +97,8 @@ struct MoeConfig {
   // (its route kernel launched early made M = 128 5% slower; docs/perf.md W6 v3).
   int pdl_first = -1;
   // 1: the tokens are the MMA's M side (128-token tiles, per-row X scales) and the weight rows its
-  // N side, on the block-scaled GEMM core (stacked problems and the row scatter) -- for many tokens
-  // per expert, unsplit; 0: swap-AB (weights as M, tokens as N: any token tile). -1 = auto (1 from
+  // N side, on the block-scaled GEMM core (stacked problems gathering each expert's rows from the
+  // tokens, and the row scatter) -- for many tokens per expert, unsplit; 0: swap-AB (weights as M, tokens as N: any token tile). -1 = auto (1 from
   // 64 tokens per expert on average, unless splits > 1 is forced).
   int token_rows = -1;
   // With token_rows = 1: the weight rows per tile of the block-scaled GEMM core that runs it
@@ -131,7 +133,7 @@ Status fused_moe_fp8(const FusedMoeArgs& args, void* workspace, size_t workspace
 enum class MoeStage { kRoute, kLayout, kQuantizeGather, kExpertGemm, kFinish };
 // One stage alone, reading what the earlier stages left in the same workspace (route writes ids
 // and weights into the workspace unless the caller passed its own). The config must be the same
-// for the layout and GEMM stages of one forward pass.
+// for the layout, quantize + gather and GEMM stages of one forward pass.
 Status moe_run_stage(MoeStage stage, const FusedMoeArgs& args, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream, const MoeConfig* config = nullptr);
 
@@ -144,8 +146,9 @@ struct MoeWorkspaceView {
   int32_t* offsets;        // [experts + 1] first sorted row of each expert's segment (segments
                            //               are padded to a multiple of 4 rows)
   int32_t* tile_start;     // [experts + 1] the GEMM's first tile of each expert
-  uint8_t* xq;             // E4M3 [rows, k] expert-sorted quantized activations
-  float* x_scales;         // [k / 128, rows] their per-128 scales, K-block-major
+  uint8_t* xq;             // E4M3 [rows, k] expert-sorted quantized activations; with the token-rows
+                           //               GEMM (MoeConfig::token_rows = 1) [m, k], one row per token
+  float* x_scales;         // [k / 128, rows] their per-128 scales, K-block-major ([k / 128, m] there)
   int32_t* row_pair;       // [rows] token * top_k + slot of each sorted row
   float* row_weight;       // [rows]
   int64_t rows;            // capacity of the sorted buffers

@@ -331,7 +331,9 @@ def fused_moe_workspace_view(
     the caller routes), 'counts' int32 [experts] (tokens per expert) and 'offsets' int32
     [experts + 1] (each expert's first sorted row; segments padded to 4 rows) from 'layout',
     'tile_start' int32 [experts + 1], 'xq' float8_e4m3fn [rows, K] and 'x_scales' float32
-    [K/128, rows] (the expert-sorted quantized activations), 'row_pair' int32 [rows]
+    [K/128, rows] (the expert-sorted quantized activations; where the GEMM takes the tokens as its
+    rows, 64 or more per expert on average, it gathers them itself and the first M rows of 'xq' and
+    the first M columns of a [K/128, M] view of 'x_scales' hold each token once), 'row_pair' int32 [rows]
     (token * top_k + slot of each sorted row), 'row_weight' float32 [rows], 'status' int32 [2]
     (error code, first bad routing pair). Plain views: read them on the stream that ran the stages."""
     m, k = x.shape

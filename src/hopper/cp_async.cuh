@@ -25,6 +25,20 @@ __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src)
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
 
+// The same copies, zero-filling the destination instead where `valid` is false (src-size 0: no
+// byte of `gmem_src` is read, but it must still be a global address). For rows gathered into a
+// stage where some rows have no source (a tile's rows past its group).
+__device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
 // Arrives on `bar` once every cp.async this thread issued before has completed. .noinc: the
 // arrival counts against the barrier's expected count (init it with one per arriving thread).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) { cuda::ptx::cp_async_mbarrier_arrive_noinc(bar); }

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kGatherThreads) tiny_prepare_kernel(const __nv
   const int row[1] = {t};
   const __nv_bfloat16* xrow = x + static_cast<int64_t>(t) * p.k;
   for (int k0 = (tid / 32) * kChunk; k0 < p.k; k0 += kGatherThreads / 32 * kChunk)
-    quantize_chunk(load_chunk(xrow, k0, p.k), k0, row, 1, p);
+    quantize_chunk(load_chunk(xrow, k0, p.k), k0, row, 1, p.rows, p);
 }
 
 // What every CTA knows after routing.

@@ -1,7 +1,11 @@
 // Stage 3, quantize + gather (the seed's QSG): one block per token. The token's k slots are
 // claimed first (one atomic per routing pair on its expert's counter), then each 128-wide K
 // block is quantized once -- the host quantizer's 1x128 rule (formats/quantize.h), one
-// reciprocal per block -- and written to all of the token's sorted rows.
+// reciprocal per block -- and written to all of the token's sorted rows (swap-AB: the sorted
+// rows are the GEMM's B operand), or, for the token-rows GEMM (kTokenMajor), once, to the token's
+// own row of xq with its scales [k / 128, m]: that GEMM gathers each sorted row from its token
+// (gemm::produce_gathered_rows), so the k copies are never written (docs/perf.md block-scaled,
+// "the gather in the A load").
 // In atomic mode the token's FP32 output (or FP32 sums) row is zeroed here, ahead of the GEMM's
 // atomics in stream order.
 #pragma once
@@ -51,9 +55,9 @@ __device__ __forceinline__ uint4 load_chunk(const __nv_bfloat16* __restrict__ xr
 }
 
 // Quantizes a loaded chunk (every lane takes part in the scale reduction) and writes it to rows
-// rows[0..nrows) of the sorted buffers (rows[j] < 0: none).
+// rows[0..nrows) of xq (rows[j] < 0: none), the scales scale_ld apart per K block.
 __device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const int* rows, int nrows,
-                                               const MoeParams& p) {
+                                               int64_t scale_ld, const MoeParams& p) {
   const int lane = threadIdx.x % 32;
   const int kk = k0 + lane * 8;
   const bool inside = kk < p.k;
@@ -74,10 +78,11 @@ __device__ __forceinline__ void quantize_chunk(const uint4& raw, int k0, const i
     const int row = rows[j];
     if (row < 0) continue;
     *reinterpret_cast<uint2*>(p.xq + static_cast<int64_t>(row) * p.k + kk) = q;
-    if (lane % 16 == 0) p.x_scales[static_cast<int64_t>(kk / 128) * p.rows + row] = scale;
+    if (lane % 16 == 0) p.x_scales[static_cast<int64_t>(kk / 128) * scale_ld + row] = scale;
   }
 }
 
+template <bool kTokenMajor>
 __global__ void __launch_bounds__(kGatherThreads)
     quantize_gather_kernel(const __nv_bfloat16* __restrict__ x, MoeParams p) {
   __shared__ int s_row[kMaxTopK];
@@ -92,9 +97,12 @@ __global__ void __launch_bounds__(kGatherThreads)
   if (tid < p.top_k) s_row[tid] = claim_row(p, t * p.top_k + tid);
   zero_output_rows(p, t, t + 1, tid, kGatherThreads);
   __syncthreads();
-  if (k_first < p.k) quantize_chunk(first, k_first, s_row, p.top_k, p);
+  const int* rows = kTokenMajor ? &t : s_row;
+  const int nrows = kTokenMajor ? 1 : p.top_k;
+  const int64_t scale_ld = kTokenMajor ? p.m : p.rows;
+  if (k_first < p.k) quantize_chunk(first, k_first, rows, nrows, scale_ld, p);
   for (int k0 = k_first + kStep; k0 < p.k; k0 += kStep)
-    quantize_chunk(load_chunk(xrow, k0, p.k), k0, s_row, p.top_k, p);
+    quantize_chunk(load_chunk(xrow, k0, p.k), k0, rows, nrows, scale_ld, p);
 }
 
 }  // namespace lowbit::moe

@@ -287,7 +287,8 @@ Status run_route(const FusedMoeArgs& a, const Prepared& r, void* workspace, cuda
 }
 
 // The weights [experts * n, k] in boxes of 128 rows (block_n on the core) x 128; the sorted
-// activations in token-tile boxes.
+// activations in token-tile boxes (swap-AB and the tiny path: the token-rows GEMM gathers its rows
+// from the tokens and never loads this map).
 Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_w, CUtensorMap* tm_x) {
   const MoeShape& s = r.s;
   hopper::TensorMap2dSpec wspec;
@@ -306,11 +307,13 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
   return hopper::make_tensor_map_2d(xspec, tm_x);
 }
 
-// The token-rows GEMM on the block-scaled core: stacked problems over the expert-sorted activations
-// (expert e owns counts[e] rows from offsets[e], its weights rows [e * n, (e + 1) * n) of W) and the
-// row scatter: sorted row r adds row_weight[r] times its result into token row_pair[r] / top_k of
-// the FP32 sums (atomic mode), or stores it as pair row_pair[r] (deterministic mode). Its units are
-// the layout stage's tile_start (128-token tiles x unit_nblocks column tiles per expert).
+// The token-rows GEMM on the block-scaled core: stacked problems over the expert-sorted routing
+// pairs (expert e owns counts[e] sorted rows from offsets[e], its weights rows [e * n, (e + 1) * n)
+// of W), each sorted row r gathered from its token row_pair[r] / top_k of the token-major xq (the
+// quantize stage wrote each token once), and the row scatter: sorted row r adds row_weight[r]
+// times its result into that token's row of the FP32 sums (atomic mode), or stores it as pair row
+// row_pair[r] (deterministic mode). Its units are the layout stage's tile_start (128-token tiles x
+// unit_nblocks column tiles per expert).
 Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   const MoeParams& m = r.p;
   gemm::KernelParams p{};
@@ -318,9 +321,10 @@ Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   p.sched.group_m = 8;
   p.set_problem(m.rows, m.n, m.k, 128, 1.0f, nullptr, nullptr);
   p.epi.row_period = 1;
-  p.bs = {m.x_scales, m.rows, m.w_scales, m.kblocks, 0};  // no grouped A scales (a_scale_group)
+  p.bs = {m.x_scales, m.m, m.w_scales, m.kblocks, 0};  // the tokens' scales; no grouped A scales (a_scale_group)
   p.groups = {nullptr, m.experts, m.tile_start, nullptr};
   p.stacked = {m.counts, m.offsets};
+  p.gather = {m.xq, m.row_pair, m.top_k};
   float* sums = m.deterministic || !m.y_fp32 ? m.sums : static_cast<float*>(m.y);
   p.scatter = {m.row_pair, m.row_weight, sums, m.n, m.deterministic ? 1 : m.top_k, !m.deterministic};
   int launched = 0;
@@ -396,8 +400,12 @@ Status run_stage(MoeStage stage, const FusedMoeArgs& a, const Prepared& r, void*
       e = hopper::launch_kernel(moe::layout_kernel, 1, moe::kLayoutThreads, 0, stream, pdl, r.p);
       break;
     case MoeStage::kQuantizeGather:
-      e = hopper::launch_kernel(moe::quantize_gather_kernel, r.s.m, moe::kGatherThreads, 0, stream, pdl,
-                                static_cast<const __nv_bfloat16*>(a.x), r.p);
+      // The token-rows GEMM gathers its rows itself: each token is quantized once, to its own row.
+      e = r.cfg.token_rows == 1
+              ? hopper::launch_kernel(moe::quantize_gather_kernel<true>, r.s.m, moe::kGatherThreads, 0, stream, pdl,
+                                      static_cast<const __nv_bfloat16*>(a.x), r.p)
+              : hopper::launch_kernel(moe::quantize_gather_kernel<false>, r.s.m, moe::kGatherThreads, 0, stream, pdl,
+                                      static_cast<const __nv_bfloat16*>(a.x), r.p);
       break;
     case MoeStage::kExpertGemm: return run_gemm(r, stream, pdl);
     case MoeStage::kFinish: {
@@ -460,6 +468,13 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     if (c.token_rows == 1) why += "rows=1: >= 64 tokens per expert on average, the tokens as the MMA's rows (the core); ";
   } else if (c.token_rows == 1) {
     why += "rows=1 forced: the tokens as the MMA's rows (the core); ";
+  }
+  // The token-rows GEMM gathers its rows at 32-bit byte offsets into the quantized tokens
+  // (gemm::produce_gathered_rows): beyond 4 GiB of them it is not taken, even when forced.
+  if (c.token_rows == 1 && static_cast<uint64_t>(s.m) * static_cast<uint64_t>(s.k) > (1ull << 32)) {
+    c.token_rows = 0;
+    c.block_n = 0;
+    why += "rows=0: m * k past 4 GiB, beyond the gathered rows' 32-bit offsets; ";
   }
   if (c.token_rows == 1) {
     c.token_tile = 128;

@@ -49,7 +49,8 @@ struct BlockScaledOperands : gemm::DenseOperandsT<1> {
   __device__ __forceinline__ static ScaleStageLoad<T> stage_extra(typename T::SharedStorage& ss, const Params&,
                                                                   const GroupedUnit& w, const CUtensorMap* /*aux*/) {
     static_assert(gemm::AScaleGroup<T>::value == 1, "grouped units: one A-scale copy per stage (no scale map)");
-    const int rows = max(0, min(w.m - w.m_block * T::kBlockM, T::kBlockM));
+    // Gathered rows bring their own A scales (StackedGather::extras): no copy here.
+    const int rows = gemm::kGathersA<T> ? 0 : max(0, min(w.m - w.m_block * T::kBlockM, T::kBlockM));
     return ScaleStageLoad<T>{&ss, w.sfa, w.sfa_ld, static_cast<uint32_t>((rows + 3) / 4) * 16u, w.sfb,
                              w.sfb_part_stride};
   }

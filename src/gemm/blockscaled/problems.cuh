@@ -13,6 +13,7 @@
 #include "gemm/blockscaled/mainloop.cuh"
 #include "gemm/core/tile_scheduler.cuh"
 #include "gemm/core/traits.cuh"
+#include "hopper/cp_async.cuh"
 #include "hopper/tma.cuh"
 #include "lowbit/blockscaled.h"
 
@@ -152,16 +153,36 @@ struct StackedUnit : GroupedUnit {
   int b_row0;  // its first row of B: group * n + the tile's first column
 };
 
+// What the producer of a stacked unit gathers (gemm::produce_gathered_rows): its tile rows that lie
+// in its group, each from its own source row (KernelParams::gather), with that row's A scale of each
+// K block; the rows past the group are zero filled, and so are their scales.
+struct StackedGather {
+  const uint8_t* a;
+  int64_t lda;
+  const int* index;  // at the tile's first stacked row
+  int index_div;
+  int rows;  // tile rows in the group
+  const float* sfa;
+  int64_t sfa_ld;
+  __device__ __forceinline__ int row(int t) const { return t < rows ? __ldg(index + t) / index_div : -1; }
+  template <class SharedStorage>
+  __device__ __forceinline__ void extras(SharedStorage& ss, int stage, int kb, int t, int src) const {
+    hopper::cp_async_4_zfill(&ss.sfa[stage][0][t], sfa + static_cast<int64_t>(kb) * sfa_ld + max(src, 0), src >= 0);
+  }
+};
+
 // Stacked problems: the groups' rows one after the other in one A (group g owns p.stacked.rows[g]
 // rows from p.stacked.row0[g]) and their B matrices stacked in one B ([count * n, k]), all groups of
-// one N and K; the scales as the dense GEMM's over those two tensors. Loaded through the kernel's
-// own maps (no per-group maps, nothing to prepare): a tile's rows past its group are the next
-// group's, loaded and computed but never stored, since each output row is scattered
-// (gemm/blockscaled/epilogue_scatter.cuh) and only the group's own rows are. The fused MoE's expert GEMM
-// over the expert-sorted activations (moe/launch.cu).
+// one N and K; B's scales as the dense GEMM's. A's rows are gathered (kGathersA): stacked row r is
+// row p.gather.index[r] / p.gather.index_div of p.gather.a, so the rows need not be copied into
+// group order first. B comes through the kernel's own map (no per-group maps, nothing to prepare).
+// A tile's rows past its group are zero filled, computed and never stored, since each output row is
+// scattered (gemm/blockscaled/epilogue_scatter.cuh) and only the group's own rows are. The fused
+// MoE's expert GEMM over the tokens, in expert order (moe/launch.cu).
 template <class T>
 struct StackedProblems {
   using Unit = StackedUnit;
+  static constexpr bool kGathersA = true;
   int group = -1;
   int group_m = 0, group_row0 = 0;
 
@@ -203,7 +224,12 @@ struct StackedProblems {
     v.a_row0 = __shfl_sync(0xffffffffu, w.a_row0, 0);
     return v;
   }
-  // The kernel's own maps: A over every group's rows, B over every group's B.
+  // The unit's gather: its tile rows' source rows and scales.
+  __device__ __forceinline__ static StackedGather a_gather(const Unit& w, const gemm::KernelParams& p) {
+    return StackedGather{p.gather.a,    p.k, p.gather.index + w.a_row0, p.gather.index_div,
+                         min(w.m - w.m_block * T::kBlockM, T::kBlockM), p.bs.sfa, p.bs.sfa_ld};
+  }
+  // The kernel's own maps: B over every group's B (A is gathered; its map is never loaded).
   __device__ __forceinline__ static const CUtensorMap* a_map(const Unit&, const gemm::KernelParams&,
                                                              const CUtensorMap* own) {
     return own;

@@ -63,6 +63,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kScatter || (kWalksGroups<T> && T::kOutFp32 && T::kOverlapEpilogue),
                 "the row scatter: stacked problems, FP32 sums, the overlapped unit loop");
 
+  // A's rows gathered by the producer warpgroup (kGathersA: a family's walk says where each row comes
+  // from; produce_gathered_rows).
+  static_assert(!kGathersA<T> || (kWalksGroups<T> && !T::kStaged && !T::kFused &&
+                                  T::Operands::kBlocksPerPromotion == 1),
+                "gathered rows: a family's walk, plain epilogue, a stage per K block");
+
   // The last tile row's shorter A box (KernelParams::a_tail_rows; its own map, tm_a_tail) in every
   // kernel of one problem whose A is dense: the grouped walks load each group's maps, and the
   // 2:4-sparse A (a stage read by loads) has a map of its own layout. Not with uneven columns: the
@@ -105,7 +111,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   else if constexpr (T::kStaged) StagedOps::init(ss, p, consumer_wgs);
   constexpr bool kCluster = T::kClusterM > 1 || kClusterSplit;
   if (threadIdx.x == 0) {
-    ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value);
+    // A gathered A (kGathersA<T>): every producer thread's cp.async arrival too.
+    ss.bars.init(consumer_wgs * 4, T::kClusterM - 1, StageFillArrivals<T>::value + (kGathersA<T> ? kGatherThreads : 0));
     if constexpr (kClusterSplit) ss.csplit.init(consumer_wgs);
     hopper::mbarrier_init_fence();
     hopper::tma_prefetch_descriptor(&tm_a);
@@ -151,7 +158,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); in a cluster, warp 3
     // relays released stages to the peers; the rest of the warpgroup idles on few registers.
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) {
+    if constexpr (kGathersA<T>) {
+      // Gathered A rows: the whole warpgroup copies them (produce_gathered_rows); thread 0 loads B
+      // through the walk's map, with the family's extras.
+      auto problems = problems_for(threadIdx.x == 0);
+      const int units = Problems::num_units(p);
+      hopper::RingPosition<T::kStages> pos;
+      for (int u = static_cast<int>(blockIdx.x); u < units; u += unit_step) {
+        const auto w = problems.unit(u, p);
+        auto extra = Operands::template stage_extra<T>(ss, p, w, &tm_bcast);
+        produce_gathered_rows<T>(ss, Problems::b_map(w, p, &tm_b), Problems::a_gather(w, p), unit_b_row<T>(w),
+                                 w.kb_begin, w.kb_end, static_cast<uint32_t>(T::kSmemB) + extra.tx_bytes(), pos, extra);
+      }
+    } else if (threadIdx.x == 0) {
       auto problems = problems_for(true);
       int units = num_units, first = first_unit;
       if constexpr (kWalksGroups<T>) units = Problems::num_units(p), first = static_cast<int>(blockIdx.x);

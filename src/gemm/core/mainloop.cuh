@@ -12,8 +12,10 @@
 #include <type_traits>
 
 #include "gemm/core/operands.cuh"
+#include "gemm/core/problems.cuh"
 #include "gemm/core/tile_scheduler.cuh"
 #include "hopper/cluster.cuh"
+#include "hopper/cp_async.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
@@ -60,6 +62,64 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
     }
     extra(pos.stage, kb, full);
     hopper::mbarrier_arrive_expect_tx(full, stage_bytes + extra.fill_tx(kb));
+    pos.advance();
+  }
+}
+
+// produce_rows for problems that gather A's rows (kGathersA<T>), run by every thread of the
+// producer warpgroup: thread t owns tile row t, whose source row `gather.row(t)` it finds once per
+// unit. Each warp copies its 32 rows, four per instruction with eight lanes on a row's 128 bytes
+// of the K block (whole lines from global memory, every bank once in shared memory), into the
+// stage in the 128-byte swizzle TMA writes (16-byte unit u of row r at u ^ r % 8; the stage is
+// 1024-byte aligned), so the consumers read it as a TMA-loaded stage. A row without a source is
+// zero filled. The eight source rows a lane copies from are shuffled to it once per unit, so a K
+// block's copies wait on no shuffle (with a shuffle per copy the MoE GEMM ran 10% slower at K = 7168;
+// the rows' 64-bit pointers kept instead spilled the 40-register producer).
+// Every thread's cp.async arrival completes the fill with thread 0's, which also loads B by TMA
+// with the family's extras and arms the stage with their bytes (`b_stage_bytes`).
+// cp.async writes through the generic proxy and wgmma reads through the async one: the consumers
+// fence the proxies after each wait (Consumer::issue).
+template <class T, class StageExtra, class Gather>
+__device__ __forceinline__ void produce_gathered_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_b,
+                                                      const Gather& gather, int b_row, int kb_begin, int kb_end,
+                                                      uint32_t b_stage_bytes, hopper::RingPosition<T::kStages>& pos,
+                                                      const StageExtra& extra) {
+  static_assert(T::kBlockM == kGatherThreads && T::kClusterM == 1, "one tile row per producer thread, single CTAs");
+  static_assert(T::kBlockK == 128, "a row's K block is one 128-byte swizzle row");
+  const int t = static_cast<int>(threadIdx.x) % kGatherThreads;
+  const int lane = t % 32, warp_row0 = t - lane;
+  const int unit16 = lane % 8;  // this lane's 16 bytes of a row
+  const int src = gather.row(t);
+  // Copy i: tile row warp_row0 + 4i + lane / 8, from byte off[i] + the K block's of gather.a (bit i
+  // of `exists`: the row has a source). 32-bit offsets (the gather's source is under 4 GiB): added
+  // to the K block's offset in 32 bits, they cannot be hoisted into eight 64-bit pointers, which
+  // spilled the 40-register producer.
+  uint32_t off[8];
+  uint32_t exists = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int s = __shfl_sync(0xffffffffu, src, 4 * i + lane / 8);
+    off[i] = static_cast<uint32_t>(max(s, 0)) * static_cast<uint32_t>(gather.lda) + unit16 * 16;
+    exists |= (s >= 0 ? 1u : 0u) << i;
+  }
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    ss.bars.producer_acquire(pos);
+    uint64_t* full = &ss.bars.full[pos.stage];
+    uint8_t* stage_a = ss.a[pos.stage];
+    const uint32_t k_off = static_cast<uint32_t>(kb) * T::kBlockK;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = warp_row0 + 4 * i + lane / 8;
+      hopper::cp_async_16_zfill(stage_a + r * 128 + ((unit16 ^ (r % 8)) * 16), gather.a + (k_off + off[i]),
+                                (exists >> i) & 1u);
+    }
+    gather.extras(ss, pos.stage, kb, t, src);
+    hopper::cp_async_arrive_noinc(full);
+    if (t == 0) {
+      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
+      extra(pos.stage, kb, full);
+      hopper::mbarrier_arrive_expect_tx(full, b_stage_bytes + extra.fill_tx(kb));
+    }
     pos.advance();
   }
 }
@@ -192,6 +252,7 @@ struct Consumer {
       hopper::RingPosition<T::kStages> at = pos;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i, at.advance()) ss.bars.consumer_wait(at);
+      if constexpr (kGathersA<T>) hopper::fence_async_shared();  // the rows cp.async wrote, to wgmma
       part.staged = promotion.template read_stage<kPos>(pos.stage);
     }
     hopper::RingPosition<T::kStages> at = pos;

@@ -58,4 +58,21 @@ using ProblemsOf = typename PolicyOr<ProblemsMember, T, DenseProblems<T>>::type;
 template <class T>
 inline constexpr bool kWalksGroups = !std::is_same_v<ProblemsOf<T>, DenseProblems<T>>;
 
+// Whether T's problems gather A's rows (Problems::kGathersA): each tile row comes from its own row
+// of a source matrix, which no tensor map box can follow. The producer warpgroup then copies the
+// rows with cp.async (produce_gathered_rows, gemm/core/mainloop.cuh), each thread one tile row,
+// through the walk's gather (Problems::a_gather(w, p): `row(t)`, the source row of tile row t or
+// -1, zero filled; `a`, `lda`, the source; `extras(ss, stage, kb, t, src)`, what the family copies
+// per row besides, e.g. its A scales), and only B comes by TMA.
+template <class P, class = void>
+struct GathersA : std::false_type {};
+template <class P>
+struct GathersA<P, std::void_t<decltype(P::kGathersA)>> : std::bool_constant<P::kGathersA> {};
+template <class T>
+inline constexpr bool kGathersA = GathersA<ProblemsOf<T>>::value;
+// The producer threads that gather: the whole producer warpgroup, one tile row each. The copies'
+// issue is on the ring's path: one warp copying all 128 rows ran the MoE GEMM at half speed
+// (docs/perf.md block-scaled, "the gather in the A load").
+inline constexpr int kGatherThreads = 128;
+
 }  // namespace lowbit::gemm

@@ -281,6 +281,15 @@ struct KernelParams {
   // Stream-K (T::kStreamK only, StreamKWalk): last, so every other kernel keeps its
   // parameter layout.
   StreamKWalk sk;
+  // Stacked problems that gather A's rows (kGathersA; the block-scaled StackedProblems): stacked
+  // row r of A is row index[r] / index_div of `a` ([rows, k] E4M3, k bytes a row, at most 4 GiB:
+  // the producer's offsets are 32-bit), and its A scales are that row's in bs ([k_blocks,
+  // bs.sfa_ld]). Last, for the same reason.
+  struct Gather {
+    const uint8_t* a;
+    const int* index;
+    int index_div;
+  } gather;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
   void set_problem(int64_t m_, int64_t n_, int64_t k_, int a_box_rows_, float alpha, const float* a_scale,
