@@ -493,7 +493,7 @@ TEST_F(MoeGpu, LayoutAndGatherExact) {
   check_layout_and_gather(d);
 }
 
-// 301 tokens over 8 experts, top-4: 150 per expert, so the chooser takes the token-rows GEMM and the
+// 301 tokens over 8 experts, top-4: about 150 per expert on average, so the chooser takes the token-rows GEMM and the
 // quantize stage writes each token once, token-major.
 TEST_F(MoeGpu, LayoutAndTokenMajorQuantizeExact) {
   const uint64_t seed = lowbit_test::seed();

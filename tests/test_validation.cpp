@@ -727,7 +727,8 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
     rows256.token_rows = 1;
     rows256.block_n = 256;
     std::string why;
-    EXPECT_EQ(moe_choose_config(MoeShape{524289, 512, 8192, 64, 8}, MoeReduce::kAtomic, 132, &rows256, &why).token_rows, 0);
+    const MoeShape past_shape{524289, 512, 8192, 64, 8};
+    EXPECT_EQ(moe_choose_config(past_shape, MoeReduce::kAtomic, 132, &rows256, &why).token_rows, 0);
     EXPECT_NE(why.find("32-bit offsets"), std::string::npos) << why;
   }
   EXPECT_FALSE(parse_moe_config("stages=4", &c).ok());

@@ -98,8 +98,10 @@ struct MoeConfig {
   int pdl_first = -1;
   // 1: the tokens are the MMA's M side (128-token tiles, per-row X scales) and the weight rows its
   // N side, on the block-scaled GEMM core (stacked problems gathering each expert's rows from the
-  // tokens, and the row scatter) -- for many tokens per expert, unsplit; 0: swap-AB (weights as M, tokens as N: any token tile). -1 = auto (1 from
-  // 64 tokens per expert on average, unless splits > 1 is forced).
+  // tokens, and the row scatter) -- for many tokens per expert, unsplit; 0: swap-AB (weights as M,
+  // tokens as N: any token tile). -1 = auto (1 from 64 tokens per expert on average, unless
+  // splits > 1 is forced). Where m * k passes 4 GiB (beyond the gather's 32-bit offsets) it is 0,
+  // even when forced.
   int token_rows = -1;
   // With token_rows = 1: the weight rows per tile of the block-scaled GEMM core that runs it
   // (128 or 256); 0 = auto (256: each token tile's X is read from L2 half as often).
@@ -109,7 +111,9 @@ struct MoeConfig {
 // Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0,bn=256" (any subset);
 // unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
-// The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept), and why.
+// The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept, except where
+// the reason says why not: a forced tiny path in deterministic mode, token_rows past 4 GiB of
+// tokens), and why.
 // Refuses (InvalidArgument) a shape fused_moe_fp8 refuses, sm_count < 1, a forced field out of
 // its range (parse_moe_config's rules) and a null `out`; `reason` may be null.
 Status choose_moe_config(const MoeShape& shape, MoeReduce reduce, int sm_count, const MoeConfig* forced,

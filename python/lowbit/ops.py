@@ -304,10 +304,11 @@ def fused_moe_fp8_stage(
     """One stage of ``fused_moe_fp8``, so that an engine can run (and interleave its own work
     between) the stages of a forward pass. Run all of ``MOE_STAGES`` in order -- 'route' (top-k from
     logits; nothing when topk_ids / topk_weights are given), 'layout' (tokens per expert and the tile
-    schedule), 'quantize_gather' (x quantized per token per 128 of K, rows sorted by expert; in
-    atomic mode it also zeroes y), 'expert_gemm', 'finish' -- with the same arguments each time,
-    the same ``workspace`` (``fused_moe_workspace``) and the same output ``y`` (bfloat16 or float32
-    [M, N], which selects the output type). y holds the result after 'finish'; in deterministic mode
+    schedule), 'quantize_gather' (x quantized per token per 128 of K, its rows sorted by expert,
+    or, where the GEMM gathers them itself, each token once; in atomic mode it also zeroes y),
+    'expert_gemm', 'finish' -- with the same arguments each time, the same ``workspace``
+    (``fused_moe_workspace``) and the same output ``y`` (bfloat16 or float32 [M, N], which selects
+    the output type). y holds the result after 'finish'; in deterministic mode
     it is bitwise ``fused_moe_fp8``'s. Arguments otherwise as ``fused_moe_fp8``.
     ``check``: after the stage, read the routing status the layout and gather stages leave, raising
     ValueError for a topk_ids entry out of range (waits for the GPU; skipped while the stream
@@ -332,8 +333,9 @@ def fused_moe_workspace_view(
     [experts + 1] (each expert's first sorted row; segments padded to 4 rows) from 'layout',
     'tile_start' int32 [experts + 1], 'xq' float8_e4m3fn [rows, K] and 'x_scales' float32
     [K/128, rows] (the expert-sorted quantized activations; where the GEMM takes the tokens as its
-    rows, 64 or more per expert on average, it gathers them itself and the first M rows of 'xq' and
-    the first M columns of a [K/128, M] view of 'x_scales' hold each token once), 'row_pair' int32 [rows]
+    rows -- 64 or more per expert on average, M * K up to 4 GiB -- it gathers them itself, and the
+    first M rows of 'xq' hold each token once, with its scales in the first K/128 * M floats of
+    'x_scales' as [K/128, M]), 'row_pair' int32 [rows]
     (token * top_k + slot of each sorted row), 'row_weight' float32 [rows], 'status' int32 [2]
     (error code, first bad routing pair). Plain views: read them on the stream that ran the stages."""
     m, k = x.shape

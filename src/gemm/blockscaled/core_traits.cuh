@@ -3,7 +3,8 @@
 // tiles of 32 to 256 columns, variants.def), split-K with the core's fix-up, the core's scheduler walk and
 // its cost-model chooser:
 //  - operands: the dense E4M3 tiles, and per stage the K block's A scales of the tile's rows and
-//    B scales of its columns (ScaleStageLoad: a bulk copy and cp.async on the stage's barrier);
+//    B scales of its columns (ScaleStageLoad: a bulk copy and cp.async on the stage's barrier;
+//    gathered rows bring their A scales themselves, StackedGather);
 //  - promotion: each K block's partial times (A scale of its row) x (the tile's B scale), in FP32
 //    (BlockScalePromotion), the recipe's precision.
 // Split-K needs nothing more: every split promotes its own K blocks with their scales, and the

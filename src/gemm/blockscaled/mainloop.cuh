@@ -2,7 +2,8 @@
 // the FP8 GEMM's (gemm/core/mainloop.cuh); block scaling changes two things:
 //  - each stage also carries the K block's A scales for the tile's rows (a bulk copy the producer
 //    issues with the A and B tiles, completing on the same barrier; for the tiles that stream at
-//    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad)
+//    small M, one tensor copy of four K blocks' in the first of each four stages: ScaleStageLoad;
+//    where A's rows are gathered, each row's own, copied with it: StackedGather)
 //    and, where the traits say so (kStagedBScales), the tile's B scales of that K block (cp.async,
 //    arriving on the same barrier), and
 //  - promotion multiplies each finished K block's partial by (A scale of its row) x (the tile's
@@ -99,7 +100,7 @@ struct ScaleStageLoad {
       for (int j = 0; j < T::kScaleBlocksN; ++j) hopper::cp_async_4(&ss->sfb[stage][j], sfb + j * sfb_part_stride + kb);
       hopper::cp_async_arrive_noinc(full);  // one of the fill's arrivals (T::kStageCopyArrivals)
     }
-    if (bytes == 0) return;  // a cluster's phantom tile past the last M block
+    if (bytes == 0) return;  // a cluster's phantom tile past the last M block, or gathered rows (their own scales)
     float* slot = reinterpret_cast<float*>(&ss->sfa[stage]);
     if constexpr (kGroup > 1) {
       if (group_start(kb)) hopper::tma_load_2d(slot, sfa_map, full, sfa_col, kb);

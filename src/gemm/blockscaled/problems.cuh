@@ -146,8 +146,9 @@ struct GroupedProblems {
   __device__ __forceinline__ static int n(const Unit& w, const gemm::KernelParams&) { return w.n; }
 };
 
-// A stacked unit: a grouped unit whose operand rows are its group's rows of the one A and the one
-// B (gemm::unit_a_row / unit_b_row read them).
+// A stacked unit: a grouped unit whose operand rows are its group's rows of the one (gathered) A and
+// the one B (gemm::unit_b_row reads its B row; a_row0 is its first stacked row, the gather's and the
+// row scatter's).
 struct StackedUnit : GroupedUnit {
   int a_row0;  // the tile's first row of A (and of its rows in the row scatter)
   int b_row0;  // its first row of B: group * n + the tile's first column

@@ -1,4 +1,4 @@
-// The GEMM core's kernel: persistent, warp-specialized (one TMA producer warpgroup, one or two
+// The GEMM core's kernel: persistent, warp-specialized (one producer warpgroup, one or two
 // WGMMA consumer warpgroups), a ring of shared-memory stages between them, promotion of each K
 // block into FP32 registers, optional split-K (through the workspace, or within a cluster where T
 // has the slots: gemm/core/split_k.cuh) or stream-K over the last tiles (T::kStreamK,
@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Role split.
   if (warpgroup == 0) {
-    // Producer: one thread issues every operand TMA load; warp 1 stages the bias (plain) or warps
+    // Producer: one thread issues every operand TMA load (or, where A's rows are gathered, the
+    // whole warpgroup copies them and that thread loads B); warp 1 stages the bias (plain) or warps
     // 1 and 2 stage consumer warpgroup 0's and 1's epilogue operands (fused); in a cluster, warp 3
     // relays released stages to the peers; the rest of the warpgroup idles on few registers.
     hopper::warpgroup_reg_dealloc<T::kProducerRegs>();

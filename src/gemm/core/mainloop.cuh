@@ -126,7 +126,7 @@ __device__ __forceinline__ void produce_gathered_rows(typename T::SharedStorage&
 
 // The unit's first A row and first B row in the maps it loads through: its tile's, or the rows
 // that a unit type carries itself (StackedUnit: every group's rows in one A and one B,
-// gemm/blockscaled/problems.cuh).
+// gemm/blockscaled/problems.cuh; its A rows are gathered, produce_gathered_rows).
 template <class Unit, class = void>
 struct CarriesRows : std::false_type {};
 template <class Unit>
@@ -354,7 +354,8 @@ struct Consumer {
 
   // Hands a retired group's stages back. With ordinary reads of the stage, every lane's reads
   // come before lane 0's release (the producer's proxy fence after its acquire then orders them
-  // before its next bulk copy into the stage, produce_rows).
+  // before its next bulk copy into the stage, produce_rows; a gathering producer writes what the
+  // consumers read with ordinary loads by cp.async, the generic proxy, and needs none).
   __device__ __forceinline__ void release(const int (&stages)[kGroup]) {
     if constexpr (kReadsStage) __syncwarp();
     if (threadIdx.x % 32 == 0) {

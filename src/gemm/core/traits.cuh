@@ -210,7 +210,8 @@ template <class T>
 inline constexpr bool kScattersRows = !std::is_same_v<RowScatterOf<T>, NoFamilyEpilogue>;
 
 // Arrivals that complete a stage fill: the producer's, plus the arrivals its per-thread copies make
-// when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales).
+// when they land (T::kStageCopyArrivals where a family has them: the block-scaled B scales). A
+// gathering producer adds one per gathering thread (kGathersA, gemm/core/kernel.cuh).
 template <class T, class = void>
 struct StageFillArrivals : std::integral_constant<uint32_t, 1> {};
 template <class T>
