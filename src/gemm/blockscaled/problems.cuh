@@ -211,8 +211,8 @@ struct StackedProblems {
     v.n = p.n;
     v.a_row0 = group_row0 + v.m_block * T::kBlockM;
     v.b_row0 = g * p.n + v.n_block * T::kBlockN;
-    v.sfa = p.bs.sfa + v.a_row0;
-    v.sfa_ld = p.bs.sfa_ld;
+    v.sfa = nullptr;  // each gathered row brings its own A scales (StackedGather::extras)
+    v.sfa_ld = 0;
     const float* sfb = p.bs.sfb + static_cast<int64_t>(g) * blocks_of(p.n, 128) * p.bs.k_blocks;
     const BScaleRows b = tile_b_scale_rows<T::kBlockN>(sfb, p.bs.k_blocks, p.n, v.n_block);
     v.sfb = b.first;
