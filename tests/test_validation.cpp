@@ -699,6 +699,28 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_NE(c.to_string().find("bn=128"), std::string::npos);
   EXPECT_FALSE(parse_moe_config("rows=1,bn=64", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=0,bn=128", &c).ok());
+  // The weights' L2 lines evicted first: the token-rows path's, auto at k <= 2048 only (W6 v8).
+  ASSERT_TRUE(parse_moe_config("rows=1,wfirst=0", &c).ok());
+  EXPECT_EQ(c.weights_evict_first, 0);
+  EXPECT_NE(c.to_string().find("wfirst=0"), std::string::npos);
+  EXPECT_FALSE(parse_moe_config("wfirst=2", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=0,wfirst=1", &c).ok());
+  {
+    std::string why;
+    const MoeConfig short_k = moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why);
+    EXPECT_EQ(short_k.token_rows, 1);
+    EXPECT_EQ(short_k.weights_evict_first, 1) << why;
+    EXPECT_NE(why.find("wfirst=1"), std::string::npos) << why;
+    const MoeConfig long_k = moe_choose_config(MoeShape{4096, 2048, 7168, 64, 4}, MoeReduce::kAtomic, 132, nullptr, &why);
+    EXPECT_EQ(long_k.token_rows, 1);
+    EXPECT_EQ(long_k.weights_evict_first, 0) << why;
+    EXPECT_EQ(moe_choose_config(MoeShape{4096, 2048, 2176, 64, 4}, MoeReduce::kAtomic, 132, nullptr).weights_evict_first, 0);
+    MoeConfig forced;
+    forced.weights_evict_first = 1;  // forced on where auto is off
+    EXPECT_EQ(moe_choose_config(MoeShape{4096, 2048, 7168, 64, 4}, MoeReduce::kAtomic, 132, &forced).weights_evict_first, 1);
+    // Swap-AB has no such loads: 0 there, whatever auto would say.
+    EXPECT_EQ(moe_choose_config(MoeShape{128, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr).weights_evict_first, 0);
+  }
   {
     MoeConfig rows;
     rows.token_rows = 1;

@@ -23,6 +23,18 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
                                   coords, bar);
 }
 
+// The same load with an L2 eviction policy (hopper/cache_policy.cuh). cuda::ptx has no
+// .L2::cache_hint form of the tensor copy.
+__device__ __forceinline__ void tma_load_2d_hinted(void* smem_dst, const CUtensorMap* map, uint64_t* bar,
+                                                   int32_t inner, int32_t outer, uint64_t l2_policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "l"(l2_policy)
+      : "memory");
+}
+
 // 2-D tile load multicast to every CTA in `cta_mask` of the cluster: the box lands at the same
 // shared-memory offset in each and completes `bytes` on the barrier at `bar`'s offset in each.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUtensorMap* map, uint64_t* bar,

@@ -85,6 +85,10 @@ Status check_config(const char* who, const MoeConfig& c) {
   if (c.block_n != 0 && c.block_n != 128 && c.block_n != 256)
     return Status::Invalid(w + ": block_n must be 0 (auto), 128 or 256");
   if (c.block_n != 0 && c.token_rows == 0) return Status::Invalid(w + ": block_n is the token_rows = 1 path's");
+  if (c.weights_evict_first < -1 || c.weights_evict_first > 1)
+    return Status::Invalid(w + ": weights_evict_first must be -1, 0 or 1");
+  if (c.weights_evict_first == 1 && c.token_rows == 0)
+    return Status::Invalid(w + ": weights_evict_first = 1 is the token_rows = 1 path's");
   return Status::Ok();
 }
 
@@ -324,7 +328,7 @@ Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   p.bs = {m.x_scales, m.m, m.w_scales, m.kblocks, 0};  // the tokens' scales; no grouped A scales (a_scale_group)
   p.groups = {nullptr, m.experts, m.tile_start, nullptr};
   p.stacked = {m.counts, m.offsets};
-  p.gather = {m.xq, m.row_pair, m.top_k};
+  p.gather = {m.xq, m.row_pair, m.top_k, r.cfg.weights_evict_first == 1};
   float* sums = m.deterministic || !m.y_fp32 ? m.sums : static_cast<float*>(m.y);
   p.scatter = {m.row_pair, m.row_weight, sums, m.n, m.deterministic ? 1 : m.top_k, !m.deterministic};
   int launched = 0;
@@ -425,7 +429,8 @@ std::string MoeConfig::to_string() const {
   return "tile=" + std::to_string(token_tile) + ",splits=" + std::to_string(splits) + ",grid=" + std::to_string(grid) +
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
          ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny) + ",pdlfirst=" + std::to_string(pdl_first) +
-         ",rows=" + std::to_string(token_rows) + ",bn=" + std::to_string(block_n);
+         ",rows=" + std::to_string(token_rows) + ",bn=" + std::to_string(block_n) +
+         ",wfirst=" + std::to_string(weights_evict_first);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -442,8 +447,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "pdlfirst") c.pdl_first = value;
     else if (key == "rows") c.token_rows = value;
     else if (key == "bn") c.block_n = value;
+    else if (key == "wfirst") c.weights_evict_first = value;
     else return Status::Invalid("unknown MoE config key '" + key +
-                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows, bn)");
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows, bn, wfirst)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -452,6 +458,11 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
 }
 
 namespace {
+
+// The largest k at which the token-rows GEMM marks the weights' L2 lines first to evict: measured
+// faster at k = 768, 1408 and 2048, slower at 7168; between them it is untested and keeps the
+// default policy (docs/perf.md W6 v8).
+constexpr int kWeightsEvictFirstMaxK = 2048;
 
 // The selection table (moe_config_table prints it). avg = m * top_k / experts, the tokens an
 // expert sees on average.
@@ -483,6 +494,18 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
       c.block_n = 256;
       why += "bn=256: the widest core tile; ";
     }
+    // The weights are streamed: each weight tile is read by its expert's token tiles at about the
+    // same time and never again, while the quantized tokens are gathered again by every column tile
+    // and every expert that takes the token. Marking the weights' lines first to evict keeps the
+    // tokens and the sums in L2: 2-8% faster at k = 768-2048 (up and down projections of five
+    // models' sizes), but 3-5% slower at k = 7168, for reasons not yet found (docs/perf.md W6 v8).
+    if (c.weights_evict_first < 0) {
+      c.weights_evict_first = s.k <= kWeightsEvictFirstMaxK ? 1 : 0;
+      why += c.weights_evict_first ? "wfirst=1: k <= 2048, the weights' L2 lines evicted first; "
+                                   : "wfirst=0: k > 2048 (evicting the weights first measured slower at k = 7168); ";
+    }
+  } else {
+    c.weights_evict_first = 0;
   }
   if (c.token_tile == 0) {
     c.token_tile = moe::kMoeVariantSpecs[moe::kNumMoeVariantSpecs - 1].tokens;
@@ -585,6 +608,7 @@ MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_coun
     out.pdl_first = 0;
     out.token_rows = 0;
     out.block_n = 0;
+    out.weights_evict_first = 0;
     why = "defaults";
   }
   if (reason) *reason = st.message() + "; " + (shape_ok ? "the automatic choice instead: " : "") + why;
@@ -601,6 +625,8 @@ std::string moe_config_table() {
          "                 |            | scales per thread, not N / 4 per K block; unsplit; each token quantized\n"
          "                 |            | once and its rows gathered in the GEMM's A load (m * k <= 4 GiB)\n"
          "  bn 256         | rows 1     | the core's widest tile: each token tile's X read from L2 half as often\n"
+         "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first: the gathered tokens and the sums\n"
+         "                 |            | stay in L2 (2-8% faster; 3-5% slower at k = 7168, so not there)\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"

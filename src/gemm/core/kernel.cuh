@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const auto w = problems.unit(u, p);
         auto extra = Operands::template stage_extra<T>(ss, p, w, &tm_bcast);
         produce_gathered_rows<T>(ss, Problems::b_map(w, p, &tm_b), Problems::a_gather(w, p), unit_b_row<T>(w),
-                                 w.kb_begin, w.kb_end, static_cast<uint32_t>(T::kSmemB) + extra.tx_bytes(), pos, extra);
+                                 w.kb_begin, w.kb_end, static_cast<uint32_t>(T::kSmemB) + extra.tx_bytes(), pos, extra,
+                                 p.gather.b_evict_first);
       }
     } else if (threadIdx.x == 0) {
       auto problems = problems_for(true);

@@ -14,6 +14,7 @@
 #include "gemm/core/operands.cuh"
 #include "gemm/core/problems.cuh"
 #include "gemm/core/tile_scheduler.cuh"
+#include "hopper/cache_policy.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/cp_async.cuh"
 #include "hopper/mbarrier.cuh"
@@ -76,14 +77,16 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
 // block's copies wait on no shuffle (with a shuffle per copy the MoE GEMM ran 10% slower at K = 7168;
 // the rows' 64-bit pointers kept instead spilled the 40-register producer).
 // Every thread's cp.async arrival completes the fill with thread 0's, which also loads B by TMA
-// with the family's extras and arms the stage with their bytes (`b_stage_bytes`).
+// with the family's extras and arms the stage with their bytes (`b_stage_bytes`); with
+// `b_evict_first`, B's lines are the first L2 evicts, so the gathered rows (read again by every
+// column tile and every expert that takes the token) stay (docs/perf.md W6 v8).
 // cp.async writes through the generic proxy and wgmma reads through the async one: the consumers
 // fence the proxies after each wait (Consumer::issue).
 template <class T, class StageExtra, class Gather>
 __device__ __forceinline__ void produce_gathered_rows(typename T::SharedStorage& ss, const CUtensorMap* tm_b,
                                                       const Gather& gather, int b_row, int kb_begin, int kb_end,
                                                       uint32_t b_stage_bytes, hopper::RingPosition<T::kStages>& pos,
-                                                      const StageExtra& extra) {
+                                                      const StageExtra& extra, bool b_evict_first) {
   static_assert(T::kBlockM == kGatherThreads && T::kClusterM == 1, "one tile row per producer thread, single CTAs");
   static_assert(T::kBlockK == 128, "a row's K block is one 128-byte swizzle row");
   const int t = static_cast<int>(threadIdx.x) % kGatherThreads;
@@ -116,7 +119,10 @@ __device__ __forceinline__ void produce_gathered_rows(typename T::SharedStorage&
     gather.extras(ss, pos.stage, kb, t, src);
     hopper::cp_async_arrive_noinc(full);
     if (t == 0) {
-      hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
+      if (b_evict_first)
+        hopper::tma_load_2d_hinted(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row, hopper::l2_evict_first_policy());
+      else
+        hopper::tma_load_2d(ss.b[pos.stage], tm_b, full, kb * T::kBlockK, b_row);
       extra(pos.stage, kb, full);
       hopper::mbarrier_arrive_expect_tx(full, b_stage_bytes + extra.fill_tx(kb));
     }

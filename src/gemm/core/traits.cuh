@@ -286,10 +286,13 @@ struct KernelParams {
   // row r of A is row index[r] / index_div of `a` ([rows, k] E4M3, k bytes a row, at most 4 GiB:
   // the producer's offsets are 32-bit), and its A scales are that row's in bs ([k_blocks,
   // bs.sfa_ld]). Last, for the same reason.
+  // b_evict_first: B's loads mark their L2 lines first to evict (the family's choice; the fused
+  // MoE's, docs/perf.md W6 v8).
   struct Gather {
     const uint8_t* a;
     const int* index;
     int index_div;
+    bool b_evict_first;
   } gather;
 
   // The problem both launchers (dense and 2:4-sparse) fill the same way: shape, A box, scales.
