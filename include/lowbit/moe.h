@@ -106,10 +106,10 @@ struct MoeConfig {
   // With token_rows = 1: the weight rows per tile of the block-scaled GEMM core that runs it
   // (128 or 256); 0 = auto (256: each token tile's X is read from L2 half as often).
   int block_n = 0;
-  // With token_rows = 1: 1 = the weights' loads mark their L2 lines first to evict, so the quantized
-  // tokens (gathered again for every column tile and every expert that takes the token) and the
-  // sums stay in L2. -1 = auto (1 where k <= 2048: 2-8% faster there, 3-5% slower at k = 7168;
-  // docs/perf.md W6 v8).
+  // With token_rows = 1: 1 = the weights' loads mark their L2 lines first to evict, so that the
+  // quantized tokens (gathered again for every column tile and every expert that takes the token)
+  // stay in L2. -1 = auto (1 where k <= 2048: up to 9% faster there, most at N = 512; 3-5% slower
+  // at k = 7168; docs/perf.md W6 v8).
   int weights_evict_first = -1;
   std::string to_string() const;
 };

@@ -496,9 +496,10 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     }
     // The weights are streamed: each weight tile is read by its expert's token tiles at about the
     // same time and never again, while the quantized tokens are gathered again by every column tile
-    // and every expert that takes the token. Marking the weights' lines first to evict keeps the
-    // tokens and the sums in L2: 2-8% faster at k = 768-2048 (up and down projections of five
-    // models' sizes), but 3-5% slower at k = 7168, for reasons not yet found (docs/perf.md W6 v8).
+    // and every expert that takes the token. Marking the weights' lines first to evict is meant to
+    // keep the tokens in L2. Measured: level to 9% faster at k = 768-2048 (most at N = 512; the
+    // suite's shapes and two held-out models' up and down projections), 3-5% slower at k = 7168,
+    // for a reason not found (docs/perf.md W6 v8).
     if (c.weights_evict_first < 0) {
       c.weights_evict_first = s.k <= kWeightsEvictFirstMaxK ? 1 : 0;
       why += c.weights_evict_first ? "wfirst=1: k <= 2048, the weights' L2 lines evicted first; "
@@ -625,8 +626,8 @@ std::string moe_config_table() {
          "                 |            | scales per thread, not N / 4 per K block; unsplit; each token quantized\n"
          "                 |            | once and its rows gathered in the GEMM's A load (m * k <= 4 GiB)\n"
          "  bn 256         | rows 1     | the core's widest tile: each token tile's X read from L2 half as often\n"
-         "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first: the gathered tokens and the sums\n"
-         "                 |            | stay in L2 (2-8% faster; 3-5% slower at k = 7168, so not there)\n"
+         "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first, so the gathered tokens stay\n"
+         "                 |            | (level to 9% faster; 3-5% slower at k = 7168, so not there)\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"

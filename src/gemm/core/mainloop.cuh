@@ -78,8 +78,8 @@ __device__ __forceinline__ void produce_rows(typename T::SharedStorage& ss, cons
 // the rows' 64-bit pointers kept instead spilled the 40-register producer).
 // Every thread's cp.async arrival completes the fill with thread 0's, which also loads B by TMA
 // with the family's extras and arms the stage with their bytes (`b_stage_bytes`); with
-// `b_evict_first`, B's lines are the first L2 evicts, so the gathered rows (read again by every
-// column tile and every expert that takes the token) stay (docs/perf.md W6 v8).
+// `b_evict_first`, B's lines are the first L2 evicts, for the gathered rows (read again by every
+// column tile and every expert that takes the token) to stay (docs/perf.md W6 v8).
 // cp.async writes through the generic proxy and wgmma reads through the async one: the consumers
 // fence the proxies after each wait (Consumer::issue).
 template <class T, class StageExtra, class Gather>
