@@ -69,7 +69,7 @@ Status time_graphs_interleaved(const std::vector<LaunchFn>& launches, cudaStream
       // at the same clocks) while the host submits the timed one, so the submission stays out of
       // the interval. (A start event recorded on an idle GPU counted it, more for graphs of more
       // nodes; an idle spin kernel in front instead let the GPU cool between replays and ran
-      // every kernel 5-10% faster than back-to-back work does, docs/perf.md, session 23.)
+      // every kernel 5-10% faster than back-to-back work does: docs/perf.md, "Protocol changes".)
       st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");
       if (st.ok()) st = cuda(cudaEventRecord(e0, stream), "record");
       if (st.ok()) st = cuda(cudaGraphLaunch(execs[i], stream), "graph launch");

@@ -144,8 +144,9 @@ TEST(Fp8Config, ChooserCoversEveryBenchShape) {
 }
 
 // At M <= 64 the 128-row tile works like the 64-row one (a 64-row A box, one consumer
-// warpgroup), so the model ties them; the tie goes by what was measured (session 23): the
-// 128-row tile's ring where DRAM binds, the 64-row tile's deeper one where each CTA's stream does.
+// warpgroup), so the model ties them; the tie goes by what was measured (docs/perf.md W1,
+// "small-M tile ties by what binds"): the 128-row tile's ring where DRAM binds, the 64-row tile's
+// deeper one where each CTA's stream does.
 TEST(Fp8Config, SmallMTilesTieByWhatBinds) {
   const auto dram = fp8_scored(64, 7168, 16384);
   EXPECT_EQ(dram.front().config.block_m, 128) << dram.front().config.to_string();

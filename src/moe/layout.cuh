@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
   __syncthreads();
   // kCountBatch loads in flight per thread before their atomics: one load, then its atomic, per
   // iteration made the loop a chain of global round trips (56 us at M = 8192, 65536 pairs, under
-  // ncu; docs/perf.md W6, session 23).
+  // ncu; docs/perf.md W6 v4).
   constexpr int kCountBatch = 16;
   const int pairs = p.m * p.top_k;
   for (int base = tid; base < pairs; base += kLayoutThreads * kCountBatch) {

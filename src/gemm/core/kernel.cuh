@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Offset from the __shared__ array itself (not a pointer rebuilt from an integer), so the
   // compiler keeps the shared address space and ordinary accesses compile to LDS/STS.
   // Pinned in a register (see pinned_shared_storage) in the plain variants, where it measured
-  // 3-8% faster (docs/perf.md W1 v4; the cluster pairs too, session 9); in the fused ones the
+  // 3-8% faster (docs/perf.md W1 v4; the cluster pairs gained too); in the fused ones the
   // pinned register made the FP32-out kernels spill, so they keep the rebuilt address.
   constexpr bool kPin = !T::kFused;
   auto& ss = kPin ? hopper::pinned_shared_storage<typename T::SharedStorage>(smem_raw)

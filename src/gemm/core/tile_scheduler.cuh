@@ -277,7 +277,7 @@ struct StreamK<T, std::void_t<decltype(T::kStreamK)>> : std::bool_constant<T::kS
 // tiles `width` and `width - kTrim` wide, so that N = 8192 is 33 tiles of 240 / 256 columns
 // instead of 32 of 256: 2112 tiles of 128 rows fill 16 waves of 132 SMs where 2048 left a
 // partial last one (an m64nN wgmma takes N / 2 cycles, any N: a narrower tile costs
-// proportionally less; docs/perf.md W1 session 27). kTrim = 16 keeps every tile's first column
+// proportionally less; docs/perf.md W1 v13). kTrim = 16 keeps every tile's first column
 // on a 32-byte sector of a 16-bit output: with 8 (248-wide tiles) the output stores wrote partial
 // sectors and the write-heavy short-K shapes ran 10% slower. `wide` tiles of each row are wide:
 // a cyclic run that starts at column band % tiles_n, one column further right each band, so that

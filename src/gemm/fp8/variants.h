@@ -47,7 +47,7 @@ constexpr gemm::TileSpec kFp8Variants[] = {
     {256, fp8_stages_for(256), 0, true, "widest: least L2 traffic per FLOP, two-part promotion"},
     // An in-between width, for tile counts that fill the last wave (DeepGEMM's unaligned block
     // sizes): 4096 x 2112 is 2.67 waves of 128 x 192 tiles on 132 SMs but 2.91 of 128 x 176.
-    // No fused epilogue. (224 was measured too and lost everywhere: docs/perf.md W1 session 9.)
+    // No fused epilogue. (224 was measured too and lost everywhere: docs/perf.md W1 v6.)
     {176, fp8_stages_for(176), 0, true, "in-between: fills the last wave where 128/192/256 do not"},
     // 64 x 64 tiles, 13 stages (cuBLASLt's pick for M = 128, N = 4096, K = 7168 is the same tile
     // and depth): M = 128 in two tile rows instead of one split two ways along K, no fix-up. Plain
