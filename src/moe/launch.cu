@@ -500,10 +500,13 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     // keep the tokens in L2. Measured: level to 9% faster at k = 768-2048 (most at N = 512; the
     // suite's shapes and two held-out models' up and down projections), 3-5% slower at k = 7168,
     // for a reason not found (docs/perf.md W6 v8).
+    const std::string max_k = std::to_string(kWeightsEvictFirstMaxK);
     if (c.weights_evict_first < 0) {
       c.weights_evict_first = s.k <= kWeightsEvictFirstMaxK ? 1 : 0;
-      why += c.weights_evict_first ? "wfirst=1: k <= 2048, the weights' L2 lines evicted first; "
-                                   : "wfirst=0: k > 2048 (evicting the weights first measured slower at k = 7168); ";
+      why += c.weights_evict_first ? "wfirst=1: k <= " + max_k + ", the weights' L2 lines evicted first; "
+                                   : "wfirst=0: k > " + max_k + " (evicting the weights first measured slower at k = 7168); ";
+    } else {
+      why += "wfirst forced; ";
     }
   } else {
     c.weights_evict_first = 0;
