@@ -12,6 +12,7 @@
 
 #include "common/fast_div.h"
 #include "gemm/core/epilogue_params.h"
+#include "gemm/core/tail_plan.h"
 #include "gemm/fp8/config.h"
 #include "gemm/fp8/variant_table.h"
 #include "gemm/fp8/variants.h"
@@ -816,4 +817,45 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
   EXPECT_FALSE(fp8_config_compiled(wide, Fp8EpilogueKind::kFused));
   EXPECT_NE(compiled_variants_text(128, 256).find("BF16 plain promote=2 overlap=1 uneven=1"), std::string::npos)
       << compiled_variants_text(128, 256);
+}
+
+// The last partial wave cut along K (gemm/core/tail_plan.h): every tile's K blocks covered once by
+// its parts, the tail's parts within the grid, as many as fit (at most 4, each a K block or more).
+TEST(TailPlan, CoversEveryTileOnceAndFillsTheLastWave) {
+  for (int grid : {0, 1, 2, 3, 5, 7, 60, 114, 132}) {
+    for (int kblocks : {1, 2, 3, 4, 5, 16, 56}) {
+      for (int tiles = 0; tiles <= 3 * 132 + 7; ++tiles) {
+        const gemm::TailPlan p = gemm::tail_plan(tiles, grid, kblocks);
+        const std::string what = "tiles " + std::to_string(tiles) + " grid " + std::to_string(grid) + " kblocks " +
+                                 std::to_string(kblocks);
+        const int tail = tiles - p.whole;
+        const int parts = 1 << p.log2_parts;
+        ASSERT_TRUE(p.log2_parts >= 0 && p.log2_parts <= 2) << what;
+        if (grid == 0) {
+          EXPECT_EQ(p.whole, tiles) << what;
+          EXPECT_EQ(p.log2_parts, 0) << what;
+        } else {
+          EXPECT_EQ(p.whole % grid, 0) << what;
+          EXPECT_TRUE(tail >= 0 && tail < grid) << what;
+          EXPECT_LE(tail * parts, grid) << what;
+          EXPECT_LE(parts, kblocks) << what;
+          if (tail > 0 && p.log2_parts < 2) {  // one more doubling would not fit
+            EXPECT_TRUE(2 * tail * parts > grid || 2 * parts > kblocks) << what;
+          }
+        }
+        ASSERT_EQ(p.units, p.whole + tail * parts) << what;
+        // Each tile's K blocks, from its units in order: contiguous, non-empty, all of them.
+        std::vector<int> next_kb(static_cast<size_t>(tiles), 0);
+        for (int u = 0; u < p.units; ++u) {
+          int b = -1, e = -1;
+          const int t = gemm::tail_plan_unit(u, p.whole, p.log2_parts, kblocks, &b, &e);
+          ASSERT_TRUE(t >= 0 && t < tiles) << what << " unit " << u;
+          ASSERT_EQ(b, next_kb[static_cast<size_t>(t)]) << what << " unit " << u;
+          ASSERT_LT(b, e) << what << " unit " << u;
+          next_kb[static_cast<size_t>(t)] = e;
+        }
+        for (int t = 0; t < tiles; ++t) ASSERT_EQ(next_kb[static_cast<size_t>(t)], kblocks) << what << " tile " << t;
+      }
+    }
+  }
 }

@@ -507,13 +507,14 @@ TEST_F(MoeGpu, LayoutAndTokenMajorQuantizeExact) {
 // Tokens as the MMA's rows (128-token tiles) on the block-scaled core, `block_n` weight rows per
 // tile (0: auto), on `grid` CTAs (0: all SMs; a few CTAs walk across experts, with the next
 // expert's first MMAs in flight while a tile's rows are scattered).
-static MoeConfig rows_config(int block_n = 0, int grid = 0, int weights_evict_first = -1) {
+static MoeConfig rows_config(int block_n = 0, int grid = 0, int weights_evict_first = -1, int tail_split = -1) {
   MoeConfig c;
   c.token_rows = 1;
   c.block_n = block_n;
   c.grid = grid;
   c.pdl = 0;
   c.weights_evict_first = weights_evict_first;
+  c.tail_split = tail_split;
   return c;
 }
 
@@ -526,7 +527,7 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
   const std::vector<MoeConfig> cfgs = {{16, 1, 0},         {32, 2, 0},          {64, 4, 0},         {128, 1, 0},
                                        {16, 1, 5},         {32, 1, 0, -1, -1, 0, 0}, {16, 2, 0, -1, -1, 1, 0},
                                        {16, 4, 0, -1, -1, 0, 0}, {16, 3, 0}, rows_config(), rows_config(128),
-                                       rows_config(256, 5, 0), rows_config(128, 3, 1)};
+                                       rows_config(256, 5, 0), rows_config(128, 3, 1), rows_config(256, 7, -1, 0)};
   for (int m : {1, 3, 127, 129}) {
     for (OutType y : {OutType::kFP32, OutType::kBF16}) {
       for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {

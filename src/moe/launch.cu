@@ -89,6 +89,8 @@ Status check_config(const char* who, const MoeConfig& c) {
     return Status::Invalid(w + ": weights_evict_first must be -1, 0 or 1");
   if (c.weights_evict_first == 1 && c.token_rows == 0)
     return Status::Invalid(w + ": weights_evict_first = 1 is the token_rows = 1 path's");
+  if (c.tail_split < -1 || c.tail_split > 1) return Status::Invalid(w + ": tail_split must be -1, 0 or 1");
+  if (c.tail_split == 1 && c.token_rows == 0) return Status::Invalid(w + ": tail_split = 1 is the token_rows = 1 path's");
   return Status::Ok();
 }
 
@@ -143,10 +145,13 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
 
 // The expert GEMM's shared-memory opt-in, before the call's first launch: every step that can
 // fail runs before anything touches the caller's buffers or the workspace.
-cudaError_t gemm_opt_in(const Prepared& r, const FusedMoeArgs& a) {
+// Token rows: *ctas gets the CTAs the core's launch will run (MoeConfig::grid, or all resident).
+cudaError_t gemm_opt_in(const Prepared& r, const FusedMoeArgs& a, int* ctas) {
   if (r.cfg.token_rows == 1) {
-    int ctas = 0;
-    return blockscaled::kBsVariantLaunchers[r.core_line]().resident(1, r.dev->device, &ctas);
+    int resident = 0;
+    const cudaError_t e = blockscaled::kBsVariantLaunchers[r.core_line]().resident(1, r.dev->device, &resident);
+    *ctas = hopper::persistent_grid(r.cfg.grid, resident, 0, 1, /*oversubscribe=*/true);
+    return e;
   }
   if (r.cfg.tiny == 1)
     return a.topk_ids || a.logits_type == OutType::kFP32 ? tiny_opt_in<float>() : tiny_opt_in<__nv_bfloat16>();
@@ -243,8 +248,10 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
   p.tile_prefetch = r.cfg.tile_prefetch != 0;
   if (a.shape.m > 0) {
     LOWBIT_RETURN_IF_ERROR(make_gemm_maps(a, r, &r.tm_w, &r.tm_x));
-    const cudaError_t e = gemm_opt_in(r, a);
+    int ctas = 0;
+    const cudaError_t e = gemm_opt_in(r, a, &ctas);
     if (e != cudaSuccess) return gemm::cuda_error(w + ": the expert GEMM's shared-memory opt-in", e);
+    p.tail_grid = r.cfg.token_rows == 1 && r.cfg.tail_split == 1 ? ctas : 0;
   }
   return Status::Ok();
 }
@@ -430,7 +437,7 @@ std::string MoeConfig::to_string() const {
          ",prefetch=" + std::to_string(prefetch_mb) + ",tileprefetch=" + std::to_string(tile_prefetch) +
          ",pdl=" + std::to_string(pdl) + ",tiny=" + std::to_string(tiny) + ",pdlfirst=" + std::to_string(pdl_first) +
          ",rows=" + std::to_string(token_rows) + ",bn=" + std::to_string(block_n) +
-         ",wfirst=" + std::to_string(weights_evict_first);
+         ",wfirst=" + std::to_string(weights_evict_first) + ",tail=" + std::to_string(tail_split);
 }
 
 Status parse_moe_config(const std::string& text, MoeConfig* out) {
@@ -448,8 +455,9 @@ Status parse_moe_config(const std::string& text, MoeConfig* out) {
     else if (key == "rows") c.token_rows = value;
     else if (key == "bn") c.block_n = value;
     else if (key == "wfirst") c.weights_evict_first = value;
+    else if (key == "tail") c.tail_split = value;
     else return Status::Invalid("unknown MoE config key '" + key +
-                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows, bn, wfirst)");
+                                "' (tile, splits, grid, prefetch, tileprefetch, pdl, tiny, pdlfirst, rows, bn, wfirst, tail)");
     return Status::Ok();
   }));
   LOWBIT_RETURN_IF_ERROR(check_config("parse_moe_config", c));
@@ -508,8 +516,19 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     } else {
       why += "wfirst forced; ";
     }
+    // The last partial wave's tiles cut along K: their parts add into the sums (atomic mode only).
+    if (reduce == MoeReduce::kDeterministic) {
+      if (c.tail_split == 1) why += "tail=0: deterministic mode stores each pair's row once; ";
+      c.tail_split = 0;
+    } else if (c.tail_split < 0) {
+      c.tail_split = 1;
+      why += "tail=1: the last partial wave's tiles cut along K; ";
+    } else {
+      why += "tail forced; ";
+    }
   } else {
     c.weights_evict_first = 0;
+    c.tail_split = 0;
   }
   if (c.token_tile == 0) {
     c.token_tile = moe::kMoeVariantSpecs[moe::kNumMoeVariantSpecs - 1].tokens;
@@ -613,6 +632,7 @@ MoeConfig moe_choose_config(const MoeShape& shape, MoeReduce reduce, int sm_coun
     out.token_rows = 0;
     out.block_n = 0;
     out.weights_evict_first = 0;
+    out.tail_split = 0;
     why = "defaults";
   }
   if (reason) *reason = st.message() + "; " + (shape_ok ? "the automatic choice instead: " : "") + why;
@@ -631,6 +651,8 @@ std::string moe_config_table() {
          "  bn 256         | rows 1     | the core's widest tile: each token tile's X read from L2 half as often\n"
          "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first, so the gathered tokens stay\n"
          "                 |            | (level to 9% faster; 3-5% slower at k = 7168, so not there)\n"
+         "  tail 1         | rows 1, atomic | the last partial wave's tiles cut into 2 or 4 K parts that add\n"
+         "                 |            | into the sums: every CTA busy to the end (deterministic: 0)\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"

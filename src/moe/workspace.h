@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/core/tail_plan.h"
 #include "lowbit/moe.h"
 
 namespace lowbit::moe {
@@ -58,7 +59,9 @@ inline Layout workspace_layout(const MoeShape& s, MoeReduce reduce, OutType y_ty
   l.counts = take(4 * s.experts);
   l.offsets = take(4 * (s.experts + 1));
   l.cursor = take(4 * s.experts);
-  l.tile_start = take(4 * (s.experts + 1));
+  // tile_start[0..experts], then the layout stage's plan for the token-rows GEMM's last partial wave
+  // (gemm::TailPlan: whole, log2_parts, units).
+  l.tile_start = take(4 * (s.experts + 1 + gemm::kTailPlanInts));
   l.row_pair = take(4 * l.rows);
   l.row_weight = take(4 * l.rows);
   l.x_scales = take(4 * l.rows * (s.k / 128));
@@ -77,6 +80,9 @@ struct MoeParams {
   int kblocks, nblocks;  // k / 128, ceil(n / 128)
   int unit_nblocks;      // the GEMM's column tiles per token tile: nblocks, or ceil(n / block_n) on the core
   int token_tile, splits;
+  // The token-rows GEMM's CTAs, where its last partial wave's tiles may be cut along K (atomic
+  // mode: the parts add into the sums like whole tiles); 0: never.
+  int tail_grid;
   int64_t rows;
   bool deterministic;
   bool y_fp32;

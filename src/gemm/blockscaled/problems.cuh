@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gemm/blockscaled/mainloop.cuh"
+#include "gemm/core/tail_plan.h"
 #include "gemm/core/tile_scheduler.cuh"
 #include "gemm/core/traits.cuh"
 #include "hopper/cp_async.cuh"
@@ -187,24 +188,31 @@ struct StackedProblems {
   int group = -1;
   int group_m = 0, group_row0 = 0;
 
+  // Units: the whole tiles before the last partial wave, then that wave's tiles cut into 2^l K
+  // parts each (the layout stage's plan after tile_start, moe/workspace.h), which the row scatter
+  // adds like whole tiles.
   __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
-    return __ldg(p.groups.tile_start + p.groups.count);
+    return __ldg(p.groups.tile_start + p.groups.count + 3);
   }
   __device__ __forceinline__ static StackedProblems make(bool) { return StackedProblems{}; }
 
   __device__ __forceinline__ Unit unit(int u, const gemm::KernelParams& p) {
-    const int g = group_of_unit(u, p, group);
+    int kb_begin, kb_end;
+    const int tile = gemm::tail_plan_unit(u, __ldg(p.groups.tile_start + p.groups.count + 1),
+                                          __ldg(p.groups.tile_start + p.groups.count + 2), p.bs.k_blocks, &kb_begin,
+                                          &kb_end);
+    const int g = group_of_unit(tile, p, group);
     if (g != group) {
       group = g;
       group_m = __ldg(p.stacked.rows + g);
       group_row0 = __ldg(p.stacked.row0 + g);
     }
     Unit v;
-    v.tile = u;
+    v.tile = tile;
     v.split = 0;
-    v.kb_begin = 0;
-    v.kb_end = p.bs.k_blocks;
-    gemm::raster_tile(u - __ldg(p.groups.tile_start + g), blocks_of(group_m, T::kBlockM), blocks_of(p.n, T::kBlockN),
+    v.kb_begin = kb_begin;
+    v.kb_end = kb_end;
+    gemm::raster_tile(tile - __ldg(p.groups.tile_start + g), blocks_of(group_m, T::kBlockM), blocks_of(p.n, T::kBlockN),
                       p.sched.group_m, &v.m_block, &v.n_block);
     v.group = g;
     v.m = group_m;
