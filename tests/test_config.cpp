@@ -820,35 +820,45 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
 }
 
 // The last partial wave cut along K (gemm/core/tail_plan.h): every tile's K blocks covered once by
-// its parts, the tail's parts within the grid, as many as fit (at most 4, each a K block or more).
-TEST(TailPlan, CoversEveryTileOnceAndFillsTheLastWave) {
+// its parts, in order; the parts count the one that ends the wave soonest (fewest among equals),
+// each part at least a K block.
+TEST(TailPlan, CoversEveryTileOnceAndEndsTheLastWaveSoonest) {
+  for (int x = 0; x < (1 << 15); ++x)
+    for (int d = 1; d <= 4; ++d) ASSERT_EQ(gemm::div_small(x, d), x / d) << x << " / " << d;
   for (int grid : {0, 1, 2, 3, 5, 7, 60, 114, 132}) {
-    for (int kblocks : {1, 2, 3, 4, 5, 16, 56}) {
+    for (int kblocks : {1, 2, 3, 4, 5, 16, 56, 4096}) {
       for (int tiles = 0; tiles <= 3 * 132 + 7; ++tiles) {
         const gemm::TailPlan p = gemm::tail_plan(tiles, grid, kblocks);
         const std::string what = "tiles " + std::to_string(tiles) + " grid " + std::to_string(grid) + " kblocks " +
                                  std::to_string(kblocks);
         const int tail = tiles - p.whole;
-        const int parts = 1 << p.log2_parts;
-        ASSERT_TRUE(p.log2_parts >= 0 && p.log2_parts <= 2) << what;
+        ASSERT_TRUE(p.parts >= 1 && p.parts <= 4 && p.parts <= kblocks) << what;
         if (grid == 0) {
           EXPECT_EQ(p.whole, tiles) << what;
-          EXPECT_EQ(p.log2_parts, 0) << what;
+          EXPECT_EQ(p.parts, 1) << what;
         } else {
           EXPECT_EQ(p.whole % grid, 0) << what;
           EXPECT_TRUE(tail >= 0 && tail < grid) << what;
-          EXPECT_LE(tail * parts, grid) << what;
-          EXPECT_LE(parts, kblocks) << what;
-          if (tail > 0 && p.log2_parts < 2) {  // one more doubling would not fit
-            EXPECT_TRUE(2 * tail * parts > grid || 2 * parts > kblocks) << what;
+          if (tail == 0) {
+            EXPECT_EQ(p.parts, 1) << what;
+          }
+          // The wave's length in tile times, rounds / parts: no other count ends it sooner, and none
+          // with fewer parts as soon.
+          auto length = [&](int parts) { return static_cast<double>((tail * parts + grid - 1) / grid) / parts; };
+          for (int q = 1; q <= 4 && q <= kblocks; ++q) {
+            if (tail == 0) break;
+            EXPECT_LE(length(p.parts), length(q) + 1e-12) << what << " parts " << q;
+            if (q < p.parts) {
+              EXPECT_LT(length(p.parts), length(q) - 1e-12) << what << " parts " << q;
+            }
           }
         }
-        ASSERT_EQ(p.units, p.whole + tail * parts) << what;
+        ASSERT_EQ(p.units, p.whole + tail * p.parts) << what;
         // Each tile's K blocks, from its units in order: contiguous, non-empty, all of them.
         std::vector<int> next_kb(static_cast<size_t>(tiles), 0);
         for (int u = 0; u < p.units; ++u) {
           int b = -1, e = -1;
-          const int t = gemm::tail_plan_unit(u, p.whole, p.log2_parts, kblocks, &b, &e);
+          const int t = gemm::tail_plan_unit(u, p.whole, p.parts, kblocks, &b, &e);
           ASSERT_TRUE(t >= 0 && t < tiles) << what << " unit " << u;
           ASSERT_EQ(b, next_kb[static_cast<size_t>(t)]) << what << " unit " << u;
           ASSERT_LT(b, e) << what << " unit " << u;
@@ -858,4 +868,8 @@ TEST(TailPlan, CoversEveryTileOnceAndFillsTheLastWave) {
       }
     }
   }
+  // Past the quotients' range (a forced grid of 2^13 CTAs or more, or K of 2^20): whole tiles only.
+  EXPECT_EQ(gemm::tail_plan(8192 + 5, 100000, 56).parts, 1);
+  EXPECT_EQ(gemm::tail_plan(5, 132, 8192).parts, 1);
+  EXPECT_EQ(gemm::tail_plan(5, 132, 8191).parts, 4);
 }

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
     // The token-rows GEMM's last partial wave (tail_plan; docs/perf.md W6 v9).
     const gemm::TailPlan plan = gemm::tail_plan(tile_total, p.tail_grid, p.kblocks);
     p.tile_start[p.experts + 1] = plan.whole;
-    p.tile_start[p.experts + 2] = plan.log2_parts;
+    p.tile_start[p.experts + 2] = plan.parts;
     p.tile_start[p.experts + 3] = plan.units;
     p.status[0] = first_bad == INT_MAX ? kMoeOk : kMoeBadExpertId;
     p.status[1] = first_bad == INT_MAX ? -1 : first_bad;

@@ -60,7 +60,7 @@ inline Layout workspace_layout(const MoeShape& s, MoeReduce reduce, OutType y_ty
   l.offsets = take(4 * (s.experts + 1));
   l.cursor = take(4 * s.experts);
   // tile_start[0..experts], then the layout stage's plan for the token-rows GEMM's last partial wave
-  // (gemm::TailPlan: whole, log2_parts, units).
+  // (gemm::TailPlan: whole, parts, units).
   l.tile_start = take(4 * (s.experts + 1 + gemm::kTailPlanInts));
   l.row_pair = take(4 * l.rows);
   l.row_weight = take(4 * l.rows);

@@ -1,6 +1,6 @@
 // The last partial wave of a persistent grid whose units are whole tiles of equal K: its tiles cut
-// into K parts, so that the wave ends with up to every CTA busy instead of a few. Only for output
-// that the parts can add into (the block-scaled stacked problems' row scatter, in atomic mode).
+// into K parts, so that the wave ends sooner than one whole unit time. Only for output that the
+// parts can add into (the block-scaled stacked problems' row scatter, in atomic mode).
 // The plan is made on the device where the tile count is known (the fused MoE's layout stage) and
 // stored after the walk's tile_start; the walk reads it (blockscaled::StackedProblems).
 #pragma once
@@ -10,38 +10,54 @@
 namespace lowbit::gemm {
 
 struct TailPlan {
-  int whole;       // units before the tail: whole tiles
-  int log2_parts;  // K parts per tail tile, log2 (0, 1 or 2)
-  int units;       // every unit, the parts counted
+  int whole;  // units before the tail: whole tiles
+  int parts;  // K parts per tail tile: 1 to 4
+  int units;  // every unit, the parts counted
 };
 
-// Ints stored after tile_start[groups]: whole, log2_parts, units.
+// Ints stored after tile_start[groups]: whole, parts, units.
 inline constexpr int kTailPlanInts = 3;
 
-// `tiles` whole tiles over `grid` CTAs, `kblocks` K blocks each: the tail (tiles % grid) cut into
-// as many parts as the grid holds, at most 4 and each at least one K block. grid 0: no cut.
-__host__ __device__ inline TailPlan tail_plan(int tiles, int grid, int kblocks) {
-  const int tail = grid > 0 ? tiles % grid : 0;
-  int l = 0;
-  if (tail > 0) {
-    if (4 * tail <= grid && kblocks >= 4) l = 2;
-    else if (2 * tail <= grid && kblocks >= 2) l = 1;
-  }
-  return TailPlan{tiles - tail, l, tiles - tail + (tail << l)};
+// x / d for d in 1..4 and 0 <= x < 2^15, without a division (3: a multiply and a shift).
+__host__ __device__ inline int div_small(int x, int d) {
+  return d == 3 ? (x * 43691) >> 17 : x >> (d >> 1);
 }
 
-// Unit u's tile and K blocks [*kb_begin, *kb_end) under `plan` (whole tiles: all kblocks).
-__host__ __device__ inline int tail_plan_unit(int u, int whole, int log2_parts, int kblocks, int* kb_begin,
-                                              int* kb_end) {
+// `tiles` whole tiles over `grid` CTAs, `kblocks` K blocks each. The `tail` (tiles % grid) tiles of
+// the last wave are cut into the number of parts P (1 to 4, each at least one K block) that ends the
+// wave soonest: ceil(tail * P / grid) rounds of 1 / P of a tile; the fewest parts among equals.
+// grid 0: no cut; nor past 2^13 tail tiles or K blocks, where tail_plan_unit's quotients end.
+__host__ __device__ inline TailPlan tail_plan(int tiles, int grid, int kblocks) {
+  const int tail = grid > 0 ? tiles % grid : 0;
+  int best = 1;
+  if (tail > 0 && tail < (1 << 13) && kblocks < (1 << 13)) {
+    // Compared as rounds / parts, cross-multiplied: r_p / p < r_best / best.
+    int best_rounds = 1;
+    for (int p = 2; p <= 4 && p <= kblocks; ++p) {
+      const int rounds = (tail * p + grid - 1) / grid;
+      if (rounds * best < best_rounds * p) {
+        best = p;
+        best_rounds = rounds;
+      }
+    }
+  }
+  return TailPlan{tiles - tail, best, tiles - tail + tail * best};
+}
+
+// Unit u's tile and K blocks [*kb_begin, *kb_end) under a plan (whole tiles: all kblocks). Its
+// division-free quotients stay under 2^15 where tail_plan cuts (tail and kblocks under 2^13).
+__host__ __device__ inline int tail_plan_unit(int u, int whole, int parts, int kblocks, int* kb_begin, int* kb_end) {
   if (u < whole) {
     *kb_begin = 0;
     *kb_end = kblocks;
     return u;
   }
-  const int part = (u - whole) & ((1 << log2_parts) - 1);
-  *kb_begin = (part * kblocks) >> log2_parts;
-  *kb_end = ((part + 1) * kblocks) >> log2_parts;
-  return whole + ((u - whole) >> log2_parts);
+  const int j = u - whole;
+  const int tile = div_small(j, parts);
+  const int part = j - tile * parts;
+  *kb_begin = div_small(part * kblocks, parts);
+  *kb_end = div_small((part + 1) * kblocks, parts);
+  return whole + tile;
 }
 
 }  // namespace lowbit::gemm
