@@ -112,8 +112,8 @@ struct MoeConfig {
   // at k = 7168; docs/perf.md W6 v8).
   int weights_evict_first = -1;
   // With token_rows = 1, atomic mode: 1 = the tiles of the GEMM's last partial wave are cut along
-  // K into 2 or 4 parts, which add into the sums like whole tiles, so that the wave keeps every CTA
-  // busy; 0 = whole tiles only. -1 = auto (1 in atomic mode; deterministic mode stores each pair's
+  // K into up to 4 parts (as many as end the wave soonest), which add into the sums like whole
+  // tiles; 0 = whole tiles only. -1 = auto (1 in atomic mode; deterministic mode stores each pair's
   // row once and is always 0). docs/perf.md W6 v9.
   int tail_split = -1;
   std::string to_string() const;
