@@ -188,9 +188,9 @@ struct StackedProblems {
   int group = -1;
   int group_m = 0, group_row0 = 0;
 
-  // Units: the whole tiles before the last partial wave, then that wave's tiles cut into 2^l K
-  // parts each (the layout stage's plan after tile_start, moe/workspace.h), which the row scatter
-  // adds like whole tiles.
+  // Units: the whole tiles before the last partial wave, then that wave's tiles cut into up to 4 K
+  // parts each (gemm::TailPlan, which the fused MoE's layout stage stores after tile_start), whose
+  // results the row scatter adds like whole tiles'.
   __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
     return __ldg(p.groups.tile_start + p.groups.count + 3);
   }
