@@ -20,6 +20,7 @@
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
 #include "formats/quantize.h"
+#include "gemm/core/tail_plan.h"
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
 #include "reference/reference_gemm.h"
@@ -544,6 +545,41 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
       }
     }
   }
+}
+
+// The token-rows GEMM's last partial wave cut along K (MoeConfig::tail_split, atomic mode): exact on
+// small integers over grids whose tails take 2, 3 and 4 parts (8 K blocks; the part counts that ran
+// are read back from the layout stage's plan, and at least two different cuts must have run), and
+// deterministic mode, which never cuts, alike.
+TEST_F(MoeGpu, TokenRowsTailPartsExact) {
+  const uint64_t seed = lowbit_test::seed();
+  std::vector<int> parts_seen;
+  for (MoeReduce red : {MoeReduce::kAtomic, MoeReduce::kDeterministic}) {
+    for (OutType y : {OutType::kFP32, OutType::kBF16}) {
+      const MoeShape s{300, 272, 1024, 5, 2};  // ~120 tokens per expert: 1-2 tile rows each, 2 column tiles
+      MoeData d = make_case(s, y, red, Fill::kExact, seed + static_cast<int>(red) * 2 + (y == OutType::kBF16), true);
+      upload_all(d);
+      const std::vector<double> ref = reference_y(d);
+      for (int grid : {3, 5, 7, 11, 13, 40}) {
+        const MoeConfig c = rows_config(256, grid, -1, red == MoeReduce::kAtomic ? 1 : -1);
+        poison_y(d);
+        run_fused(d, &c);
+        const std::string what = std::string(red == MoeReduce::kAtomic ? "atomic " : "deterministic ") +
+                                 (y == OutType::kFP32 ? "fp32 " : "bf16 ") + c.to_string();
+        expect_exact(d, ref, read_y(d), what);
+        MoeWorkspaceView v;
+        ASSERT_TRUE(moe_workspace_view(d.s, d.reduce, d.y_type, d.d_work.p, d.work_bytes, &v).ok());
+        int plan[gemm::kTailPlanInts] = {};
+        CUDA_OK(cudaMemcpy(plan, v.tile_start + s.experts + 1, sizeof(plan), cudaMemcpyDeviceToHost));
+        if (red == MoeReduce::kDeterministic) {
+          EXPECT_EQ(plan[1], 1) << what;
+        } else if (plan[1] > 1 && std::find(parts_seen.begin(), parts_seen.end(), plan[1]) == parts_seen.end()) {
+          parts_seen.push_back(plan[1]);
+        }
+      }
+    }
+  }
+  EXPECT_GE(parts_seen.size(), 2u) << "the grids cut the last wave into too few different part counts";
 }
 
 // The tiny-batch path (routing inside the GEMM) against the split path's reference: exact on

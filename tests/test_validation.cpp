@@ -705,7 +705,7 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_NE(c.to_string().find("wfirst=0"), std::string::npos);
   EXPECT_FALSE(parse_moe_config("wfirst=2", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=0,wfirst=1", &c).ok());
-  // The last partial wave's tiles cut along K: the token-rows path's, atomic mode only (W6 v9).
+  // The last partial wave's tiles cut along K: the token-rows path's, atomic mode only.
   ASSERT_TRUE(parse_moe_config("rows=1,tail=0", &c).ok());
   EXPECT_EQ(c.tail_split, 0);
   EXPECT_NE(c.to_string().find("tail=0"), std::string::npos);

@@ -114,7 +114,7 @@ struct MoeConfig {
   // With token_rows = 1, atomic mode: 1 = the tiles of the GEMM's last partial wave are cut along
   // K into up to 4 parts (as many as end the wave soonest), which add into the sums like whole
   // tiles; 0 = whole tiles only. -1 = auto (1 in atomic mode; deterministic mode stores each pair's
-  // row once and is always 0). docs/perf.md W6 v9.
+  // row once and is always 0). docs/perf.md W6, "where the token-rows GEMM's time goes".
   int tail_split = -1;
   std::string to_string() const;
 };
@@ -159,7 +159,8 @@ struct MoeWorkspaceView {
   int32_t* counts;         // [experts]    tokens routed to each expert
   int32_t* offsets;        // [experts + 1] first sorted row of each expert's segment (segments
                            //               are padded to a multiple of 4 rows)
-  int32_t* tile_start;     // [experts + 1] the GEMM's first tile of each expert
+  int32_t* tile_start;     // [experts + 1] the GEMM's first tile of each expert (then 3 ints: the
+                           //               token-rows GEMM's plan for its last wave, gemm::TailPlan)
   uint8_t* xq;             // E4M3 [rows, k] expert-sorted quantized activations; with the token-rows
                            //               GEMM (MoeConfig::token_rows = 1) [m, k], one row per token
   float* x_scales;         // [k / 128, rows] their per-128 scales, K-block-major ([k / 128, m] there)

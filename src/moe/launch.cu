@@ -324,7 +324,8 @@ Status make_gemm_maps(const FusedMoeArgs& a, const Prepared& r, CUtensorMap* tm_
 // quantize stage wrote each token once), and the row scatter: sorted row r adds row_weight[r]
 // times its result into that token's row of the FP32 sums (atomic mode), or stores it as pair row
 // row_pair[r] (deterministic mode). Its units are the layout stage's tile_start (128-token tiles x
-// unit_nblocks column tiles per expert).
+// unit_nblocks column tiles per expert), the last partial wave's cut along K in atomic mode (the
+// plan after tile_start, gemm::TailPlan).
 Status run_core_gemm(const Prepared& r, cudaStream_t stream) {
   const MoeParams& m = r.p;
   gemm::KernelParams p{};

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
   if (tid == 0) {
     p.offsets[p.experts] = seg_total;
     p.tile_start[p.experts] = tile_total;
-    // The token-rows GEMM's last partial wave (tail_plan; docs/perf.md W6 v9).
+    // The token-rows GEMM's last partial wave (gemm::tail_plan; tail_grid 0: whole tiles only).
     const gemm::TailPlan plan = gemm::tail_plan(tile_total, p.tail_grid, p.kblocks);
     p.tile_start[p.experts + 1] = plan.whole;
     p.tile_start[p.experts + 2] = plan.parts;

@@ -190,15 +190,16 @@ struct StackedProblems {
 
   // Units: the whole tiles before the last partial wave, then that wave's tiles cut into up to 4 K
   // parts each (gemm::TailPlan, which the fused MoE's layout stage stores after tile_start), whose
-  // results the row scatter adds like whole tiles'.
+  // results the row scatter adds like whole tiles'. Only where it adds (p.scatter.add): a scatter
+  // that stores ignores the plan, whatever the layout stage was told.
   __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
-    return __ldg(p.groups.tile_start + p.groups.count + 3);
+    return __ldg(p.groups.tile_start + p.groups.count + (p.scatter.add ? 3 : 0));
   }
   __device__ __forceinline__ static StackedProblems make(bool) { return StackedProblems{}; }
 
   __device__ __forceinline__ Unit unit(int u, const gemm::KernelParams& p) {
     int kb_begin, kb_end;
-    const int tile = gemm::tail_plan_unit(u, __ldg(p.groups.tile_start + p.groups.count + 1),
+    const int tile = gemm::tail_plan_unit(u, __ldg(p.groups.tile_start + p.groups.count + (p.scatter.add ? 1 : 0)),
                                           __ldg(p.groups.tile_start + p.groups.count + 2), p.bs.k_blocks, &kb_begin,
                                           &kb_end);
     const int g = group_of_unit(tile, p, group);
@@ -227,10 +228,13 @@ struct StackedProblems {
     v.sfb_part_stride = b.part_stride;
     return v;
   }
-  // As GroupedProblems::warp_uniform, with the tile's first A row (the row scatter's).
+  // As GroupedProblems::warp_uniform, with the tile's first A row (the row scatter's) and its first
+  // K block (a tail part's: read from memory, the K loop's trip count would leave the uniform
+  // datapath, as block-scaled "Grouped v2" measured for kb_end).
   __device__ __forceinline__ static Unit warp_uniform(const Unit& w) {
     Unit v = grouped_unit_as_lane0(w);
     v.a_row0 = __shfl_sync(0xffffffffu, w.a_row0, 0);
+    v.kb_begin = __shfl_sync(0xffffffffu, w.kb_begin, 0);
     return v;
   }
   // The unit's gather: its tile rows' source rows and scales.

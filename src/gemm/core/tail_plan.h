@@ -23,21 +23,27 @@ __host__ __device__ inline int div_small(int x, int d) {
   return d == 3 ? (x * 43691) >> 17 : x >> (d >> 1);
 }
 
+// What a unit costs besides its K blocks, in K blocks: the row scatter's reductions of a 128 x 256
+// FP32 tile, 9-11% of a 16-K-block unit (docs/perf.md W6, "where the token-rows GEMM's time
+// goes", call 306). Every part pays it again.
+inline constexpr int kTailPartCostKBlocks = 2;
+
 // `tiles` whole tiles over `grid` CTAs, `kblocks` K blocks each. The `tail` (tiles % grid) tiles of
 // the last wave are cut into the number of parts P (1 to 4, each at least one K block) that ends the
-// wave soonest: ceil(tail * P / grid) rounds of 1 / P of a tile; the fewest parts among equals.
-// grid 0: no cut; nor past 2^13 tail tiles or K blocks, where tail_plan_unit's quotients end.
+// wave soonest by this model: ceil(tail * P / grid) rounds of ceil(kblocks / P) +
+// kTailPartCostKBlocks; the fewest parts among equals. grid 0: no cut; nor past 2^13 tail tiles or
+// K blocks, where tail_plan_unit's quotients end.
 __host__ __device__ inline TailPlan tail_plan(int tiles, int grid, int kblocks) {
   const int tail = grid > 0 ? tiles % grid : 0;
   int best = 1;
   if (tail > 0 && tail < (1 << 13) && kblocks < (1 << 13)) {
-    // Compared as rounds / parts, cross-multiplied: r_p / p < r_best / best.
-    int best_rounds = 1;
+    int best_len = kblocks + kTailPartCostKBlocks;  // one round of whole tiles
     for (int p = 2; p <= 4 && p <= kblocks; ++p) {
-      const int rounds = (tail * p + grid - 1) / grid;
-      if (rounds * best < best_rounds * p) {
+      const int rounds = (tail * p - 1) / grid + 1;  // tail * p < 2^15: no overflow, whatever grid
+      const int len = rounds * ((kblocks + p - 1) / p + kTailPartCostKBlocks);
+      if (len < best_len) {
         best = p;
-        best_rounds = rounds;
+        best_len = len;
       }
     }
   }
