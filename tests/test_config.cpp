@@ -820,9 +820,10 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
 }
 
 // The last partial wave cut along K (gemm/core/tail_plan.h): every tile's K blocks covered once by
-// its parts, in order, each part at least a K block; and, by a simulation of the persistent grid
+// its parts, in order, each part at least max(min_part, 1) K blocks; and, by a simulation of the persistent grid
 // (CTA c takes units c, c + grid, ...; a unit costs its K blocks plus kTailPartCostKBlocks), the
-// chosen parts never end later than whole tiles and are within a K block of the best count.
+// chosen parts never end later than whole tiles and are within a K block of the best count that
+// the minimum allows.
 TEST(TailPlan, CoversEveryTileOnceAndEndsTheLastWaveSoonest) {
   for (int x = 0; x < (1 << 15); ++x)
     for (int d = 1; d <= 4; ++d) ASSERT_EQ(gemm::div_small(x, d), x / d) << x << " / " << d;
@@ -836,47 +837,59 @@ TEST(TailPlan, CoversEveryTileOnceAndEndsTheLastWaveSoonest) {
     }
     return busy.empty() ? 0L : *std::max_element(busy.begin(), busy.end());
   };
-  for (int grid : {0, 1, 2, 3, 5, 7, 60, 114, 132}) {
-    for (int kblocks : {1, 2, 3, 4, 5, 16, 56, 4096}) {
-      for (int tiles = 0; tiles <= 3 * 132 + 7; ++tiles) {
-        const gemm::TailPlan p = gemm::tail_plan(tiles, grid, kblocks);
-        const std::string what = "tiles " + std::to_string(tiles) + " grid " + std::to_string(grid) + " kblocks " +
-                                 std::to_string(kblocks);
-        const int tail = tiles - p.whole;
-        ASSERT_TRUE(p.parts >= 1 && p.parts <= 4 && p.parts <= kblocks) << what;
-        ASSERT_EQ(p.units, p.whole + tail * p.parts) << what;
-        if (grid == 0) {
-          EXPECT_EQ(p.whole, tiles) << what;
-          EXPECT_EQ(p.parts, 1) << what;
-        } else {
-          EXPECT_EQ(p.whole % grid, 0) << what;
-          EXPECT_TRUE(tail >= 0 && tail < grid) << what;
-          if (tail == 0) {
+  for (int min_part : {0, 1, 3, 16}) {
+    for (int grid : {0, 1, 2, 3, 5, 7, 60, 114, 132}) {
+      for (int kblocks : {1, 2, 3, 4, 5, 16, 31, 32, 56, 4096}) {
+        for (int tiles = 0; tiles <= 3 * 132 + 7; ++tiles) {
+          const gemm::TailPlan p = gemm::tail_plan(tiles, grid, kblocks, min_part);
+          const std::string what = "tiles " + std::to_string(tiles) + " grid " + std::to_string(grid) + " kblocks " +
+                                   std::to_string(kblocks) + " min_part " + std::to_string(min_part);
+          const int tail = tiles - p.whole;
+          ASSERT_TRUE(p.parts >= 1 && p.parts <= 4 && p.parts <= kblocks) << what;
+          // Every part holds at least min_part K blocks (the parts' sizes differ by one at most).
+          if (p.parts > 1) {
+            ASSERT_GE(kblocks / p.parts, std::max(min_part, 1)) << what;
+          }
+          ASSERT_EQ(p.units, p.whole + tail * p.parts) << what;
+          if (grid == 0) {
+            EXPECT_EQ(p.whole, tiles) << what;
             EXPECT_EQ(p.parts, 1) << what;
+          } else {
+            EXPECT_EQ(p.whole % grid, 0) << what;
+            EXPECT_TRUE(tail >= 0 && tail < grid) << what;
+            if (tail == 0) {
+              EXPECT_EQ(p.parts, 1) << what;
+            }
+            if (kblocks <= 56) {  // the simulation, where it is quick
+              const long chosen = makespan(tiles, grid, kblocks, p.whole, p.parts);
+              EXPECT_LE(chosen, makespan(tiles, grid, kblocks, p.whole, 1)) << what;
+              for (int q = 2; q <= 4 && q * std::max(min_part, 1) <= kblocks; ++q)
+                EXPECT_LE(chosen, makespan(tiles, grid, kblocks, p.whole, q) + 1) << what << " parts " << q;
+            }
           }
-          if (kblocks <= 56) {  // the simulation, where it is quick
-            const long chosen = makespan(tiles, grid, kblocks, p.whole, p.parts);
-            EXPECT_LE(chosen, makespan(tiles, grid, kblocks, p.whole, 1)) << what;
-            for (int q = 2; q <= 4 && q <= kblocks; ++q)
-              EXPECT_LE(chosen, makespan(tiles, grid, kblocks, p.whole, q) + 1) << what << " parts " << q;
+          // Each tile's K blocks, from its units in order: contiguous, non-empty, all of them.
+          std::vector<int> next_kb(static_cast<size_t>(tiles), 0);
+          for (int u = 0; u < p.units; ++u) {
+            int b = -1, e = -1;
+            const int t = gemm::tail_plan_unit(u, p.whole, p.parts, kblocks, &b, &e);
+            ASSERT_TRUE(t >= 0 && t < tiles) << what << " unit " << u;
+            ASSERT_EQ(b, next_kb[static_cast<size_t>(t)]) << what << " unit " << u;
+            ASSERT_LT(b, e) << what << " unit " << u;
+            next_kb[static_cast<size_t>(t)] = e;
           }
+          for (int t = 0; t < tiles; ++t) ASSERT_EQ(next_kb[static_cast<size_t>(t)], kblocks) << what << " tile " << t;
         }
-        // Each tile's K blocks, from its units in order: contiguous, non-empty, all of them.
-        std::vector<int> next_kb(static_cast<size_t>(tiles), 0);
-        for (int u = 0; u < p.units; ++u) {
-          int b = -1, e = -1;
-          const int t = gemm::tail_plan_unit(u, p.whole, p.parts, kblocks, &b, &e);
-          ASSERT_TRUE(t >= 0 && t < tiles) << what << " unit " << u;
-          ASSERT_EQ(b, next_kb[static_cast<size_t>(t)]) << what << " unit " << u;
-          ASSERT_LT(b, e) << what << " unit " << u;
-          next_kb[static_cast<size_t>(t)] = e;
-        }
-        for (int t = 0; t < tiles; ++t) ASSERT_EQ(next_kb[static_cast<size_t>(t)], kblocks) << what << " tile " << t;
       }
     }
   }
   // Past the quotients' range (a forced grid of 2^13 CTAs or more, or K of 2^20): whole tiles only.
-  EXPECT_EQ(gemm::tail_plan(8192 + 5, 100000, 56).parts, 1);
-  EXPECT_EQ(gemm::tail_plan(5, 132, 8192).parts, 1);
-  EXPECT_EQ(gemm::tail_plan(5, 132, 8191).parts, 4);
+  EXPECT_EQ(gemm::tail_plan(8192 + 5, 100000, 56, 1).parts, 1);
+  EXPECT_EQ(gemm::tail_plan(5, 132, 8192, 1).parts, 1);
+  EXPECT_EQ(gemm::tail_plan(5, 132, 8191, 1).parts, 4);
+  EXPECT_EQ(gemm::tail_plan(5, 132, 8191, 8191).parts, 1);
+  // The auto minimum (16 K blocks): k = 2048 (16 blocks) is never cut; k = 7168 (56) in two parts
+  // where the tail fits one round, and never in four (14 blocks each).
+  EXPECT_EQ(gemm::tail_plan(1248, 132, 16, 16).parts, 1);
+  EXPECT_EQ(gemm::tail_plan(1248, 132, 56, 16).parts, 2);
+  for (int tiles = 1188; tiles < 1188 + 132; ++tiles) EXPECT_LE(gemm::tail_plan(tiles, 132, 56, 16).parts, 3) << tiles;
 }

@@ -548,9 +548,9 @@ TEST_F(MoeGpu, ExactAcrossConfigsAndEdgeShapes) {
 }
 
 // The token-rows GEMM's last partial wave cut along K (MoeConfig::tail_split, atomic mode): exact on
-// small integers over grids whose tails take 2, 3 and 4 parts (8 K blocks; the part counts that ran
-// are read back from the layout stage's plan, and at least two different cuts must have run), and
-// deterministic mode, which never cuts, alike.
+// small integers over grids whose tails take 2, 3 and 4 parts (8 K blocks; tail=1, parts of one K
+// block or more; the part counts that ran are read back from the layout stage's plan, and at least
+// two different cuts must have run), and deterministic mode, which never cuts, alike.
 TEST_F(MoeGpu, TokenRowsTailPartsExact) {
   const uint64_t seed = lowbit_test::seed();
   std::vector<int> parts_seen;

@@ -705,18 +705,25 @@ TEST(MoeValidation, ConfigChoiceAndParsing) {
   EXPECT_NE(c.to_string().find("wfirst=0"), std::string::npos);
   EXPECT_FALSE(parse_moe_config("wfirst=2", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=0,wfirst=1", &c).ok());
-  // The last partial wave's tiles cut along K: the token-rows path's, atomic mode only.
+  // The last partial wave's tiles cut along K into parts of at least `tail` K blocks: the
+  // token-rows path's, atomic mode only; auto 16 (W6 v9).
   ASSERT_TRUE(parse_moe_config("rows=1,tail=0", &c).ok());
   EXPECT_EQ(c.tail_split, 0);
   EXPECT_NE(c.to_string().find("tail=0"), std::string::npos);
-  EXPECT_FALSE(parse_moe_config("tail=2", &c).ok());
+  ASSERT_TRUE(parse_moe_config("rows=1,tail=3", &c).ok());
+  EXPECT_EQ(c.tail_split, 3);
+  ASSERT_TRUE(parse_moe_config("rows=1,tail=8191", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=1,tail=8192", &c).ok());
+  EXPECT_FALSE(parse_moe_config("rows=1,tail=-2", &c).ok());
   EXPECT_FALSE(parse_moe_config("rows=0,tail=1", &c).ok());
   {
     std::string why;
-    EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why).tail_split, 1)
+    EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, nullptr, &why).tail_split, 16)
         << why;
     MoeConfig forced;
     forced.tail_split = 1;
+    EXPECT_EQ(moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kAtomic, 132, &forced, &why).tail_split, 1)
+        << why;
     const MoeConfig det = moe_choose_config(MoeShape{8192, 512, 2048, 256, 8}, MoeReduce::kDeterministic, 132, &forced, &why);
     EXPECT_EQ(det.tail_split, 0) << why;
     EXPECT_NE(why.find("tail=0: deterministic"), std::string::npos) << why;

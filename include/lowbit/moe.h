@@ -111,14 +111,15 @@ struct MoeConfig {
   // stay in L2. -1 = auto (1 where k <= 2048: up to 9% faster there, most at N = 512; 3-5% slower
   // at k = 7168; docs/perf.md W6 v8).
   int weights_evict_first = -1;
-  // With token_rows = 1, atomic mode: 1 = the tiles of the GEMM's last partial wave are cut along
-  // K into up to 4 parts (as many as end the wave soonest), which add into the sums like whole
-  // tiles; 0 = whole tiles only. -1 = auto (1 in atomic mode; deterministic mode stores each pair's
-  // row once and is always 0). docs/perf.md W6, "where the token-rows GEMM's time goes".
+  // With token_rows = 1, atomic mode: N >= 1 = the tiles of the GEMM's last partial wave are cut
+  // along K into up to 4 parts of at least N K blocks each (as many as end the wave soonest), which
+  // add into the sums like whole tiles; 0 = whole tiles only. -1 = auto (16 in atomic mode: parts
+  // of 16 K blocks or more, so k >= 4096; deterministic mode stores each pair's row once and is
+  // always 0). docs/perf.md W6 v9.
   int tail_split = -1;
   std::string to_string() const;
 };
-// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0,bn=256,wfirst=1,tail=1" (any subset);
+// Parses "tile=16,splits=2,grid=132,prefetch=24,tileprefetch=0,pdl=1,tiny=0,pdlfirst=0,rows=0,bn=256,wfirst=1,tail=16" (any subset);
 // unknown keys are an error.
 Status parse_moe_config(const std::string& text, MoeConfig* out);
 // The config `fused_moe_fp8` uses for this shape (fields the caller forced are kept, except where

@@ -65,6 +65,11 @@ std::string gemm_tile_list() {
   return gemm::token_tile_list(moe::kMoeVariantSpecs, [](int) { return true; });
 }
 
+// MoeConfig::tail_split: the fewest K blocks of a cut tail part; the largest value is where
+// gemm::tail_plan stops cutting.
+constexpr int kTailMinPartAuto = 16;
+constexpr int kMaxTailSplit = (1 << 13) - 1;
+
 Status check_config(const char* who, const MoeConfig& c) {
   const std::string w(who);
   if (c.token_tile != 0 && !find_gemm(c.token_tile))
@@ -89,8 +94,9 @@ Status check_config(const char* who, const MoeConfig& c) {
     return Status::Invalid(w + ": weights_evict_first must be -1, 0 or 1");
   if (c.weights_evict_first == 1 && c.token_rows == 0)
     return Status::Invalid(w + ": weights_evict_first = 1 is the token_rows = 1 path's");
-  if (c.tail_split < -1 || c.tail_split > 1) return Status::Invalid(w + ": tail_split must be -1, 0 or 1");
-  if (c.tail_split == 1 && c.token_rows == 0) return Status::Invalid(w + ": tail_split = 1 is the token_rows = 1 path's");
+  if (c.tail_split < -1 || c.tail_split > kMaxTailSplit)
+    return Status::Invalid(w + ": tail_split must be -1, 0 or 1.." + std::to_string(kMaxTailSplit));
+  if (c.tail_split > 0 && c.token_rows == 0) return Status::Invalid(w + ": tail_split > 0 is the token_rows = 1 path's");
   return Status::Ok();
 }
 
@@ -251,7 +257,8 @@ Status prepare(const char* who, const FusedMoeArgs& a, void* workspace, size_t w
     int ctas = 0;
     const cudaError_t e = gemm_opt_in(r, a, &ctas);
     if (e != cudaSuccess) return gemm::cuda_error(w + ": the expert GEMM's shared-memory opt-in", e);
-    p.tail_grid = r.cfg.token_rows == 1 && r.cfg.tail_split == 1 ? ctas : 0;
+    p.tail_grid = r.cfg.token_rows == 1 && r.cfg.tail_split > 0 ? ctas : 0;
+    p.tail_min_part = r.cfg.tail_split;
   }
   return Status::Ok();
 }
@@ -517,13 +524,17 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
     } else {
       why += "wfirst forced; ";
     }
-    // The last partial wave's tiles cut along K: their parts add into the sums (atomic mode only).
+    // The last partial wave's tiles cut along K: their parts add into the sums (atomic mode only),
+    // each part at least kTailMinPartAuto K blocks. Measured at four routings each: 0.9-2.1% faster
+    // at k = 7168 (parts of 28 and 19 K blocks); at k = 2048 (parts of 8) -0.6% to +0.7%, nothing
+    // (docs/perf.md W6 v9).
     if (reduce == MoeReduce::kDeterministic) {
-      if (c.tail_split == 1) why += "tail=0: deterministic mode stores each pair's row once; ";
+      if (c.tail_split > 0) why += "tail=0: deterministic mode stores each pair's row once; ";
       c.tail_split = 0;
     } else if (c.tail_split < 0) {
-      c.tail_split = 1;
-      why += "tail=1: the last partial wave's tiles cut along K; ";
+      c.tail_split = kTailMinPartAuto;
+      why += "tail=" + std::to_string(kTailMinPartAuto) + ": the last partial wave's tiles cut along K into parts of " +
+             std::to_string(kTailMinPartAuto) + "+ K blocks; ";
     } else {
       why += "tail forced; ";
     }
@@ -652,8 +663,9 @@ std::string moe_config_table() {
          "  bn 256         | rows 1     | the core's widest tile: each token tile's X read from L2 half as often\n"
          "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first, so the gathered tokens stay\n"
          "                 |            | (level to 9% faster; 3-5% slower at k = 7168, so not there)\n"
-         "  tail 1         | rows 1, atomic | the last partial wave's tiles cut into up to 4 K parts that add\n"
-         "                 |            | into the sums, so the wave ends sooner (deterministic: 0)\n"
+         "  tail 16        | rows 1, atomic | the last partial wave's tiles cut into up to 4 K parts of 16+ K\n"
+         "                 |            | blocks that add into the sums, so the wave ends sooner (1-2% at\n"
+         "                 |            | k = 7168; shorter parts gained nothing; deterministic: 0)\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"

@@ -83,6 +83,7 @@ struct MoeParams {
   // The token-rows GEMM's CTAs, where its last partial wave's tiles may be cut along K (atomic
   // mode: the parts add into the sums like whole tiles); 0: never.
   int tail_grid;
+  int tail_min_part;  // the fewest K blocks a cut part may have (MoeConfig::tail_split)
   int64_t rows;
   bool deterministic;
   bool y_fp32;

@@ -29,16 +29,19 @@ __host__ __device__ inline int div_small(int x, int d) {
 inline constexpr int kTailPartCostKBlocks = 2;
 
 // `tiles` whole tiles over `grid` CTAs, `kblocks` K blocks each. The `tail` (tiles % grid) tiles of
-// the last wave are cut into the number of parts P (1 to 4, each at least one K block) that ends the
-// wave soonest by this model: ceil(tail * P / grid) rounds of ceil(kblocks / P) +
+// the last wave are cut into the number of parts P (1 to 4, each at least `min_part` K blocks) that
+// ends the wave soonest by this model: ceil(tail * P / grid) rounds of ceil(kblocks / P) +
 // kTailPartCostKBlocks; the fewest parts among equals. grid 0: no cut; nor past 2^13 tail tiles or
-// K blocks, where tail_plan_unit's quotients end.
-__host__ __device__ inline TailPlan tail_plan(int tiles, int grid, int kblocks) {
+// K blocks, where tail_plan_unit's quotients end. (The model leaves out that a partial wave runs
+// faster than a full one, with fewer CTAs sharing L2 and DRAM: where parts are short it predicts
+// gains that do not come, hence `min_part`; docs/perf.md W6 v9.)
+__host__ __device__ inline TailPlan tail_plan(int tiles, int grid, int kblocks, int min_part) {
   const int tail = grid > 0 ? tiles % grid : 0;
+  const int part_min = min_part > 1 ? min_part : 1;
   int best = 1;
-  if (tail > 0 && tail < (1 << 13) && kblocks < (1 << 13)) {
+  if (tail > 0 && tail < (1 << 13) && kblocks < (1 << 13) && part_min < (1 << 13)) {
     int best_len = kblocks + kTailPartCostKBlocks;  // one round of whole tiles
-    for (int p = 2; p <= 4 && p <= kblocks; ++p) {
+    for (int p = 2; p <= 4 && p * part_min <= kblocks; ++p) {
       const int rounds = (tail * p - 1) / grid + 1;  // tail * p < 2^15: no overflow, whatever grid
       const int len = rounds * ((kblocks + p - 1) / p + kTailPartCostKBlocks);
       if (len < best_len) {
