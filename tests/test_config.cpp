@@ -820,10 +820,10 @@ TEST(Fp8Config, VariantTableIsTheCompiledRule) {
 }
 
 // The last partial wave cut along K (gemm/core/tail_plan.h): every tile's K blocks covered once by
-// its parts, in order, each part at least max(min_part, 1) K blocks; and, by a simulation of the persistent grid
-// (CTA c takes units c, c + grid, ...; a unit costs its K blocks plus kTailPartCostKBlocks), the
-// chosen parts never end later than whole tiles and are within a K block of the best count that
-// the minimum allows.
+// its parts, in order, each part at least max(min_part, 1) K blocks; and, by a simulation of the
+// persistent grid (CTA c takes units c, c + grid, ...; a unit costs its K blocks plus
+// kTailPartCostKBlocks), the chosen parts never end later than whole tiles and are within a K block
+// of the best count that the minimum allows.
 TEST(TailPlan, CoversEveryTileOnceAndEndsTheLastWaveSoonest) {
   for (int x = 0; x < (1 << 15); ++x)
     for (int d = 1; d <= 4; ++d) ASSERT_EQ(gemm::div_small(x, d), x / d) << x << " / " << d;

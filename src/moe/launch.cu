@@ -525,9 +525,10 @@ MoeConfig choose(const MoeShape& s, MoeReduce reduce, int sm_count, const MoeCon
       why += "wfirst forced; ";
     }
     // The last partial wave's tiles cut along K: their parts add into the sums (atomic mode only),
-    // each part at least kTailMinPartAuto K blocks. Measured at four routings each: 0.9-2.1% faster
-    // at k = 7168 (parts of 28 and 19 K blocks); at k = 2048 (parts of 8) -0.6% to +0.7%, nothing
-    // (docs/perf.md W6 v9).
+    // each part at least kTailMinPartAuto K blocks. Measured with parts of any length at four
+    // routings each: 0.9-2.2% faster at k = 7168 (parts of 28 and 19 K blocks), -1.1% to +0.7% at
+    // k = 2048 (parts of 8 and 5); with the floor, 3.0% at k = 7168 and 4.9% at k = 14336 (held
+    // out), k <= 2048 not cut (docs/perf.md W6 v9).
     if (reduce == MoeReduce::kDeterministic) {
       if (c.tail_split > 0) why += "tail=0: deterministic mode stores each pair's row once; ";
       c.tail_split = 0;
@@ -664,8 +665,8 @@ std::string moe_config_table() {
          "  wfirst 1       | rows 1, k <= 2048 | the weights' L2 lines evicted first, so the gathered tokens stay\n"
          "                 |            | (level to 9% faster; 3-5% slower at k = 7168, so not there)\n"
          "  tail 16        | rows 1, atomic | the last partial wave's tiles cut into up to 4 K parts of 16+ K\n"
-         "                 |            | blocks that add into the sums, so the wave ends sooner (1-2% at\n"
-         "                 |            | k = 7168; shorter parts gained nothing; deterministic: 0)\n"
+         "                 |            | blocks that add into the sums, so the wave ends sooner (1-3% at\n"
+         "                 |            | k = 7168, 5% at 14336; shorter parts gained nothing; deterministic: 0)\n"
          "  splits 2 / 4   | atomic mode, fewer tiles than SMs | idle SMs would leave HBM bandwidth unused (M = 1)\n"
          "  splits 1       | deterministic mode, or enough tiles | a fixed summation order needs one writer per row\n"
          "  tiny 1         | atomic, m <= 4, m * top_k <= 32, experts <= 256 | routing inside the GEMM: its weight\n"
