@@ -20,6 +20,7 @@
 #include "formats/bf16.h"
 #include "formats/e4m3.h"
 #include "formats/quantize.h"
+#include "gemm/core/tail_plan.h"
 #include "lowbit/device.h"
 #include "lowbit/moe.h"
 #include "moe_unfused.h"
@@ -175,6 +176,15 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
   LOWBIT_RETURN_IF_ERROR(moe_check_status(s, MoeReduce::kAtomic, OutType::kFP32, ws.p, ws_bytes, st));
   MoeWorkspaceView v;
   LOWBIT_RETURN_IF_ERROR(moe_workspace_view(s, MoeReduce::kAtomic, OutType::kFP32, ws.p, ws_bytes, &v));
+  if (chosen.token_rows == 1) {
+    // The GEMM's tiles and the layout stage's plan for their last partial wave (input set 0's
+    // routing; the timed batches alternate sets): tile_start[experts], then gemm::TailPlan.
+    int32_t plan[1 + gemm::kTailPlanInts] = {};
+    LOWBIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(plan, v.tile_start + s.experts, sizeof(plan), cudaMemcpyDeviceToHost), "copy"));
+    r->config += " (set 0: " + std::to_string(plan[0]) + " tiles, the last " + std::to_string(plan[0] - plan[1]) +
+                 " in " + std::to_string(plan[2]) + " K part" + (plan[2] == 1 ? "" : "s") + ")";
+  }
   const size_t pairs = static_cast<size_t>(s.m) * s.top_k;
   std::vector<int32_t> ids(pairs);
   std::vector<float> wt(pairs);
