@@ -182,8 +182,10 @@ Status run_moe_shape(const Options& opt, const Shape& sh, Result* r) {
     int32_t plan[1 + gemm::kTailPlanInts] = {};
     LOWBIT_RETURN_IF_ERROR(
         cuda_status(cudaMemcpy(plan, v.tile_start + s.experts, sizeof(plan), cudaMemcpyDeviceToHost), "copy"));
-    r->config += " (set 0: " + std::to_string(plan[0]) + " tiles, the last " + std::to_string(plan[0] - plan[1]) +
-                 " in " + std::to_string(plan[2]) + " K part" + (plan[2] == 1 ? "" : "s") + ")";
+    const int parts = plan[gemm::kTailPlanParts];
+    r->config += " (set 0: " + std::to_string(plan[0]) + " tiles, the last " +
+                 std::to_string(plan[0] - plan[gemm::kTailPlanWhole]) + " in " + std::to_string(parts) + " K part" +
+                 (parts == 1 ? "" : "s") + ")";
   }
   const size_t pairs = static_cast<size_t>(s.m) * s.top_k;
   std::vector<int32_t> ids(pairs);

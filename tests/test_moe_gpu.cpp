@@ -569,12 +569,13 @@ TEST_F(MoeGpu, TokenRowsTailPartsExact) {
         expect_exact(d, ref, read_y(d), what);
         MoeWorkspaceView v;
         ASSERT_TRUE(moe_workspace_view(d.s, d.reduce, d.y_type, d.d_work.p, d.work_bytes, &v).ok());
-        int plan[gemm::kTailPlanInts] = {};
-        CUDA_OK(cudaMemcpy(plan, v.tile_start + s.experts + 1, sizeof(plan), cudaMemcpyDeviceToHost));
+        int at[1 + gemm::kTailPlanInts] = {};  // tile_start[experts], then the plan
+        CUDA_OK(cudaMemcpy(at, v.tile_start + s.experts, sizeof(at), cudaMemcpyDeviceToHost));
+        const int parts = at[gemm::kTailPlanParts];
         if (red == MoeReduce::kDeterministic) {
-          EXPECT_EQ(plan[1], 1) << what;
-        } else if (plan[1] > 1 && std::find(parts_seen.begin(), parts_seen.end(), plan[1]) == parts_seen.end()) {
-          parts_seen.push_back(plan[1]);
+          EXPECT_EQ(parts, 1) << what;
+        } else if (parts > 1 && std::find(parts_seen.begin(), parts_seen.end(), parts) == parts_seen.end()) {
+          parts_seen.push_back(parts);
         }
       }
     }

@@ -69,9 +69,9 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(MoeParams p) {
     p.tile_start[p.experts] = tile_total;
     // The token-rows GEMM's last partial wave (gemm::tail_plan; tail_grid 0: whole tiles only).
     const gemm::TailPlan plan = gemm::tail_plan(tile_total, p.tail_grid, p.kblocks, p.tail_min_part);
-    p.tile_start[p.experts + 1] = plan.whole;
-    p.tile_start[p.experts + 2] = plan.parts;
-    p.tile_start[p.experts + 3] = plan.units;
+    p.tile_start[p.experts + gemm::kTailPlanWhole] = plan.whole;
+    p.tile_start[p.experts + gemm::kTailPlanParts] = plan.parts;
+    p.tile_start[p.experts + gemm::kTailPlanUnits] = plan.units;
     p.status[0] = first_bad == INT_MAX ? kMoeOk : kMoeBadExpertId;
     p.status[1] = first_bad == INT_MAX ? -1 : first_bad;
   }

@@ -193,15 +193,16 @@ struct StackedProblems {
   // results the row scatter adds like whole tiles'. Only where it adds (p.scatter.add): a scatter
   // that stores ignores the plan, whatever the layout stage was told.
   __device__ __forceinline__ static int num_units(const gemm::KernelParams& p) {
-    return __ldg(p.groups.tile_start + p.groups.count + (p.scatter.add ? 3 : 0));
+    return __ldg(p.groups.tile_start + p.groups.count + (p.scatter.add ? gemm::kTailPlanUnits : 0));
   }
   __device__ __forceinline__ static StackedProblems make(bool) { return StackedProblems{}; }
 
   __device__ __forceinline__ Unit unit(int u, const gemm::KernelParams& p) {
     int kb_begin, kb_end;
-    const int tile = gemm::tail_plan_unit(u, __ldg(p.groups.tile_start + p.groups.count + (p.scatter.add ? 1 : 0)),
-                                          __ldg(p.groups.tile_start + p.groups.count + 2), p.bs.k_blocks, &kb_begin,
-                                          &kb_end);
+    // A storing scatter reads the tile count as `whole`: every unit a whole tile.
+    const int* plan = p.groups.tile_start + p.groups.count;
+    const int tile = gemm::tail_plan_unit(u, __ldg(plan + (p.scatter.add ? gemm::kTailPlanWhole : 0)),
+                                          __ldg(plan + gemm::kTailPlanParts), p.bs.k_blocks, &kb_begin, &kb_end);
     const int g = group_of_unit(tile, p, group);
     if (g != group) {
       group = g;

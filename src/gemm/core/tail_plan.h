@@ -15,8 +15,10 @@ struct TailPlan {
   int units;  // every unit, the parts counted
 };
 
-// Ints stored after tile_start[groups]: whole, parts, units.
+// Ints stored after tile_start[groups]: whole, parts, units, at these offsets from
+// tile_start + groups (tile_start[groups] itself is the whole-tile count).
 inline constexpr int kTailPlanInts = 3;
+inline constexpr int kTailPlanWhole = 1, kTailPlanParts = 2, kTailPlanUnits = 3;
 
 // x / d for d in 1..4 and 0 <= x < 2^15, without a division (3: a multiply and a shift).
 __host__ __device__ inline int div_small(int x, int d) {
